@@ -1,0 +1,4 @@
+from .base import Drafter
+from .input_copy import InputCopyDrafter
+
+__all__ = ["Drafter", "InputCopyDrafter"]

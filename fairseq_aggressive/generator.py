@@ -1,0 +1,214 @@
+"""The aggressive sequence generator: one draft -> verify -> accept loop.
+
+A *drafter* proposes tokens, the *verifier* (the AR model with a rollback-able
+key/value cache, :mod:`fairseq_aggressive.verifier`) scores ``[last, draft]`` in
+one pass, an *acceptance rule* (:mod:`fairseq_aggressive.acceptance`) decides
+how many drafted tokens pass.  The emitted tokens, scores and length handling
+follow fairseq's ``SequenceGenerator`` with ``--beam 1`` so that exact rules
+give greedy's hypotheses and scores, in the same output format.
+"""
+import math
+from typing import Dict, List, Optional
+
+import torch
+from torch import Tensor, nn
+
+from .acceptance import ExactAcceptance
+from .drafters.base import Drafter
+from .verifier import CachedDecoderVerifier
+
+
+class DecodingStats:
+    """Counters summed over all batches a generator has decoded."""
+
+    def __init__(self):
+        self.sentences = 0
+        self.passes = 0  # decoder invocations (one per loop iteration per batch)
+        self.sentence_passes = 0  # sum over sentences of the passes they took part in
+        self.tokens = 0  # emitted tokens, EOS included
+        self.drafted = 0
+        self.accepted = 0  # drafted tokens that passed
+
+    def as_dict(self) -> Dict[str, float]:
+        d = dict(vars(self))
+        d["mean_tokens_per_pass"] = self.tokens / max(self.sentence_passes, 1)
+        d["mean_passes_per_sentence"] = self.sentence_passes / max(self.sentences, 1)
+        return d
+
+    def summary(self) -> str:
+        d = self.as_dict()
+        return (
+            f"{self.sentences} sentences, {self.sentence_passes} decoder passes "
+            f"({d['mean_passes_per_sentence']:.2f} per sentence, {self.passes} batched), "
+            f"{d['mean_tokens_per_pass']:.2f} tokens accepted per pass, "
+            f"{self.accepted}/{self.drafted} drafted tokens accepted"
+        )
+
+
+class AggressiveGenerator(nn.Module):
+    def __init__(
+        self,
+        models,
+        tgt_dict,
+        drafter: Drafter,
+        acceptance=None,
+        max_len_a: float = 0,
+        max_len_b: int = 200,
+        max_len: int = 0,
+        min_len: int = 1,
+        normalize_scores: bool = True,
+        len_penalty: float = 1.0,
+        unk_penalty: float = 0.0,
+        temperature: float = 1.0,
+        max_draft_len: Optional[int] = None,
+    ):
+        super().__init__()
+        if len(models) != 1:
+            raise ValueError(
+                f"aggressive decoding verifies with a single model, got an ensemble of {len(models)}"
+            )
+        if temperature <= 0:
+            raise ValueError(f"--temperature must be greater than 0, got {temperature}")
+        if max_draft_len is not None and max_draft_len < 0:
+            raise ValueError(f"--max-draft-len must be >= 0, got {max_draft_len}")
+        self.model = models[0]
+        self.verifier = CachedDecoderVerifier(self.model)
+        self.drafter = drafter
+        self.acceptance = acceptance or ExactAcceptance()
+        self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
+        self.vocab_size = len(tgt_dict)
+        self.max_len_a, self.max_len_b = max_len_a, max_len_b
+        self.max_len = max_len or self.model.max_decoder_positions()
+        self.min_len = min_len
+        self.normalize_scores = normalize_scores
+        self.len_penalty = len_penalty
+        self.unk_penalty = unk_penalty
+        self.temperature = temperature
+        self.max_draft_len = max_draft_len
+        self.stats = DecodingStats()
+        self.model.eval()
+
+    def cuda(self):
+        self.model.cuda()
+        return self
+
+    def forward(self, sample, prefix_tokens=None, bos_token=None):
+        return self.generate([self.model], sample, prefix_tokens=prefix_tokens, bos_token=bos_token)
+
+    # ---------------------------------------------------------------- scoring
+    def _scores(self, features: Tensor, positions: Tensor, max_len: int):
+        """Adjusted scores for choosing tokens and the log-probs to report, the
+        same adjustments as SequenceGenerator (pad never, unk penalty, forced EOS
+        at max_len, no EOS before min_len).  ``positions`` (B, T) are the output
+        steps the rows predict."""
+        logits = self.verifier.output_layer(features).float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+        logits[..., self.pad] = -math.inf
+        if self.unk_penalty:
+            logits[..., self.unk] -= self.unk_penalty
+        at_max = positions >= max_len
+        if bool(at_max.any()):
+            eos_col = logits[..., self.eos].clone()
+            logits[at_max] = -math.inf
+            logits[..., self.eos] = eos_col
+        if self.min_len > 0:
+            logits[..., self.eos] = logits[..., self.eos].masked_fill(
+                positions < self.min_len, -math.inf
+            )
+        return logits, lse
+
+    # ------------------------------------------------------------- generation
+    @torch.no_grad()
+    def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **kwargs):
+        if prefix_tokens is not None:
+            raise ValueError("aggressive decoding does not support prefix tokens (--prefix-size)")
+        if constraints is not None:
+            raise ValueError("aggressive decoding does not support lexical constraints")
+        net_input = sample["net_input"]
+        src_tokens = net_input["src_tokens"]
+        bsz, src_len = src_tokens.size()[:2]
+        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
+        if self.min_len > max_len:
+            raise ValueError("min_len cannot be larger than max_len, please adjust these!")
+        device = src_tokens.device
+
+        encoder_out = self.verifier.encode(net_input)
+        state = self.verifier.begin(encoder_out, max_len + 1)
+        self.drafter.begin(sample, encoder_out)
+
+        outputs: List[List[int]] = [[] for _ in range(bsz)]
+        scores: List[List[float]] = [[] for _ in range(bsz)]
+        active = list(range(bsz))
+        last = [self.eos if bos_token is None else bos_token] * bsz
+        lmax = self.max_draft_len
+        stats = self.stats
+        stats.sentences += bsz
+
+        while active:
+            drafts = []
+            for b in active:
+                cap = max_len - len(outputs[b])
+                if lmax is not None:
+                    cap = min(cap, lmax)
+                drafts.append(self.drafter.propose(b, outputs[b], cap))
+            width = 1 + max(len(d) for d in drafts)
+            rows = [[last[b]] + d + [self.pad] * (width - 1 - len(d)) for b, d in zip(active, drafts)]
+            tokens = torch.tensor(rows, dtype=torch.long, device=device)
+            n_draft = torch.tensor([len(d) for d in drafts], dtype=torch.long, device=device)
+
+            feats = self.verifier.forward(state, tokens, n_draft + 1)
+            positions = state.lengths.unsqueeze(1) + torch.arange(width, device=device)
+            adjusted, lse = self._scores(feats, positions, max_len)
+            choice, n_match = self.acceptance(adjusted, tokens[:, 1:], n_draft)
+
+            # emitted: accepted drafts + the verifier's token at the bifurcation,
+            # cut after the first EOS
+            n_emit = n_match + 1
+            steps = torch.arange(width, device=device).unsqueeze(0)
+            is_eos = (choice == self.eos) & (steps < n_emit.unsqueeze(1))
+            done = is_eos.any(dim=1)
+            n_emit = torch.where(done, is_eos.long().argmax(dim=1) + 1, n_emit)
+            tok_scores = adjusted.gather(2, choice.unsqueeze(2)).squeeze(2) - lse.squeeze(2)
+            self.verifier.commit(state, n_emit)
+
+            stats.passes += 1
+            stats.sentence_passes += len(active)
+            stats.drafted += int(n_draft.sum())
+            stats.accepted += int(n_match.sum())
+            choice_l, score_l = choice.tolist(), tok_scores.tolist()
+            n_emit_l, n_match_l, done_l = n_emit.tolist(), n_match.tolist(), done.tolist()
+            keep = []
+            for i, b in enumerate(active):
+                k = n_emit_l[i]
+                outputs[b].extend(choice_l[i][:k])
+                scores[b].extend(score_l[i][:k])
+                if done_l[i]:
+                    continue
+                keep.append(i)
+                last[b] = outputs[b][-1]
+                self.drafter.update(b, outputs[b], len(drafts[i]), n_match_l[i])
+            if len(keep) < len(active):
+                active = [active[i] for i in keep]
+                if active:
+                    state.select(torch.tensor(keep, dtype=torch.long, device=device))
+
+        return [self._finalize(outputs[b], scores[b], device) for b in range(bsz)]
+
+    def _finalize(self, toks: List[int], pos_scores: List[float], device) -> List[Dict[str, Tensor]]:
+        self.stats.tokens += len(toks)
+        tokens = torch.tensor(toks, dtype=torch.long, device=device)
+        positional = torch.tensor(pos_scores, dtype=torch.float, device=device)
+        score = positional.sum()
+        if self.normalize_scores:
+            score = score / (len(toks) ** self.len_penalty)
+        return [
+            {
+                "tokens": tokens,
+                "score": score,
+                "attention": torch.empty(0),
+                "alignment": torch.empty(0),
+                "positional_scores": positional,
+            }
+        ]

@@ -1,0 +1,1 @@
+from . import deep_shallow  # noqa: F401  (registers architectures)

@@ -1,0 +1,1 @@
+from . import aggressive_translation  # noqa: F401  (registers the task)

@@ -1,0 +1,273 @@
+"""The verifier: a stock fairseq Transformer decoder run over several new
+positions per call on top of a per-sentence key/value cache.
+
+fairseq's incremental decoding feeds one token per step.  Aggressive decoding
+needs to score a whole draft in one pass and to throw away the cache entries of
+rejected draft tokens.  This module runs the decoder's own sub-modules (the
+same parameters, the same operations in the same order as
+``TransformerDecoderLayerBase.forward``) with:
+
+* a preallocated self-attention cache ``(B, H, L, D)`` per layer, written at each
+  sentence's own offset, so sentences in a batch may have accepted different
+  numbers of tokens (ragged acceptance);
+* a causal mask over the new positions;
+* rollback by moving a length pointer (no recomputation, no copies);
+* encoder-attention keys/values computed once per batch.
+
+Decoder configurations whose incremental semantics we do not reproduce
+exactly are refused by :func:`check_supported` with a clear message.
+"""
+from typing import List, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+class UnsupportedModelError(ValueError):
+    pass
+
+
+def _decoder_of(model):
+    return getattr(model, "decoder", None)
+
+
+def check_supported(model) -> None:
+    """Raise :class:`UnsupportedModelError` unless the verifier can run ``model``
+    exactly like fairseq's incremental decoder."""
+    from fairseq.models.transformer import TransformerDecoderBase
+
+    name = type(model).__name__
+    dec = _decoder_of(model)
+    if dec is None or getattr(model, "encoder", None) is None:
+        raise UnsupportedModelError(
+            f"aggressive decoding needs an encoder-decoder model, got {name}"
+        )
+    try:
+        from fairseq.models.nat import FairseqNATModel
+
+        if isinstance(model, FairseqNATModel):
+            raise UnsupportedModelError(
+                f"{name} is non-autoregressive; aggressive decoding verifies with an "
+                "autoregressive Transformer (--arch transformer*)"
+            )
+    except ImportError:  # pragma: no cover - nat models always ship with fairseq
+        pass
+    if not isinstance(dec, TransformerDecoderBase):
+        raise UnsupportedModelError(
+            f"aggressive decoding supports fairseq Transformer decoders; {name} has a "
+            f"{type(dec).__name__}"
+        )
+    problems = []
+    if dec.adaptive_softmax is not None:
+        problems.append("adaptive softmax")
+    if dec.cross_self_attention:
+        problems.append("cross-self-attention")
+    if getattr(dec, "quant_noise", None) is not None:
+        problems.append("quant-noise on embeddings")
+    for i, layer in enumerate(dec.layers):
+        if not hasattr(layer, "self_attn") or not hasattr(layer, "fc1"):
+            problems.append(f"layer {i} is not a standard decoder layer")
+            continue
+        sa = layer.self_attn
+        if sa.bias_k is not None or sa.add_zero_attn:
+            problems.append(f"layer {i}: self-attention with add_bias_kv/add_zero_attn")
+        if getattr(layer, "cross_self_attention", False):
+            problems.append(f"layer {i}: cross-self-attention")
+        if layer.encoder_attn is None:
+            problems.append(f"layer {i}: no encoder attention")
+        elif layer.encoder_attn.bias_k is not None or layer.encoder_attn.add_zero_attn:
+            problems.append(f"layer {i}: encoder attention with add_bias_kv/add_zero_attn")
+    if problems:
+        raise UnsupportedModelError(
+            "the aggressive verifier cannot run this decoder exactly ("
+            + "; ".join(problems)
+            + "); decode it with --decoding beam instead"
+        )
+
+
+class VerifierState:
+    """Per-batch decoding state: caches and per-sentence lengths."""
+
+    def __init__(self, enc_k, enc_v, enc_mask, self_k, self_v, lengths):
+        self.enc_k: List[Tensor] = enc_k  # per layer (B, H, S, D)
+        self.enc_v: List[Tensor] = enc_v
+        self.enc_mask: Optional[Tensor] = enc_mask  # (B, 1, 1, S) bool, True = attend
+        self.self_k: List[Tensor] = self_k  # per layer (B, H, L, D)
+        self.self_v: List[Tensor] = self_v
+        self.lengths: Tensor = lengths  # (B,) cached positions per sentence
+
+    def select(self, idx: Tensor) -> None:
+        """Keep only the sentences ``idx`` (finished ones stop costing compute)."""
+        pick = lambda ts: [t.index_select(0, idx) for t in ts]  # noqa: E731
+        self.enc_k, self.enc_v = pick(self.enc_k), pick(self.enc_v)
+        self.self_k, self.self_v = pick(self.self_k), pick(self.self_v)
+        if self.enc_mask is not None:
+            self.enc_mask = self.enc_mask.index_select(0, idx)
+        self.lengths = self.lengths.index_select(0, idx)
+
+
+class CachedDecoderVerifier:
+    """Scores many new decoder positions per call for one fairseq Transformer."""
+
+    def __init__(self, model):
+        check_supported(model)
+        self.model = model
+        self.dec = model.decoder
+        layer0 = self.dec.layers[0]
+        self.num_heads = layer0.self_attn.num_heads
+        self.head_dim = layer0.self_attn.head_dim
+        self._pos_table: Optional[Tensor] = None
+
+    # ------------------------------------------------------------------ setup
+    def encode(self, net_input):
+        return self.model.encoder.forward_torchscript(net_input)
+
+    def _positions(self, n: int, like: Tensor) -> Optional[Tensor]:
+        """Positional embeddings of decoder positions 0..n-1, shape (n, C)."""
+        emb = self.dec.embed_positions
+        if emb is None:
+            return None
+        table = self._pos_table
+        if table is None or table.size(0) < n or table.device != like.device:
+            pad = emb.padding_idx if emb.padding_idx is not None else -1
+            dummy = torch.full((1, n), pad + 1, dtype=torch.long, device=like.device)
+            table = emb(dummy)[0].to(like.dtype)
+            self._pos_table = table
+        return table
+
+    def begin(self, encoder_out, max_positions: int) -> VerifierState:
+        """Precompute encoder-attention keys/values and allocate the self-attention
+        cache for ``max_positions`` decoder positions."""
+        enc = encoder_out["encoder_out"][0]  # S x B x C
+        pad_mask = (
+            encoder_out["encoder_padding_mask"][0]
+            if len(encoder_out["encoder_padding_mask"]) > 0
+            else None
+        )
+        S, B, _ = enc.shape
+        H, D = self.num_heads, self.head_dim
+        enc_bt = enc.transpose(0, 1)  # B x S x C
+        enc_k, enc_v = [], []
+        for layer in self.dec.layers:
+            ea = layer.encoder_attn
+            enc_k.append(ea.k_proj(enc_bt).view(B, S, H, D).transpose(1, 2))
+            enc_v.append(ea.v_proj(enc_bt).view(B, S, H, D).transpose(1, 2))
+        enc_mask = None
+        if pad_mask is not None and pad_mask.any():
+            enc_mask = (~pad_mask).view(B, 1, 1, S)
+        L = max_positions + 1  # one spare slot for padding positions of ragged drafts
+        self_k = [enc.new_zeros(B, H, L, D) for _ in self.dec.layers]
+        self_v = [enc.new_zeros(B, H, L, D) for _ in self.dec.layers]
+        lengths = torch.zeros(B, dtype=torch.long, device=enc.device)
+        self._positions(max_positions, enc)
+        return VerifierState(enc_k, enc_v, enc_mask, self_k, self_v, lengths)
+
+    # ---------------------------------------------------------------- forward
+    @torch.no_grad()
+    def forward(self, state: VerifierState, tokens: Tensor, valid: Tensor) -> Tensor:
+        """Run the decoder over ``tokens`` (B x T), placed right after each
+        sentence's cached positions.  ``valid`` (B,) is how many of the T tokens
+        are real for each sentence (the rest is padding whose outputs are junk).
+
+        Returns the decoder features (B x T x C) before the output projection.
+        The cache receives keys/values of all T positions; call :meth:`commit`
+        afterwards to keep only the accepted ones.
+        """
+        dec = self.dec
+        B, T = tokens.shape
+        L = state.self_k[0].size(2)
+        spare = L - 1
+        pos = state.lengths.unsqueeze(1) + torch.arange(T, device=tokens.device)
+        # padding slots all go to the spare slot at the end of the cache
+        pad_slot = torch.arange(T, device=tokens.device).unsqueeze(0) >= valid.unsqueeze(1)
+        pos = pos.masked_fill(pad_slot, spare)
+
+        x = dec.embed_scale * dec.embed_tokens(tokens)
+        if dec.project_in_dim is not None:
+            x = dec.project_in_dim(x)
+        table = self._positions(spare, x)
+        if table is not None:
+            x = x + table[pos.clamp(max=table.size(0) - 1)]
+        if dec.layernorm_embedding is not None:
+            x = dec.layernorm_embedding(x)
+
+        n_keys = int(state.lengths.max()) + T
+        if n_keys > spare:
+            n_keys = L
+        keys = torch.arange(n_keys, device=tokens.device)
+        # query (b, t) sees key j iff j <= its position (causal over old + new)
+        attn_mask = (keys.view(1, 1, -1) <= pos.unsqueeze(2)).unsqueeze(1)
+        uniform = B == 1 or bool((pad_slot.sum(1) == 0).all() and (state.lengths == state.lengths[0]).all())
+        start = int(state.lengths[0]) if uniform else 0
+        bidx = torch.arange(B, device=tokens.device).unsqueeze(1).expand(B, T)
+
+        H, D = self.num_heads, self.head_dim
+        for li, layer in enumerate(dec.layers):
+            sa = layer.self_attn
+            residual = x
+            if layer.normalize_before:
+                x = layer.self_attn_layer_norm(x)
+            q = (sa.q_proj(x) * sa.scaling).view(B, T, H, D).transpose(1, 2)
+            k = sa.k_proj(x).view(B, T, H, D)
+            v = sa.v_proj(x).view(B, T, H, D)
+            ck, cv = state.self_k[li], state.self_v[li]
+            if uniform:
+                ck[:, :, start : start + T] = k.transpose(1, 2)
+                cv[:, :, start : start + T] = v.transpose(1, 2)
+            else:
+                ck[bidx, :, pos] = k
+                cv[bidx, :, pos] = v
+            a = F.scaled_dot_product_attention(
+                q, ck[:, :, :n_keys], cv[:, :, :n_keys], attn_mask=attn_mask, scale=1.0
+            )
+            x = sa.out_proj(a.transpose(1, 2).reshape(B, T, H * D))
+            if layer.c_attn is not None:
+                x = torch.einsum("bthd,h->bthd", x.view(B, T, layer.nh, layer.head_dim), layer.c_attn)
+                x = x.reshape(B, T, -1)
+            if layer.attn_ln is not None:
+                x = layer.attn_ln(x)
+            x = layer.residual_connection(x, residual)
+            if not layer.normalize_before:
+                x = layer.self_attn_layer_norm(x)
+
+            ea = layer.encoder_attn
+            residual = x
+            if layer.normalize_before:
+                x = layer.encoder_attn_layer_norm(x)
+            q = (ea.q_proj(x) * ea.scaling).view(B, T, H, D).transpose(1, 2)
+            a = F.scaled_dot_product_attention(
+                q, state.enc_k[li], state.enc_v[li], attn_mask=state.enc_mask, scale=1.0
+            )
+            x = ea.out_proj(a.transpose(1, 2).reshape(B, T, H * D))
+            x = layer.residual_connection(x, residual)
+            if not layer.normalize_before:
+                x = layer.encoder_attn_layer_norm(x)
+
+            residual = x
+            if layer.normalize_before:
+                x = layer.final_layer_norm(x)
+            x = layer.activation_fn(layer.fc1(x))
+            if layer.ffn_layernorm is not None:
+                x = layer.ffn_layernorm(x)
+            x = layer.fc2(x)
+            if layer.w_resid is not None:
+                residual = torch.mul(layer.w_resid, residual)
+            x = layer.residual_connection(x, residual)
+            if not layer.normalize_before:
+                x = layer.final_layer_norm(x)
+
+        if dec.layer_norm is not None:
+            x = dec.layer_norm(x)
+        if dec.project_out_dim is not None:
+            x = dec.project_out_dim(x)
+        return x
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        return self.dec.output_layer(features)
+
+    @staticmethod
+    def commit(state: VerifierState, kept: Tensor) -> None:
+        """Keep the first ``kept[b]`` of the positions fed in the last call
+        (rollback of the rest is just not advancing the length pointer)."""
+        state.lengths += kept

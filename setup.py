@@ -1,0 +1,33 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq-aggressive",
+    version="0.1.0",
+    description="Aggressive (draft -> verify -> accept) decoding for fairseq: "
+    "greedy-identical output, several times faster",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["fairseq_aggressive", "fairseq_aggressive.*"]),
+    python_requires=">=3.8",
+    install_requires=[
+        # fairseq 0.12.2 does not import on Python >= 3.11; fairseq-fixed ships the
+        # same `fairseq` module for 3.11+
+        "fairseq==0.12.2; python_version < '3.11'",
+        "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
+        "numpy<2",
+        "sacrebleu>=2.0",
+        "sacremoses",
+        "subword-nmt",
+        "tqdm",
+    ],
+    extras_require={
+        "data": ["ua-gec"],
+        "bench": ["matplotlib"],
+        "test": ["pytest"],
+    },
+    entry_points={
+        "console_scripts": [
+            "fairseq-aggressive-bench = fairseq_aggressive.bench:cli_main",
+        ]
+    },
+)
