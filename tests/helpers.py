@@ -41,9 +41,11 @@ def make_model(task, arch="transformer", seed=0, **overrides):
     torch.manual_seed(seed)
     model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
     # sharpen the random output layer so greedy choices are far from ties
-    with torch.no_grad():
-        for p in model.decoder.output_projection.parameters():
-            p.mul_(4.0)
+    proj = getattr(model.decoder, "output_projection", None)
+    if proj is not None:
+        with torch.no_grad():
+            for p in proj.parameters():
+                p.mul_(4.0)
     return model.eval()
 
 
@@ -63,3 +65,68 @@ def make_sample(src_rows, pad, left_pad=True):
 def greedy(model, tgt_dict, sample, **kw):
     gen = SequenceGenerator([model], tgt_dict, beam_size=1, **kw)
     return gen.generate([model], sample)
+
+
+def aggressive(model, task, sample, drafter=None, **kw):
+    from fairseq_aggressive.drafters import InputCopyDrafter
+    from fairseq_aggressive.generator import AggressiveGenerator
+
+    d = task.target_dictionary
+    drafter = drafter or InputCopyDrafter(task.source_dictionary, d)
+    gen = AggressiveGenerator([model], d, drafter, **kw)
+    return gen.generate([model], sample), gen
+
+
+NEAR_TIE = 1e-4  # top-2 log-prob gap below which float noise may flip greedy's choice
+SCORE_TOL = 1e-4
+
+
+class Comparison:
+    """Counts of aggressive-vs-greedy comparisons; every mismatch that is not a
+    genuine near-tie is kept with its details."""
+
+    def __init__(self):
+        self.total = self.identical = self.near_ties = 0
+        self.failures = []
+
+    def ok(self):
+        return not self.failures
+
+    def __repr__(self):
+        return (f"{self.total} compared, {self.identical} identical, "
+                f"{self.near_ties} near-ties, {len(self.failures)} failures: {self.failures[:3]}")
+
+
+def _top2_gap(model, sample, i, prefix, eos):
+    """Greedy's top-2 log-prob gap after ``prefix`` for sentence ``i`` (full forward)."""
+    net = sample["net_input"]
+    src = net["src_tokens"][i : i + 1]
+    prev = torch.tensor([[eos] + prefix], dtype=torch.long)
+    with torch.no_grad():
+        out = model(src, net["src_lengths"][i : i + 1], prev)
+        lp = model.get_normalized_probs(out, log_probs=True)[0, -1]
+    top = lp.topk(2).values
+    return float(top[0] - top[1])
+
+
+def compare(model, sample, ref, out, cmp=None):
+    cmp = cmp or Comparison()
+    eos = model.decoder.dictionary.eos()
+    for i, (r, o) in enumerate(zip(ref, out)):
+        cmp.total += 1
+        rt, ot = r[0]["tokens"].tolist(), o[0]["tokens"].tolist()
+        if rt == ot:
+            ds = float((r[0]["positional_scores"] - o[0]["positional_scores"]).abs().max()) if rt else 0.0
+            dscore = abs(float(r[0]["score"]) - float(o[0]["score"]))
+            if ds > SCORE_TOL or dscore > SCORE_TOL:
+                cmp.failures.append((i, "scores differ", ds, dscore))
+            else:
+                cmp.identical += 1
+            continue
+        k = next((j for j, (a, b) in enumerate(zip(rt, ot)) if a != b), min(len(rt), len(ot)))
+        gap = _top2_gap(model, sample, i, rt[:k], eos)
+        if gap < NEAR_TIE:
+            cmp.near_ties += 1
+        else:
+            cmp.failures.append((i, "tokens differ", k, gap, rt, ot))
+    return cmp

@@ -13,7 +13,8 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 logger = logging.getLogger("fairseq_aggressive")
 
-DECODING_CHOICES = ChoiceEnum(["beam", "iad"])
+DECODINGS = ["beam", "iad"]
+DECODING_CHOICES = ChoiceEnum(DECODINGS)
 
 
 @dataclass
@@ -98,8 +99,8 @@ class AggressiveTranslationTask(TranslationTask):
         decoding = str(self._option(args, "decoding"))
         if decoding == "beam" or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
-        if decoding not in DECODING_CHOICES:
-            raise ValueError(f"unknown --decoding {decoding!r}; choose from {list(DECODING_CHOICES)}")
+        if decoding not in DECODINGS:
+            raise ValueError(f"unknown --decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
         check_generation_args(args, decoding)
         from ..drafters import InputCopyDrafter
         from ..generator import AggressiveGenerator

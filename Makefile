@@ -1,0 +1,27 @@
+# Two commands on a fresh machine:  make demo   (set up, prepare data, train, decode, benchmark)
+#                                   make test   (set up, run the test suite)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+WORK   ?= work
+
+.PHONY: setup demo test bench clean
+
+# torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
+$(BIN)/.installed: setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip setuptools wheel
+	$(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -e ".[data,bench,test]"
+	touch $@
+
+setup: $(BIN)/.installed
+
+demo: setup
+	PATH="$(abspath $(BIN)):$$PATH" WORK=$(WORK) bash scripts/demo.sh
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(WORK)

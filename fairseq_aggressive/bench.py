@@ -1,0 +1,228 @@
+"""``fairseq-aggressive-bench``: beam 5, greedy and aggressive decoding side by
+side in one process on binarized data.
+
+    fairseq-aggressive-bench DATA --path CKPT --gen-subset test \
+        [--bench-modes beam5,greedy,iad] [--batch-size 1] [--threads 2] \
+        [--bench-json out.json] [--bench-plot out.png]
+
+Every batch is decoded by every mode back to back (interleaved), so machine
+noise hits all modes alike; a warm-up precedes timing, and timing covers
+decoding only (data loading and model loading are excluded).
+"""
+import argparse
+import json
+import logging
+import statistics
+import sys
+import time
+from typing import Dict, List
+
+import torch
+
+import fairseq_aggressive  # noqa: F401  (registers the task, patches loading)
+
+logger = logging.getLogger("fairseq_aggressive.bench")
+
+# mode -> generation-arg overrides
+MODES = {
+    "beam5": dict(beam=5, decoding="beam"),
+    "greedy": dict(beam=1, decoding="beam"),
+    "iad": dict(beam=1, decoding="iad"),
+}
+
+
+def add_bench_args(parser):
+    g = parser.add_argument_group("benchmark")
+    g.add_argument("--bench-modes", default="beam5,greedy,iad",
+                   help="comma-separated modes among: " + ", ".join(MODES))
+    g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    g.add_argument("--bench-max-sentences", type=int, default=None,
+                   help="decode only the first N sentences of the subset")
+    g.add_argument("--warmup", type=int, default=5, help="batches decoded before timing")
+    g.add_argument("--bench-json", default=None, help="write all results as JSON here")
+    g.add_argument("--bench-plot", default=None, help="write a PNG of speedup vs edit ratio here")
+    return parser
+
+
+def levenshtein(a: List[int], b: List[int]) -> int:
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def gen_args_for(cfg_generation, overrides) -> argparse.Namespace:
+    args = argparse.Namespace(**dict(cfg_generation))
+    for k, v in overrides.items():
+        setattr(args, k, v)
+    return args
+
+
+def run(cfg, bench) -> Dict:
+    from fairseq import checkpoint_utils, tasks, utils
+    from fairseq.logging import progress_bar
+
+    torch.set_num_threads(bench.threads)
+    modes = [m.strip() for m in bench.bench_modes.split(",") if m.strip()]
+    for m in modes:
+        if m not in MODES:
+            raise SystemExit(f"unknown benchmark mode {m!r}; choose from {', '.join(MODES)}")
+    task = tasks.setup_task(cfg.task)
+    models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
+    model = models[0].eval()
+    task.load_dataset(cfg.dataset.gen_subset)
+    dataset = task.dataset(cfg.dataset.gen_subset)
+    n = len(dataset) if bench.bench_max_sentences is None else min(len(dataset), bench.bench_max_sentences)
+    bsz = cfg.dataset.batch_size or 1
+    tgt_dict, src_dict = task.target_dictionary, task.source_dictionary
+    bpe = cfg.common_eval.post_process
+
+    gens = {m: task.build_generator([model], gen_args_for(cfg.generation, MODES[m])) for m in modes}
+    ids = list(range(n))
+    if bsz > 1:  # batch similar lengths together, as fairseq-generate does
+        ids.sort(key=lambda i: dataset.src_sizes[i])
+    batches = [dataset.collater([dataset[i] for i in ids[j : j + bsz]]) for j in range(0, n, bsz)]
+
+    for sample in batches[: bench.warmup]:
+        for m in modes:
+            gens[m].generate([model], sample)
+    for g in gens.values():
+        if hasattr(g, "stats"):
+            g.stats.__init__()
+
+    per_sent = {i: {"id": i} for i in ids}
+    totals = {m: 0.0 for m in modes}
+    steps = {m: 0 for m in modes}  # batched decoder steps of the stock generators
+    for sample in progress_bar.progress_bar(batches, log_format="tqdm", prefix="bench"):
+        sids = sample["id"].tolist()
+        for m in modes:
+            t0 = time.perf_counter()
+            hypos = gens[m].generate([model], sample)
+            dt = time.perf_counter() - t0
+            totals[m] += dt
+            steps[m] += max(len(h[0]["tokens"]) for h in hypos)
+            for k, sid in enumerate(sids):
+                toks = hypos[k][0]["tokens"]
+                per_sent[sid][m] = {"ms": 1000 * dt / len(sids), "tokens": toks.tolist(),
+                                    "text": tgt_dict.string(toks, bpe)}
+        for k, sid in enumerate(sids):
+            rec = per_sent[sid]
+            src = utils.strip_pad(sample["net_input"]["src_tokens"][k], src_dict.pad()).tolist()
+            rec["src_text"] = src_dict.string(torch.tensor(src), bpe)
+            if sample.get("target") is not None:
+                ref = utils.strip_pad(sample["target"][k], tgt_dict.pad())
+                rec["ref_text"] = tgt_dict.string(ref, bpe)
+            base = rec.get("greedy", rec[modes[0]])["tokens"]
+            rec["edit_ratio"] = levenshtein(src, base) / max(len(src), 1)
+    return summarize(modes, per_sent, totals, steps, gens, bsz, bench.threads)
+
+
+def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
+    import sacrebleu
+
+    recs = [per_sent[i] for i in sorted(per_sent)]
+    has_ref = all("ref_text" in r for r in recs)
+    out = {"sentences": len(recs), "batch_size": bsz, "threads": threads, "modes": {}}
+    for m in modes:
+        row = {
+            "total_s": totals[m],
+            "mean_ms_per_sentence": 1000 * totals[m] / max(len(recs), 1),
+            "median_ms_per_sentence": statistics.median(r[m]["ms"] for r in recs) if recs else 0,
+        }
+        for base in ("beam5", "greedy"):
+            if base in modes:
+                row[f"speedup_vs_{base}"] = totals[base] / totals[m] if totals[m] else float("nan")
+        if hasattr(gens[m], "stats"):
+            st = gens[m].stats.as_dict()
+            row["decoder_passes"] = st["sentence_passes"]
+            row["batched_passes"] = st["passes"]
+            row["mean_tokens_per_pass"] = st["mean_tokens_per_pass"]
+            row["mean_passes_per_sentence"] = st["mean_passes_per_sentence"]
+        else:
+            n_steps = sum(len(r[m]["tokens"]) for r in recs)  # one step per output token
+            row["decoder_passes"] = n_steps
+            row["batched_passes"] = steps[m]
+            row["mean_tokens_per_pass"] = 1.0
+            row["mean_passes_per_sentence"] = n_steps / max(len(recs), 1)
+        if "greedy" in modes:
+            row["identical_to_greedy"] = sum(r[m]["tokens"] == r["greedy"]["tokens"] for r in recs)
+        if has_ref:
+            hyps = [r[m]["text"] for r in recs]
+            refs = [r["ref_text"] for r in recs]
+            row["bleu"] = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
+            row["exact_match"] = sum(h == r for h, r in zip(hyps, refs)) / max(len(recs), 1)
+        out["modes"][m] = row
+    out["per_sentence"] = recs
+    return out
+
+
+def print_table(res, file=sys.stdout):
+    cols = ["mode", "total_s", "ms/sent", "x beam5", "x greedy", "passes/sent", "tok/pass", "=greedy", "BLEU", "exact"]
+    print(f"{res['sentences']} sentences, batch {res['batch_size']}, {res['threads']} threads", file=file)
+    print("| " + " | ".join(cols) + " |", file=file)
+    print("|" + "---|" * len(cols), file=file)
+    for m, r in res["modes"].items():
+        cells = [
+            m, f"{r['total_s']:.2f}", f"{r['mean_ms_per_sentence']:.1f}",
+            f"{r.get('speedup_vs_beam5', float('nan')):.2f}", f"{r.get('speedup_vs_greedy', float('nan')):.2f}",
+            f"{r['mean_passes_per_sentence']:.2f}", f"{r['mean_tokens_per_pass']:.2f}",
+            f"{r.get('identical_to_greedy', '-')}/{res['sentences']}",
+            f"{r['bleu']:.2f}" if "bleu" in r else "-",
+            f"{100 * r['exact_match']:.1f}%" if "exact_match" in r else "-",
+        ]
+        print("| " + " | ".join(cells) + " |", file=file)
+
+
+def plot(res, path, mode="iad", base="beam5"):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    recs = [r for r in res["per_sentence"] if mode in r and base in r]
+    xs = [r["edit_ratio"] for r in recs]
+    ys = [r[base]["ms"] / max(r[mode]["ms"], 1e-9) for r in recs]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(xs, ys, s=8, alpha=0.4, label="sentences")
+    bins = [0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0, float("inf")]
+    mids, means = [], []
+    for lo, hi in zip(bins, bins[1:]):
+        sel = [y for x, y in zip(xs, ys) if lo <= x < hi]
+        if sel:
+            mids.append(statistics.mean(x for x in xs if lo <= x < hi))
+            means.append(statistics.mean(sel))
+    ax.plot(mids, means, "r-o", label="binned mean")
+    ax.set_xlabel("edit ratio (edit distance source -> output / source length)")
+    ax.set_ylabel(f"speedup of {mode} over {base}")
+    ax.set_title(f"{mode} speedup vs edit ratio ({res['threads']} threads, batch {res['batch_size']})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def cli_main(argv=None):
+    from fairseq import options
+
+    parser = options.get_generation_parser(default_task="aggressive_translation")
+    add_bench_args(parser)
+    args = options.parse_args_and_arch(parser, input_args=argv)
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    cfg = convert_namespace_to_omegaconf(args)
+    if cfg.common_eval.path is None:
+        parser.error("--path CHECKPOINT is required")
+    res = run(cfg, args)
+    print_table(res)
+    if args.bench_json:
+        with open(args.bench_json, "w") as f:
+            json.dump(res, f, indent=1)
+    if args.bench_plot and "iad" in res["modes"]:
+        plot(res, args.bench_plot, base="beam5" if "beam5" in res["modes"] else "greedy")
+    return res
+
+
+if __name__ == "__main__":
+    cli_main()

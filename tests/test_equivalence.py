@@ -1,0 +1,167 @@
+"""IAD (and the generator core) against fairseq's own greedy search."""
+import random
+
+import pytest
+import torch
+
+from fairseq_aggressive.drafters import Drafter
+from helpers import aggressive, compare, greedy, make_model, make_sample, make_task
+
+SHAPES = {
+    "post-norm, sinusoidal": {},
+    "pre-norm, learned positions": dict(
+        encoder_normalize_before=True, decoder_normalize_before=True,
+        encoder_learned_pos=True, decoder_learned_pos=True,
+    ),
+    "shared embeddings, layernorm-embedding, unscaled": dict(
+        share_all_embeddings=True, layernorm_embedding=True, no_scale_embedding=True,
+    ),
+    "deep-shallow 3+1, output dim differs": dict(
+        encoder_layers=3, decoder_layers=1, decoder_output_dim=24, share_decoder_input_output_embed=False,
+    ),
+    "normformer-style extras": dict(
+        decoder_normalize_before=True, scale_attn=True, scale_fc=True, scale_heads=True, scale_resids=True,
+    ),
+    "no positions, relu, 2 heads": dict(
+        no_token_positional_embeddings=True, activation_fn="relu",
+        encoder_attention_heads=2, decoder_attention_heads=2,
+    ),
+}
+
+
+def random_sources(rng, n, vocab, eos, max_src=30, repeat=False):
+    rows = []
+    for _ in range(n):
+        length = rng.choice([0, 1, 2] + list(range(3, max_src)))
+        if repeat and length >= 4:  # repeated n-grams make suffix matching ambiguous
+            unit = [rng.randrange(4, vocab) for _ in range(rng.randrange(1, 4))]
+            row = (unit * length)[:length]
+        else:
+            row = [rng.randrange(4, vocab) for _ in range(length)]
+        rows.append(row + [eos])
+    return rows
+
+
+def batches(rows, bsz):
+    for i in range(0, len(rows), bsz):
+        yield rows[i : i + bsz]
+
+
+def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None):
+    d = task.target_dictionary
+    gen_kw = gen_kw or {}
+    cmp = None
+    for chunk in batches(rows, bsz):
+        sample = make_sample(chunk, d.pad())
+        ref = greedy(model, d, sample, **gen_kw)
+        drafter = drafter_factory(ref) if drafter_factory else None
+        out, _ = aggressive(model, task, sample, drafter=drafter, **gen_kw)
+        cmp = compare(model, sample, ref, out, cmp)
+    assert cmp.ok(), cmp
+    return cmp
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("bsz", [1, 8])
+def test_iad_matches_greedy_random_models(shape, bsz):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=len(shape), **SHAPES[shape])
+    rng = random.Random(hash((shape, bsz)) % 1000)
+    rows = random_sources(rng, 48, len(d), d.eos()) + random_sources(rng, 24, len(d), d.eos(), repeat=True)
+    cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40))
+    assert cmp.identical + cmp.near_ties == len(rows)
+
+
+@pytest.mark.parametrize(
+    "gen_kw",
+    [
+        dict(max_len_a=0, max_len_b=3),  # max length hit: forced EOS
+        dict(max_len_a=1.0, max_len_b=2),  # length depends on the padded batch
+        dict(min_len=5, max_len_b=30),
+        dict(unk_penalty=-3.0, max_len_b=30),  # negative penalty: unk gets chosen
+        dict(len_penalty=0.5, temperature=0.7, max_len_b=30),
+        dict(normalize_scores=False, max_len_b=30),
+    ],
+    ids=["max-len", "max-len-a", "min-len", "unkpen", "lenpen-temperature", "unnormalized"],
+)
+def test_iad_honours_generation_options(gen_kw):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=3)
+    rng = random.Random(7)
+    rows = random_sources(rng, 40, len(d), d.eos())
+    for bsz in (1, 8):
+        check(model, task, rows, bsz, gen_kw=gen_kw)
+
+
+class NoisyOracleDrafter(Drafter):
+    """Drafts greedy's own continuation with random corruptions and random
+    lengths: long accepted runs, rejections anywhere, ragged batches. Exactness
+    must not depend on draft quality."""
+
+    def __init__(self, ref, rng, p_corrupt, vocab):
+        self.ref = [r[0]["tokens"].tolist() for r in ref]
+        self.rng, self.p, self.vocab = rng, p_corrupt, vocab
+
+    def begin(self, sample, encoder_out=None):
+        pass
+
+    def propose(self, sent, output, cap):
+        n = min(cap, self.rng.choice([0, 1, 2, 5, 40]))
+        k = len(output)
+        draft = self.ref[sent][k : k + n]
+        return [self.rng.randrange(4, self.vocab) if self.rng.random() < self.p else t for t in draft]
+
+    def update(self, sent, output, n_draft, n_match):
+        pass
+
+
+@pytest.mark.parametrize("p_corrupt", [0.0, 0.05, 0.3])
+@pytest.mark.parametrize("bsz", [1, 8])
+def test_core_with_noisy_oracle_drafts(p_corrupt, bsz):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=11, decoder_layers=3)
+    rng = random.Random(int(p_corrupt * 100) + bsz)
+    rows = random_sources(rng, 64, len(d), d.eos())
+    factory = lambda ref: NoisyOracleDrafter(ref, rng, p_corrupt, len(d))  # noqa: E731
+    check(model, task, rows, bsz, gen_kw=dict(max_len_b=50), drafter_factory=factory)
+
+
+def test_iad_full_copy_finishes_in_one_pass():
+    """A model whose greedy output equals its input is decoded in a single pass."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=5)
+    rng = random.Random(1)
+    rows = random_sources(rng, 8, len(d), d.eos(), max_src=20)
+    sample = make_sample(rows, d.pad())
+    ref = greedy(model, d, sample, max_len_b=40)
+
+    copy_rows = [r[0]["tokens"].tolist() for r in ref]
+    # decode with the draft taken from greedy's output (as if the source were it)
+    from fairseq_aggressive.drafters import InputCopyDrafter
+
+    class Copy(InputCopyDrafter):
+        def begin(self, sample, encoder_out=None):
+            super().begin(sample)
+            self.src = [list(r) for r in copy_rows]
+
+    out, gen = aggressive(model, task, sample, drafter=Copy(d, d), max_len_b=40)
+    assert [o[0]["tokens"].tolist() for o in out] == copy_rows
+    assert gen.stats.sentence_passes == len(rows)
+    assert gen.stats.passes == 1
+
+
+def test_joined_and_separate_dictionaries():
+    """IAD maps source ids to target ids when the dictionaries differ."""
+    from helpers import make_dict
+
+    src = make_dict(30)
+    tgt = make_dict(50)
+    task = make_task(src, tgt)
+    model = make_model(task, seed=9)
+    rng = random.Random(3)
+    rows = random_sources(rng, 24, len(src), src.eos())
+    check(model, task, rows, 8, gen_kw=dict(max_len_b=30))

@@ -1,0 +1,103 @@
+"""Bad input gets a clear error before any decoding starts."""
+import argparse
+
+import pytest
+import torch
+from fairseq import options
+
+from fairseq_aggressive.verifier import UnsupportedModelError
+from helpers import make_model, make_task
+
+
+def gen_args(**kw):
+    base = dict(beam=1, nbest=1, max_len_a=0, max_len_b=200, min_len=1, unnormalized=False,
+                lenpen=1, unkpen=0, temperature=1.0, sampling=False, no_repeat_ngram_size=0,
+                prefix_size=0, constraints=None, match_source_len=False, lm_path=None,
+                diverse_beam_groups=-1, diversity_rate=-1, print_alignment=None,
+                retain_dropout=False, score_reference=False)
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_unknown_decoding_rejected_by_cli():
+    parser = options.get_generation_parser(default_task="aggressive_translation")
+    with pytest.raises(SystemExit):
+        options.parse_args_and_arch(parser, input_args=["data", "--user-dir", "fairseq_aggressive",
+                                                         "--task", "aggressive_translation", "--decoding", "fast"])
+
+
+def test_unknown_decoding_rejected_by_build_generator():
+    task = make_task()
+    model = make_model(task)
+    with pytest.raises(ValueError, match="unknown --decoding 'fast'"):
+        task.build_generator([model], gen_args(decoding="fast"))
+
+
+def test_negative_max_draft_len():
+    with pytest.raises(ValueError, match="--max-draft-len must be >= 0"):
+        make_task(max_draft_len=-1)
+
+
+def test_iad_needs_beam_1():
+    task = make_task(decoding="iad")
+    model = make_model(task)
+    with pytest.raises(ValueError, match="--beam 1"):
+        task.build_generator([model], gen_args(beam=5))
+
+
+@pytest.mark.parametrize(
+    "option,value,flag",
+    [("no_repeat_ngram_size", 2, "--no-repeat-ngram-size"), ("prefix_size", 1, "--prefix-size"),
+     ("sampling", True, "--sampling"), ("constraints", "ordered", "--constraints"),
+     ("print_alignment", "hard", "--print-alignment"), ("match_source_len", True, "--match-source-len"),
+     ("nbest", 2, "--nbest")],
+)
+def test_options_that_change_greedy_are_refused(option, value, flag):
+    task = make_task(decoding="iad")
+    model = make_model(task)
+    with pytest.raises(ValueError, match=flag):
+        task.build_generator([model], gen_args(**{option: value}))
+
+
+def test_beam_mode_is_stock():
+    from fairseq.sequence_generator import SequenceGenerator
+
+    task = make_task()
+    model = make_model(task)
+    gen = task.build_generator([model], gen_args(beam=5))
+    assert type(gen) is SequenceGenerator
+
+
+def test_ensemble_refused():
+    task = make_task(decoding="iad")
+    with pytest.raises(ValueError, match="single model"):
+        task.build_generator([make_model(task), make_model(task, seed=1)], gen_args())
+
+
+@pytest.mark.parametrize(
+    "overrides,msg",
+    [(dict(adaptive_softmax_cutoff="10,20"), "adaptive softmax"),
+     (dict(cross_self_attention=True), "cross-self-attention")],
+)
+def test_decoders_the_verifier_cannot_run_exactly(overrides, msg):
+    task = make_task(decoding="iad")
+    model = make_model(task, **overrides)
+    with pytest.raises(UnsupportedModelError, match=msg):
+        task.build_generator([model], gen_args())
+
+
+def test_non_transformer_ar_model_refused():
+    task = make_task(decoding="iad")
+    model = make_model(task, arch="lstm", encoder_hidden_size=32, decoder_hidden_size=32,
+                       decoder_out_embed_dim=32, encoder_embed_dim=32, decoder_embed_dim=32,
+                       criterion="cross_entropy")
+    with pytest.raises(UnsupportedModelError, match="Transformer decoders"):
+        task.build_generator([model], gen_args())
+
+
+def test_non_autoregressive_model_refused():
+    task = make_task(decoding="iad")
+    task.target_dictionary.add_symbol("<mask>")
+    model = make_model(task, arch="nonautoregressive_transformer")
+    with pytest.raises(UnsupportedModelError, match="non-autoregressive"):
+        task.build_generator([model], gen_args())
