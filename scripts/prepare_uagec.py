@@ -10,9 +10,10 @@ target = corrected sentence):
    ``align_document``).  The package's own ``target_sentences`` files are NOT
    used: they are split independently of the source and drift out of line when
    an edit adds, drops or moves a sentence boundary.
-2. Split: the corpus's train partition -> ``train``; its test partition is
-   halved by document into ``valid`` and ``test`` (first annotator only, so
-   every source sentence appears once).  Pairs are shuffled with a fixed seed.
+2. Split: the corpus's train partition -> ``train`` (with every annotator's
+   version of the 43 doubly annotated documents); its test partition is halved
+   by document into ``valid`` and ``test`` (first annotator only, so every
+   source sentence appears once).  Pairs are shuffled with a fixed seed.
 3. Tokenize with sacremoses -> ``{split}.tok.{src,tgt}`` (and the untokenized
    ``{split}.raw.{src,tgt}`` references).
 4. Learn a joint BPE on train source + target with subword-nmt -> ``bpe.codes``
@@ -150,6 +151,10 @@ def correction(edit):
     return text.replace("\\n", "\n")
 
 
+def by_position(edits):
+    return sorted(edits, key=lambda e: (e.start, e.end))
+
+
 def touches(edit, start, end):
     """Whether `edit` changes text inside [start, end] (insertions: at its ends too)."""
     if edit.start == edit.end:
@@ -164,7 +169,7 @@ def group_edits(spans, edits):
     two sentences are dropped; other edits in a gap join the sentence before.
     """
     groups = [[start, end, []] for start, end in spans]
-    for edit in sorted(edits, key=lambda e: (e.start, e.end)):
+    for edit in by_position(edits):
         hit = [i for i, (start, end, _) in enumerate(groups) if touches(edit, start, end)]
         if not hit:
             if not (edit.source_text + correction(edit)).strip():
@@ -186,7 +191,7 @@ def normalize_space(text):
 def render(text, start, end, edits):
     """(source, target) text of the span [start, end) with `edits` applied."""
     pieces, pos = [], start
-    for edit in sorted(edits, key=lambda e: (e.start, e.end)):
+    for edit in by_position(edits):
         pieces += [text[pos:edit.start], correction(edit)]
         pos = edit.end
     pieces.append(text[pos:end])
@@ -232,11 +237,15 @@ def read_partition(ua_gec, partition, layer, first_annotator_only, stats):
     for doc in ua_gec.Corpus(partition=partition, annotation_layer=layer):
         if first_annotator_only and doc.meta.annotator_id != 1:
             continue
-        pairs, merged = align_document(doc)
-        if not covers_document(doc, pairs):
-            stats["documents skipped: pairs do not reproduce the text"] += 1
+        try:
+            pairs, merged = align_document(doc)
+            usable = covers_document(doc, pairs)
+        except ValueError:  # the sentence file does not match the document
+            usable = False
+        if not usable:
+            stats["annotated documents skipped (alignment check failed)"] += 1
             continue
-        stats["documents"] += 1
+        stats["annotated documents used"] += 1
         stats["sentence pairs"] += len(pairs)
         stats["merged sentence boundaries"] += merged
         docs[doc.doc_id].extend(pairs)
