@@ -203,7 +203,7 @@ def plot(res, path, mode="iad", base="beam5"):
     fig.savefig(path, dpi=120)
 
 
-def cli_main(argv=None):
+def main(argv=None):
     from fairseq import options
 
     parser = options.get_generation_parser(default_task="aggressive_translation")
@@ -222,6 +222,10 @@ def cli_main(argv=None):
     if args.bench_plot and "iad" in res["modes"]:
         plot(res, args.bench_plot, base="beam5" if "beam5" in res["modes"] else "greedy")
     return res
+
+
+def cli_main(argv=None):
+    main(argv)  # console-script wrapper: exit status 0, not the result dict
 
 
 if __name__ == "__main__":

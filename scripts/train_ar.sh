@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Train an autoregressive Transformer (the verifier) with stock fairseq-train and our task.
+#   scripts/train_ar.sh DATA_BIN SAVE_DIR ENC_LAYERS DEC_LAYERS MINUTES [extra fairseq-train args]
+# Widths default to a CPU-sized model (d=256); override with extra args, e.g.
+#   --arch transformer_deep_shallow_big for the papers' big setting on GPUs.
+set -euo pipefail
+data=$1 save=$2 enc=$3 dec=$4 minutes=$5
+shift 5
+hours=$(python3 -c "print($minutes / 60)")
+# large tensors (logits) are mmap-ed afresh on every step without this: half the CPU went to page faults
+export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-8000000000} MALLOC_TOP_PAD_=${MALLOC_TOP_PAD_:-1000000000}
+mkdir -p "$save"
+fairseq-train "$data" \
+    --user-dir "$(dirname "$0")/../fairseq_aggressive" \
+    --task aggressive_translation --source-lang src --target-lang tgt \
+    --arch transformer_deep_shallow --encoder-layers "$enc" --decoder-layers "$dec" \
+    --encoder-embed-dim 256 --decoder-embed-dim 256 \
+    --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 \
+    --encoder-attention-heads 4 --decoder-attention-heads 4 \
+    --encoder-normalize-before --decoder-normalize-before \
+    --share-all-embeddings --dropout 0.1 --attention-dropout 0.1 \
+    --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
+    --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 400 \
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
+    --max-tokens 4000 --stop-time-hours "$hours" --max-epoch 1000 \
+    --save-dir "$save" --no-epoch-checkpoints --keep-last-epochs 1 \
+    --log-format simple --log-interval 50 --num-workers 0 --seed 1 \
+    ${CPU_BF16:---cpu-bf16} "$@" 2>&1 | tee "$save/train.log"

@@ -1,0 +1,135 @@
+"""End to end with the stock CLIs on the bundled UA-GEC sample:
+prepare -> fairseq-train -> fairseq-generate / fairseq-interactive (--decoding iad)
+-> equivalence of IAD with greedy on the trained checkpoint -> benchmark."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+USER_DIR = os.path.join(ROOT, "fairseq_aggressive")
+
+
+def run(cmd, **kw):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, **kw)
+    assert proc.returncode == 0, f"{cmd[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def tool(name):
+    return os.path.join(BIN, name)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny deep/shallow model trained for a few hundred updates on the sample."""
+    work = tmp_path_factory.mktemp("cli")
+    data = work / "data"
+    run([sys.executable, "scripts/prepare_uagec.py", "--from-text", "data/uagec-sample",
+         "--out", str(data), "--bpe-ops", "1000"])
+    save = work / "ckpt"
+    run([tool("fairseq-train"), str(data / "bin"), "--user-dir", USER_DIR,
+         "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+         "--arch", "transformer_deep_shallow", "--encoder-layers", "2", "--decoder-layers", "1",
+         "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
+         "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
+         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+         "--share-all-embeddings", "--encoder-normalize-before", "--decoder-normalize-before",
+         "--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
+         "--warmup-updates", "50", "--criterion", "label_smoothed_cross_entropy",
+         "--label-smoothing", "0.1", "--max-tokens", "3000", "--max-update", "600", "--dropout", "0",
+         "--save-dir", str(save), "--no-epoch-checkpoints", "--num-workers", "0",
+         "--log-format", "simple", "--cpu-bf16", "--seed", "1"])
+    return data / "bin", save / "checkpoint_last.pt"
+
+
+def generate(data, ckpt, *extra):
+    proc = run([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+                "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1",
+                "--batch-size", "16", "--remove-bpe", *extra])
+    hyps = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M))
+    return hyps, proc
+
+
+def test_generate_iad_equals_greedy(trained):
+    data, ckpt = trained
+    greedy, _ = generate(data, ckpt)
+    iad, proc = generate(data, ckpt, "--decoding", "iad")
+    # fairseq-generate skips a few sample sentences (over-long after BPE); both modes alike
+    assert len(greedy) >= 290 and set(greedy) == set(iad)
+    same = sum(greedy[k] == iad[k] for k in greedy)
+    assert same == len(greedy), f"{len(greedy) - same} of {len(greedy)} IAD hypotheses differ from greedy"
+    summary = re.search(r"aggressive decoding \(iad\): (\d+) sentences, (\d+) decoder passes.*?"
+                        r"([\d.]+) tokens accepted per pass", proc.stderr)
+    assert summary, proc.stderr[-2000:]
+    assert int(summary.group(1)) == len(greedy)
+    assert float(summary.group(3)) > 1.0  # drafts were accepted
+
+
+def test_iad_equivalence_on_trained_model(trained):
+    """Hypotheses and scores of IAD vs stock greedy, batch 1 and 8, on the
+    trained checkpoint (it copies most of its input: long drafts get accepted)."""
+    import fairseq_aggressive  # noqa: F401
+    from fairseq import checkpoint_utils, tasks
+    from helpers import compare
+    from fairseq_aggressive.drafters import InputCopyDrafter
+    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq.sequence_generator import SequenceGenerator
+
+    data, ckpt = trained
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    d = task.target_dictionary
+    accepted = 0
+    for split in ("test", "valid"):
+        task.load_dataset(split)
+        ds = task.dataset(split)
+        for bsz in (1, 8):
+            ref_gen = SequenceGenerator([model], d, beam_size=1)
+            gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d))
+            cmp = None
+            n = 300 if bsz == 8 else 120
+            for i in range(0, n, bsz):
+                sample = ds.collater([ds[j] for j in range(i, min(i + bsz, n))])
+                cmp = compare(model, sample, ref_gen.generate([model], sample),
+                              gen.generate([model], sample), cmp)
+            assert cmp.ok(), cmp
+            assert cmp.identical >= cmp.total - 2, cmp
+            accepted += gen.stats.accepted
+    assert accepted > 0
+
+
+def test_interactive_iad(trained):
+    data, ckpt = trained
+    lines = [l.strip() for l in open(os.path.join(ROOT, "data/uagec-sample/test.tok.src"), encoding="utf-8")][:20]
+    outs = {}
+    for mode in ("beam", "iad"):
+        proc = run([tool("fairseq-interactive"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+                    "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+                    "--beam", "1", "--decoding", mode, "--bpe", "subword_nmt",
+                    "--bpe-codes", str(data.parent / "bpe.codes")],
+                   input="\n".join(lines) + "\n")
+        outs[mode] = re.findall(r"^D-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)
+    assert len(outs["iad"]) == 20
+    assert outs["iad"] == outs["beam"]
+
+
+def test_bench_cli(trained, tmp_path):
+    data, ckpt = trained
+    js, png = tmp_path / "bench.json", tmp_path / "bench.png"
+    proc = run([tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--gen-subset", "test",
+                "--remove-bpe", "--bench-max-sentences", "40", "--warmup", "2", "--threads", "1",
+                "--bench-json", str(js), "--bench-plot", str(png)])
+    res = json.loads(js.read_text())
+    assert res["sentences"] == 40
+    assert res["modes"]["iad"]["identical_to_greedy"] >= 39
+    assert res["modes"]["greedy"]["identical_to_greedy"] == 40
+    assert "speedup_vs_beam5" in res["modes"]["iad"] and png.stat().st_size > 1000
+    assert "| iad |" in proc.stdout
