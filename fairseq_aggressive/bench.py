@@ -38,6 +38,9 @@ def add_bench_args(parser):
     g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     g.add_argument("--bench-max-sentences", type=int, default=None,
                    help="decode only the first N sentences of the subset")
+    g.add_argument("--baseline-path", default=None,
+                   help="also decode with beam 5 of this checkpoint (mode 'base_beam5', e.g. a 6+6 "
+                   "model as in the papers) and report every mode's speedup over it")
     g.add_argument("--warmup", type=int, default=5, help="batches decoded before timing")
     g.add_argument("--bench-json", default=None, help="write all results as JSON here")
     g.add_argument("--bench-plot", default=None, help="write a PNG of speedup vs edit ratio here")
@@ -73,6 +76,11 @@ def run(cfg, bench) -> Dict:
     task = tasks.setup_task(cfg.task)
     models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
     model = models[0].eval()
+    specs = [(m, model, MODES[m]) for m in modes]  # (name, model, generation overrides)
+    if bench.baseline_path:
+        base, _ = checkpoint_utils.load_model_ensemble([bench.baseline_path], task=task)
+        specs.insert(0, ("base_beam5", base[0].eval(), MODES["beam5"]))
+        modes = ["base_beam5"] + modes
     task.load_dataset(cfg.dataset.gen_subset)
     dataset = task.dataset(cfg.dataset.gen_subset)
     n = len(dataset) if bench.bench_max_sentences is None else min(len(dataset), bench.bench_max_sentences)
@@ -80,16 +88,16 @@ def run(cfg, bench) -> Dict:
     tgt_dict, src_dict = task.target_dictionary, task.source_dictionary
     bpe = cfg.common_eval.post_process
 
-    gens = {m: task.build_generator([model], gen_args_for(cfg.generation, MODES[m])) for m in modes}
+    gens = {m: (mdl, task.build_generator([mdl], gen_args_for(cfg.generation, ov))) for m, mdl, ov in specs}
     ids = list(range(n))
     if bsz > 1:  # batch similar lengths together, as fairseq-generate does
         ids.sort(key=lambda i: dataset.src_sizes[i])
     batches = [dataset.collater([dataset[i] for i in ids[j : j + bsz]]) for j in range(0, n, bsz)]
 
     for sample in batches[: bench.warmup]:
-        for m in modes:
-            gens[m].generate([model], sample)
-    for g in gens.values():
+        for mdl, g in gens.values():
+            g.generate([mdl], sample)
+    for _, g in gens.values():
         if hasattr(g, "stats"):
             g.stats.__init__()
 
@@ -100,7 +108,8 @@ def run(cfg, bench) -> Dict:
         sids = sample["id"].tolist()
         for m in modes:
             t0 = time.perf_counter()
-            hypos = gens[m].generate([model], sample)
+            mdl, gen = gens[m]
+            hypos = gen.generate([mdl], sample)
             dt = time.perf_counter() - t0
             totals[m] += dt
             steps[m] += max(len(h[0]["tokens"]) for h in hypos)
@@ -132,11 +141,12 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
             "mean_ms_per_sentence": 1000 * totals[m] / max(len(recs), 1),
             "median_ms_per_sentence": statistics.median(r[m]["ms"] for r in recs) if recs else 0,
         }
-        for base in ("beam5", "greedy"):
+        for base in ("base_beam5", "beam5", "greedy"):
             if base in modes:
                 row[f"speedup_vs_{base}"] = totals[base] / totals[m] if totals[m] else float("nan")
-        if hasattr(gens[m], "stats"):
-            st = gens[m].stats.as_dict()
+        gen = gens[m][1]
+        if hasattr(gen, "stats"):
+            st = gen.stats.as_dict()
             row["decoder_passes"] = st["sentence_passes"]
             row["batched_passes"] = st["passes"]
             row["mean_tokens_per_pass"] = st["mean_tokens_per_pass"]
@@ -160,13 +170,15 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
 
 
 def print_table(res, file=sys.stdout):
-    cols = ["mode", "total_s", "ms/sent", "x beam5", "x greedy", "passes/sent", "tok/pass", "=greedy", "BLEU", "exact"]
+    has_base = "base_beam5" in res["modes"]
+    cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy", "passes/sent", "tok/pass", "=greedy", "BLEU", "exact"]
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, {res['threads']} threads", file=file)
     print("| " + " | ".join(cols) + " |", file=file)
     print("|" + "---|" * len(cols), file=file)
     for m, r in res["modes"].items():
         cells = [
             m, f"{r['total_s']:.2f}", f"{r['mean_ms_per_sentence']:.1f}",
+        ] + ([f"{r['speedup_vs_base_beam5']:.2f}"] if has_base else []) + [
             f"{r.get('speedup_vs_beam5', float('nan')):.2f}", f"{r.get('speedup_vs_greedy', float('nan')):.2f}",
             f"{r['mean_passes_per_sentence']:.2f}", f"{r['mean_tokens_per_pass']:.2f}",
             f"{r.get('identical_to_greedy', '-')}/{res['sentences']}",

@@ -102,6 +102,8 @@ class AggressiveTranslationTask(TranslationTask):
         if decoding not in DECODINGS:
             raise ValueError(f"unknown --decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
         check_generation_args(args, decoding)
+        if kwargs.get("prefix_allowed_tokens_fn") is not None:
+            raise ValueError(f"prefix_allowed_tokens_fn is not supported with --decoding {decoding}")
         from ..drafters import InputCopyDrafter
         from ..generator import AggressiveGenerator
 
