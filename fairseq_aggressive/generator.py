@@ -86,6 +86,7 @@ class AggressiveGenerator(nn.Module):
         self.temperature = temperature
         self.max_draft_len = max_draft_len
         self.stats = DecodingStats()
+        self.first_chunk = 8  # positions projected to the vocabulary before checking
         self.model.eval()
 
     def cuda(self):
@@ -118,6 +119,28 @@ class AggressiveGenerator(nn.Module):
                 positions < self.min_len, -math.inf
             )
         return logits, lse
+
+    def _verify(self, feats: Tensor, tokens: Tensor, n_draft: Tensor, positions: Tensor, max_len: int):
+        """Choose tokens position chunk by position chunk (8, 16, 32, ...) and
+        stop once every sentence has met its first rejection: the vocabulary
+        projection of positions after it is never computed.  Returns the
+        choices and log-probs of the positions computed and ``n_match``."""
+        B, T = tokens.shape
+        draft = torch.cat([tokens[:, 1:], tokens.new_full((B, 1), self.pad)], dim=1)
+        choices, scores = [], []
+        n_match = torch.zeros_like(n_draft)
+        lo, size = 0, self.first_chunk
+        while lo < T:
+            hi = min(T, lo + size)
+            adjusted, lse = self._scores(feats[:, lo:hi], positions[:, lo:hi], max_len)
+            choice, m = self.acceptance(adjusted, draft[:, lo:hi], (n_draft - lo).clamp(min=0))
+            choices.append(choice)
+            scores.append(adjusted.gather(2, choice.unsqueeze(2)).squeeze(2) - lse.squeeze(2))
+            n_match = torch.where(n_match == lo, n_match + m, n_match)
+            if hi == T or not bool((n_match == hi).any()):
+                break
+            lo, size = hi, size * 2
+        return torch.cat(choices, dim=1), torch.cat(scores, dim=1), n_match
 
     # ------------------------------------------------------------- generation
     @torch.no_grad()
@@ -160,17 +183,15 @@ class AggressiveGenerator(nn.Module):
 
             feats = self.verifier.forward(state, tokens, n_draft + 1)
             positions = state.lengths.unsqueeze(1) + torch.arange(width, device=device)
-            adjusted, lse = self._scores(feats, positions, max_len)
-            choice, n_match = self.acceptance(adjusted, tokens[:, 1:], n_draft)
+            choice, tok_scores, n_match = self._verify(feats, tokens, n_draft, positions, max_len)
 
             # emitted: accepted drafts + the verifier's token at the bifurcation,
             # cut after the first EOS
             n_emit = n_match + 1
-            steps = torch.arange(width, device=device).unsqueeze(0)
+            steps = torch.arange(choice.size(1), device=device).unsqueeze(0)
             is_eos = (choice == self.eos) & (steps < n_emit.unsqueeze(1))
             done = is_eos.any(dim=1)
             n_emit = torch.where(done, is_eos.long().argmax(dim=1) + 1, n_emit)
-            tok_scores = adjusted.gather(2, choice.unsqueeze(2)).squeeze(2) - lse.squeeze(2)
             self.verifier.commit(state, n_emit)
 
             stats.passes += 1
