@@ -133,3 +133,18 @@ def test_bench_cli(trained, tmp_path):
     assert res["modes"]["greedy"]["identical_to_greedy"] == 40
     assert "speedup_vs_beam5" in res["modes"]["iad"] and png.stat().st_size > 1000
     assert "| iad |" in proc.stdout
+
+
+def test_hub_api_iad(trained):
+    from fairseq.models.transformer import TransformerModel
+
+    import fairseq_aggressive  # noqa: F401
+
+    data, ckpt = trained
+    hub = TransformerModel.from_pretrained(str(ckpt.parent), checkpoint_file=ckpt.name,
+                                           data_name_or_path=str(data), bpe="subword_nmt",
+                                           bpe_codes=str(data.parent / "bpe.codes"))
+    lines = [l.strip() for l in open(os.path.join(ROOT, "data/uagec-sample/valid.tok.src"), encoding="utf-8")][:10]
+    assert hub.translate(lines, beam=1, decoding="iad") == hub.translate(lines, beam=1)
+    with pytest.raises(ValueError, match="--beam 1"):
+        hub.translate(lines[:1], beam=5, decoding="iad")

@@ -47,7 +47,9 @@ def batches(rows, bsz):
         yield rows[i : i + bsz]
 
 
-def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None):
+def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None, agg_kw=None):
+    """Greedy (stock) vs aggressive on ``rows`` in batches of ``bsz``;
+    ``agg_kw`` are options of the aggressive generator only."""
     d = task.target_dictionary
     gen_kw = gen_kw or {}
     cmp = None
@@ -55,7 +57,7 @@ def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None):
         sample = make_sample(chunk, d.pad())
         ref = greedy(model, d, sample, **gen_kw)
         drafter = drafter_factory(ref) if drafter_factory else None
-        out, _ = aggressive(model, task, sample, drafter=drafter, **gen_kw)
+        out, _ = aggressive(model, task, sample, drafter=drafter, **gen_kw, **(agg_kw or {}))
         cmp = compare(model, sample, ref, out, cmp)
     assert cmp.ok(), cmp
     return cmp
@@ -93,6 +95,29 @@ def test_iad_honours_generation_options(gen_kw):
     rows = random_sources(rng, 40, len(d), d.eos())
     for bsz in (1, 8):
         check(model, task, rows, bsz, gen_kw=gen_kw)
+
+
+@pytest.mark.parametrize("lmax", [0, 1, 3])
+def test_iad_max_draft_len(lmax):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=4)
+    rows = random_sources(random.Random(lmax), 32, len(d), d.eos())
+    for bsz in (1, 8):
+        check(model, task, rows, bsz, gen_kw=dict(max_len_b=30), agg_kw=dict(max_draft_len=lmax))
+
+
+def test_iad_long_inputs_hit_model_max_positions():
+    """Sources of 60-120 tokens; the decoder's 48 positions bound the output
+    (max_len = max_decoder_positions - 1), as in stock greedy."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=6, max_target_positions=48, decoder_learned_pos=True)
+    rng = random.Random(5)
+    rows = [[rng.randrange(4, len(d)) for _ in range(rng.randrange(60, 120))] + [d.eos()] for _ in range(16)]
+    for bsz in (1, 8):
+        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=200))
+    assert cmp.total == 16
 
 
 class NoisyOracleDrafter(Drafter):
