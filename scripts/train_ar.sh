@@ -18,9 +18,9 @@ fairseq-train "$data" \
     --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 \
     --encoder-attention-heads 4 --decoder-attention-heads 4 \
     --encoder-normalize-before --decoder-normalize-before \
-    --share-all-embeddings --dropout 0.1 --attention-dropout 0.1 \
+    --share-all-embeddings --dropout 0.1 \
     --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
-    --lr 1e-3 --lr-scheduler inverse_sqrt --warmup-updates 400 \
+    --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 200 \
     --criterion label_smoothed_cross_entropy --label-smoothing 0.1 \
     --max-tokens 4000 --stop-time-hours "$hours" --max-epoch 1000 \
     --save-dir "$save" --no-epoch-checkpoints --keep-last-epochs 1 \
