@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Train an autoregressive Transformer (the verifier) with stock fairseq-train and our task.
 #   scripts/train_ar.sh DATA_BIN SAVE_DIR ENC_LAYERS DEC_LAYERS MINUTES [extra fairseq-train args]
-# Widths default to a CPU-sized model (d=256); override with extra args, e.g.
+# Widths default to a CPU-sized model (d=128, ffn 512: it learns in ~30 min on 2 cores); override with extra args, e.g.
 #   --arch transformer_deep_shallow_big for the papers' big setting on GPUs.
 set -euo pipefail
 data=$1 save=$2 enc=$3 dec=$4 minutes=$5
@@ -14,8 +14,8 @@ fairseq-train "$data" \
     --user-dir "$(dirname "$0")/../fairseq_aggressive" \
     --task aggressive_translation --source-lang src --target-lang tgt \
     --arch transformer_deep_shallow --encoder-layers "$enc" --decoder-layers "$dec" \
-    --encoder-embed-dim 256 --decoder-embed-dim 256 \
-    --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024 \
+    --encoder-embed-dim 128 --decoder-embed-dim 128 \
+    --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 \
     --encoder-attention-heads 4 --decoder-attention-heads 4 \
     --encoder-normalize-before --decoder-normalize-before \
     --share-all-embeddings --dropout 0.1 \
