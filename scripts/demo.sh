@@ -18,12 +18,12 @@ if [ ! -f "$ckpt/checkpoint_last.pt" ]; then
   fairseq-train "$data/bin" --user-dir "$here/fairseq_aggressive" \
     --task aggressive_translation --source-lang src --target-lang tgt \
     --arch transformer_deep_shallow --encoder-layers 9 --decoder-layers 3 \
-    --encoder-embed-dim 128 --decoder-embed-dim 128 --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 \
+    --encoder-embed-dim 64 --decoder-embed-dim 64 --encoder-ffn-embed-dim 256 --decoder-ffn-embed-dim 256 \
     --encoder-attention-heads 4 --decoder-attention-heads 4 \
-    --encoder-normalize-before --decoder-normalize-before --share-all-embeddings --dropout 0.1 \
-    --optimizer adam --adam-betas '(0.9, 0.98)' --lr 2e-3 --lr-scheduler inverse_sqrt --warmup-updates 200 \
-    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 4000 \
-    --max-update 3000 --stop-time-hours "$(python -c "print($minutes / 60)")" \
+    --encoder-normalize-before --decoder-normalize-before --share-all-embeddings --dropout 0 \
+    --optimizer adam --adam-betas '(0.9, 0.98)' --lr 3e-3 --lr-scheduler inverse_sqrt --warmup-updates 100 \
+    --criterion label_smoothed_cross_entropy --label-smoothing 0.1 --max-tokens 3000 \
+    --max-update 1500 --stop-time-hours "$(python -c "print($minutes / 60)")" \
     --save-dir "$ckpt" --no-epoch-checkpoints --num-workers 0 --log-format simple --log-interval 50 \
     --cpu-bf16 --seed 1 2>&1 | grep -E "valid on|done training"
 else
