@@ -81,6 +81,9 @@ NEAR_TIE = 1e-4  # top-2 log-prob gap below which float noise may flip greedy's 
 SCORE_TOL = 1e-4
 
 
+ALL_COMPARISONS = []  # every Comparison made in this test session (summed in conftest.py)
+
+
 class Comparison:
     """Counts of aggressive-vs-greedy comparisons; every mismatch that is not a
     genuine near-tie is kept with its details."""
@@ -88,6 +91,7 @@ class Comparison:
     def __init__(self):
         self.total = self.identical = self.near_ties = 0
         self.failures = []
+        ALL_COMPARISONS.append(self)
 
     def ok(self):
         return not self.failures
