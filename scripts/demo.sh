@@ -33,7 +33,8 @@ fi
 echo "== 3/4 fairseq-generate --decoding iad (first hypotheses)"
 fairseq-generate "$data/bin" --path "$ckpt/checkpoint_last.pt" --user-dir "$here/fairseq_aggressive" \
   --task aggressive_translation --gen-subset test --beam 1 --decoding iad --batch-size 32 --remove-bpe \
-  2> "$work/demo-generate.log" | grep -E "^(S|H)-" | head -6
+  > "$work/demo-generate.out" 2> "$work/demo-generate.log"
+grep -E "^(S|H)-" "$work/demo-generate.out" | sed -n 1,6p
 grep -E "Translated|aggressive decoding" "$work/demo-generate.log" | sed 's/^INFO:[a-z_.]*://'
 
 echo "== 4/4 beam 5 vs greedy vs IAD, batch 1, 2 threads (fairseq-aggressive-bench)"
