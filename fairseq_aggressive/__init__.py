@@ -6,6 +6,6 @@ from .compat import patch_checkpoint_loading
 
 patch_checkpoint_loading()
 
-from . import models, tasks  # noqa: E402,F401  (register components)
+from . import criterions, models, tasks  # noqa: E402,F401  (register components)
 
 __version__ = "0.1.0"

@@ -35,3 +35,41 @@ class ExactAcceptance:
         choice = scores.argmax(dim=-1)
         ok = (choice == draft) & valid_mask(n_valid, draft.size(1))
         return choice, leading_true(ok)
+
+
+class TopBetaTauAcceptance:
+    """GAD++ (Xia et al. 2023, Eq. 8-9): accept a drafted token if it is among
+    the verifier's top-``beta`` and its log-probability is within ``tau`` of the
+    top-1's.  Ties with the ``beta``-th score count as inside the top-``beta``
+    (rank = number of strictly better tokens).  ``beta == 1`` is exact
+    acceptance.  Accepted positions emit the drafted token, the bifurcation
+    emits the verifier's top-1."""
+
+    def __init__(self, beta: int, tau: float):
+        if int(beta) != beta or beta < 1:
+            raise ValueError(f"--gad-beta must be an integer >= 1, got {beta}")
+        if not tau >= 0 or tau == float("inf"):
+            raise ValueError(f"--gad-tau must be a finite number >= 0, got {tau}")
+        self.beta, self.tau = int(beta), float(tau)
+
+    def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor) -> Tuple[Tensor, Tensor]:
+        top1, best = scores.max(dim=-1)
+        d = draft.clamp(min=0, max=scores.size(-1) - 1)
+        d_score = scores.gather(-1, d.unsqueeze(-1)).squeeze(-1)
+        rank = (scores > d_score.unsqueeze(-1)).sum(-1)
+        ok = (
+            valid_mask(n_valid, draft.size(1))
+            & torch.isfinite(d_score)
+            & (rank < self.beta)
+            & (d_score >= top1 - self.tau)
+        )
+        n_match = leading_true(ok)
+        steps = torch.arange(draft.size(1), device=draft.device).unsqueeze(0)
+        choice = torch.where(steps < n_match.unsqueeze(1), d, best)
+        return choice, n_match
+
+
+def build_acceptance(beta: int = 1, tau: float = 0.0):
+    """Exact acceptance for ``beta == 1``, GAD++ otherwise (arguments checked)."""
+    rule = TopBetaTauAcceptance(beta, tau)
+    return ExactAcceptance() if rule.beta == 1 else rule

@@ -170,12 +170,10 @@ class AggressiveGenerator(nn.Module):
         stats.sentences += bsz
 
         while active:
-            drafts = []
-            for b in active:
-                cap = max_len - len(outputs[b])
-                if lmax is not None:
-                    cap = min(cap, lmax)
-                drafts.append(self.drafter.propose(b, outputs[b], cap))
+            caps = [max_len - len(outputs[b]) for b in active]
+            if lmax is not None:
+                caps = [min(c, lmax) for c in caps]
+            drafts = self.drafter.propose_batch(active, [outputs[b] for b in active], caps)
             width = 1 + max(len(d) for d in drafts)
             rows = [[last[b]] + d + [self.pad] * (width - 1 - len(d)) for b, d in zip(active, drafts)]
             tokens = torch.tensor(rows, dtype=torch.long, device=device)

@@ -53,6 +53,11 @@ def check_supported(model) -> None:
             )
     except ImportError:  # pragma: no cover - nat models always ship with fairseq
         pass
+    if getattr(model, "is_block_drafter", False):
+        raise UnsupportedModelError(
+            f"{name} is a non-autoregressive block drafter; pass it as --drafter-path and "
+            "decode with an autoregressive verifier (--decoding gad)"
+        )
     if not isinstance(dec, TransformerDecoderBase):
         raise UnsupportedModelError(
             f"aggressive decoding supports fairseq Transformer decoders; {name} has a "

@@ -17,6 +17,11 @@ class Drafter:
         """Up to ``cap`` tokens to follow ``output`` for sentence ``sent``."""
         raise NotImplementedError
 
+    def propose_batch(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[int]]:
+        """:meth:`propose` for several sentences (drafters that run a model
+        override this to draft the whole batch in one call)."""
+        return [self.propose(s, o, c) for s, o, c in zip(sents, outputs, caps)]
+
     def update(self, sent: int, output: List[int], n_draft: int, n_match: int) -> None:
         """``output`` now holds the emitted tokens after a pass in which
         ``n_match`` of ``n_draft`` drafted tokens were accepted."""

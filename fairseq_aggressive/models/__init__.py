@@ -1,1 +1,1 @@
-from . import deep_shallow  # noqa: F401  (registers architectures)
+from . import block_nat, deep_shallow  # noqa: F401  (registers models and architectures)

@@ -1,19 +1,25 @@
 """Task ``aggressive_translation``: fairseq's translation task whose generator
 is chosen by ``--decoding`` (``beam`` = stock SequenceGenerator, ``iad`` =
-input-guided aggressive decoding), plus an opt-in CPU bf16 training mode."""
+input-guided aggressive decoding, ``gad`` = a ``block_nat`` drafter proposes
+blocks, GAD++ with ``--gad-beta/--gad-tau``), plus an opt-in CPU bf16
+training mode.  The same task trains the AR models and (``--block-size``)
+the block drafter."""
 import atexit
 import logging
 from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+from fairseq import checkpoint_utils
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from ..acceptance import build_acceptance
+
 logger = logging.getLogger("fairseq_aggressive")
 
-DECODINGS = ["beam", "iad"]
+DECODINGS = ["beam", "iad", "gad"]
 DECODING_CHOICES = ChoiceEnum(DECODINGS)
 
 
@@ -23,7 +29,9 @@ class AggressiveTranslationConfig(TranslationConfig):
         default="beam",
         metadata={
             "help": "decoder: beam = fairseq's SequenceGenerator (beam search / greedy); "
-            "iad = input-guided aggressive decoding (greedy-exact, needs --beam 1)"
+            "iad = input-guided aggressive decoding; gad = a block_nat drafter "
+            "(--drafter-path) proposes --block-size tokens per pass (both greedy-exact "
+            "unless --gad-beta > 1, need --beam 1)"
         },
     )
     max_draft_len: Optional[int] = field(
@@ -37,6 +45,24 @@ class AggressiveTranslationConfig(TranslationConfig):
     iad_ngram_max: int = field(
         default=4,
         metadata={"help": "IAD: longest output suffix used to re-find the place in the source"},
+    )
+    drafter_path: Optional[str] = field(
+        default=None, metadata={"help": "GAD: checkpoint of the block_nat drafter"}
+    )
+    block_size: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "block_nat: tokens drafted per block (k); training default 25, "
+            "decoding default = the drafter's training value"
+        },
+    )
+    gad_beta: int = field(
+        default=1,
+        metadata={"help": "GAD++: accept a drafted token in the verifier's top-beta (1 = exact)"},
+    )
+    gad_tau: float = field(
+        default=0.0,
+        metadata={"help": "GAD++: ... whose log-prob is within tau of the top-1's"},
     )
     cpu_bf16: bool = field(
         default=False,
@@ -89,6 +115,10 @@ class AggressiveTranslationTask(TranslationTask):
         super().__init__(cfg, src_dict, tgt_dict)
         if cfg.max_draft_len is not None and cfg.max_draft_len < 0:
             raise ValueError(f"--max-draft-len must be >= 0 (or unset for unlimited), got {cfg.max_draft_len}")
+        if cfg.block_size is not None and cfg.block_size < 1:
+            raise ValueError(f"--block-size must be >= 1, got {cfg.block_size}")
+        build_acceptance(cfg.gad_beta, cfg.gad_tau)  # checks beta/tau
+        self._drafters = {}
 
     def _option(self, args, name):
         """A decoding option: per-call generation args (hub API) win over the task config."""
@@ -104,19 +134,30 @@ class AggressiveTranslationTask(TranslationTask):
         check_generation_args(args, decoding)
         if kwargs.get("prefix_allowed_tokens_fn") is not None:
             raise ValueError(f"prefix_allowed_tokens_fn is not supported with --decoding {decoding}")
-        from ..drafters import InputCopyDrafter
         from ..generator import AggressiveGenerator
 
-        drafter = InputCopyDrafter(
-            self.source_dictionary,
-            self.target_dictionary,
-            ngram_min=self._option(args, "iad_ngram_min"),
-            ngram_max=self._option(args, "iad_ngram_max"),
-        )
+        acceptance = None
+        if decoding == "iad":
+            from ..drafters import InputCopyDrafter
+
+            drafter = InputCopyDrafter(
+                self.source_dictionary,
+                self.target_dictionary,
+                ngram_min=self._option(args, "iad_ngram_min"),
+                ngram_max=self._option(args, "iad_ngram_max"),
+            )
+        else:
+            drafter = self._build_nar_drafter(models, args)
+            acceptance = build_acceptance(self._option(args, "gad_beta"), self._option(args, "gad_tau"))
+        if len(models) != 1:
+            raise ValueError(
+                f"aggressive decoding verifies with a single model, got an ensemble of {len(models)}"
+            )
         generator = AggressiveGenerator(
             models,
             self.target_dictionary,
             drafter,
+            acceptance=acceptance,
             max_len_a=getattr(args, "max_len_a", 0),
             max_len_b=getattr(args, "max_len_b", 200),
             min_len=getattr(args, "min_len", 1),
@@ -128,6 +169,68 @@ class AggressiveTranslationTask(TranslationTask):
         )
         atexit.register(_log_summary, generator, decoding)
         return generator
+
+    def load_drafter(self, path: str, like=None):
+        """The block_nat drafter at ``path`` (cached) and its training block size,
+        on the device and in the dtype of the module ``like``."""
+        import os
+
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--drafter-path: no checkpoint at {path}")
+        param = next(like.parameters()) if like is not None else None
+        key = (os.path.abspath(path), None if param is None else (param.device, param.dtype))
+        if key not in self._drafters:
+            state = checkpoint_utils.load_checkpoint_to_cpu(path)
+            cfg = state["cfg"]
+            self._check_drafter_dictionaries(path, state)
+            model = self.build_model(cfg["model"])
+            model.load_state_dict(state["model"], strict=True, model_cfg=cfg["model"])
+            if param is not None:
+                model = model.to(device=param.device, dtype=param.dtype)
+            trained_k = getattr(cfg["task"], "block_size", None) if cfg.get("task") else None
+            self._drafters[key] = (model.eval(), trained_k)
+        return self._drafters[key]
+
+    def _check_drafter_dictionaries(self, path, state):
+        """Same vocabulary sizes, and the same symbols if the drafter's data dir is here."""
+        import os
+
+        from fairseq.data import Dictionary
+
+        from ..drafters import DrafterMismatchError
+
+        emb = state["model"].get("decoder.embed_tokens.weight")
+        if emb is not None and emb.size(0) != len(self.target_dictionary):
+            raise DrafterMismatchError(
+                f"drafter and verifier dictionaries differ: {path} has {emb.size(0)} target "
+                f"symbols, the verifier's dictionary {len(self.target_dictionary)}; train both on "
+                "the same binarized data (same dict.*.txt)"
+            )
+        task_cfg = state["cfg"].get("task")
+        data = getattr(task_cfg, "data", None) if task_cfg is not None else None
+        if not data:
+            return
+        for lang, ours in ((self.cfg.source_lang, self.source_dictionary),
+                           (self.cfg.target_lang, self.target_dictionary)):
+            f = os.path.join(data.split(os.pathsep)[0], f"dict.{lang}.txt")
+            if lang and os.path.isfile(f) and Dictionary.load(f).symbols != ours.symbols:
+                raise DrafterMismatchError(
+                    f"drafter and verifier dictionaries differ: {f} (the drafter's) is not the "
+                    f"verifier's {lang} dictionary; train both on the same binarized data"
+                )
+
+    def _build_nar_drafter(self, models, args):
+        from ..drafters import NARBlockDrafter, check_drafter
+
+        path = self._option(args, "drafter_path")
+        if not path:
+            raise ValueError("--decoding gad needs a drafter: pass --drafter-path DRAFTER.pt")
+        drafter_model, trained_k = self.load_drafter(path, like=models[0])
+        check_drafter(drafter_model, models[0], self.target_dictionary)
+        k = self._option(args, "block_size")
+        if k is None:
+            k = trained_k or 25
+        return NARBlockDrafter(drafter_model, self.target_dictionary, k)
 
     # ------------------------------------------------------------ training
     def _autocast(self):

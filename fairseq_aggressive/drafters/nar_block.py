@@ -1,0 +1,100 @@
+"""NAR block drafter (GAD, Xia et al. 2023): a ``block_nat`` model proposes
+the next ``k`` tokens after the current prefix in one parallel pass.
+
+The drafter encodes the source once per batch with its own encoder; per
+iteration it runs its (bidirectional) decoder over ``[bos, prefix, M x k]``
+for all still-active sentences at once and projects only the ``k`` slots.
+"""
+from typing import List, Optional
+
+import torch
+
+from .base import Drafter
+
+
+class DrafterMismatchError(ValueError):
+    pass
+
+
+def check_drafter(drafter_model, verifier_model, tgt_dict) -> None:
+    """Clear errors for a drafter that cannot draft for this verifier."""
+    name = type(drafter_model).__name__
+    if not getattr(drafter_model, "is_block_drafter", False):
+        raise DrafterMismatchError(
+            f"--drafter-path must be a block_nat drafter (trained with --arch block_nat "
+            f"--criterion glat_block_loss), got a {name}"
+        )
+    v_drafter = drafter_model.decoder.output_projection.out_features
+    v_verifier = len(tgt_dict)
+    if v_drafter != v_verifier:
+        raise DrafterMismatchError(
+            f"drafter and verifier dictionaries differ: the drafter predicts {v_drafter} "
+            f"target symbols, the verifier's dictionary has {v_verifier}; train both on the "
+            "same binarized data (same dict.*.txt)"
+        )
+    v_src = drafter_model.encoder.embed_tokens.num_embeddings
+    v_src_verifier = verifier_model.encoder.embed_tokens.num_embeddings
+    if v_src != v_src_verifier:
+        raise DrafterMismatchError(
+            f"drafter and verifier source dictionaries differ ({v_src} vs {v_src_verifier} symbols)"
+        )
+
+
+class NARBlockDrafter(Drafter):
+    def __init__(self, model, tgt_dict, block_size: int):
+        if int(block_size) != block_size or block_size < 1:
+            raise ValueError(f"--block-size must be an integer >= 1, got {block_size}")
+        self.model = model.eval()
+        self.k = int(block_size)
+        self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
+        self.bos = self.eos
+        self.slot_id = tgt_dict.unk()  # any non-pad id: slot embeddings are replaced
+        self.max_positions = model.decoder.max_positions()
+        self.encoder_out = None
+        self._rows: Optional[List[int]] = None
+        self._enc_rows = None
+
+    @torch.no_grad()
+    def begin(self, sample, encoder_out=None) -> None:
+        net_input = sample["net_input"]
+        self.encoder_out = self.model.encoder(
+            net_input["src_tokens"], src_lengths=net_input["src_lengths"]
+        )
+        self._rows, self._enc_rows = None, self.encoder_out
+
+    def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
+        return self.propose_batch([sent], [output], [cap])[0]
+
+    def _encoder_rows(self, sents: List[int]):
+        if sents != self._rows:  # sentences finished since the last call
+            idx = torch.tensor(sents, dtype=torch.long, device=self.encoder_out["encoder_out"][0].device)
+            self._enc_rows = self.model.encoder.reorder_encoder_out(self.encoder_out, idx)
+            self._rows = list(sents)
+        return self._enc_rows
+
+    @torch.no_grad()
+    def propose_batch(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[int]]:
+        # bos + prefix + slots must fit the drafter's positions
+        ks = [min(self.k, c, self.max_positions - 1 - len(o)) for c, o in zip(caps, outputs)]
+        if max(ks) <= 0:
+            return [[] for _ in sents]
+        k = max(ks)
+        width = 1 + max(len(o) for o in outputs) + k
+        rows, slot_rows = [], []
+        for out in outputs:
+            n = 1 + len(out)
+            rows.append([self.bos] + out + [self.slot_id] * k + [self.pad] * (width - n - k))
+            slot_rows.append([False] * n + [True] * k + [False] * (width - n - k))
+        device = self.encoder_out["encoder_out"][0].device
+        tokens = torch.tensor(rows, dtype=torch.long, device=device)
+        slots = torch.tensor(slot_rows, dtype=torch.bool, device=device)
+        logits = self.model.block_logits(tokens, slots, self._encoder_rows(sents))
+        logits[:, self.pad] = -float("inf")
+        pred = logits.argmax(-1).view(len(sents), k).tolist()
+        drafts = []
+        for p, kk in zip(pred, ks):
+            p = p[: max(kk, 0)]
+            if self.eos in p:  # nothing follows the end of the sentence
+                p = p[: p.index(self.eos) + 1]
+            drafts.append(p)
+        return drafts

@@ -1,0 +1,184 @@
+"""``block_nat``: the non-autoregressive block drafter of GAD (Xia et al. 2023).
+
+An encoder plus a decoder that reads the already decoded prefix followed by
+``k`` mask slots and predicts the ``k`` slots in parallel.  Self-attention is
+bidirectional over prefix and block; positions are added as usual (slot ``i``
+of a block after a prefix of ``p`` tokens sits at position ``p + 1 + i`` behind
+the BOS).  There is no length predictor: a block simply contains EOS when the
+sentence ends.  Optionally (``--block-src-copy``) each mask slot starts from a
+soft copy of the source token embeddings near its position (GLAT's copy of
+source embeddings, without a length).
+
+Decoder input layout (one row): ``[bos, y_1 .. y_p, M x k, pad ...]`` with a
+bool ``slots`` mask marking the ``M`` positions; slot ``i`` predicts
+``y_{p+1+i}``.  The ids at slot positions are ignored (any non-pad id).
+"""
+import logging
+import math
+import os
+from typing import Optional
+
+import torch
+from fairseq import checkpoint_utils
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import (
+    TransformerConfig,
+    TransformerDecoderBase,
+    TransformerModel,
+    base_architecture,
+    transformer_vaswani_wmt_en_de_big,
+)
+from torch import Tensor, nn
+
+logger = logging.getLogger(__name__)
+
+
+class BlockNATDecoder(TransformerDecoderBase):
+    def __init__(self, cfg, dictionary, embed_tokens, src_copy: bool = False):
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False)
+        dim = embed_tokens.embedding_dim
+        self.mask_embed = nn.Parameter(torch.empty(dim).normal_(0, dim**-0.5))
+        self.src_copy = src_copy
+
+    def forward(self, prev_output_tokens, encoder_out=None, slots: Optional[Tensor] = None,
+                features_only: bool = False, **unused):
+        if slots is None or unused.get("incremental_state") is not None:
+            raise ValueError(
+                "block_nat is a non-autoregressive drafter and cannot decode on its own: "
+                "decode with an autoregressive verifier and --decoding gad --drafter-path THIS.pt"
+            )
+        x = self.extract_block_features(prev_output_tokens, slots, encoder_out)
+        return (x if features_only else self.output_layer(x)), {}
+
+    def slot_inputs(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
+        """Token embeddings with the mask slots replaced (B, T, C)."""
+        x = self.embed_tokens(tokens)
+        fill = self.mask_embed.to(x.dtype).expand_as(x)
+        if self.src_copy and encoder_out is not None:
+            fill = fill + self._soft_copy(tokens.size(1), encoder_out).to(x.dtype)
+        return torch.where(slots.unsqueeze(-1), fill, x)
+
+    def _soft_copy(self, tgt_len: int, encoder_out) -> Tensor:
+        """Source token embeddings averaged with weights softmax(-|i - j|)."""
+        src_emb = encoder_out["encoder_embedding"][0] / self.embed_scale  # (B, S, C) unscaled
+        S = src_emb.size(1)
+        i = torch.arange(tgt_len, device=src_emb.device, dtype=torch.float).unsqueeze(1)
+        j = torch.arange(S, device=src_emb.device, dtype=torch.float).unsqueeze(0)
+        logits = -(i - j).abs().unsqueeze(0).expand(src_emb.size(0), -1, -1)  # (B, T, S)
+        if len(encoder_out["encoder_padding_mask"]) > 0:
+            pad = encoder_out["encoder_padding_mask"][0].unsqueeze(1)
+            logits = logits.masked_fill(pad, -math.inf)
+        return torch.bmm(logits.softmax(-1).to(src_emb.dtype), src_emb)
+
+    def extract_block_features(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
+        enc, enc_pad = None, None
+        if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
+            enc = encoder_out["encoder_out"][0]
+        if encoder_out is not None and len(encoder_out["encoder_padding_mask"]) > 0:
+            enc_pad = encoder_out["encoder_padding_mask"][0]
+        x = self.embed_scale * self.slot_inputs(tokens, slots, encoder_out)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if self.embed_positions is not None:
+            x = x + self.embed_positions(tokens)
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x).transpose(0, 1)
+        pad_mask = tokens.eq(self.padding_idx)
+        pad_mask = pad_mask if bool(pad_mask.any()) else None
+        for layer in self.layers:  # no future mask: bidirectional
+            x, _, _ = layer(x, enc, enc_pad, None, self_attn_mask=None, self_attn_padding_mask=pad_mask)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x
+
+
+@register_model("block_nat")
+class BlockNATModel(TransformerModel):
+    """Transformer encoder + bidirectional block decoder (the GAD drafter)."""
+
+    is_block_drafter = True
+
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--block-src-copy", action="store_true",
+                            help="start mask slots from a soft copy of the source embeddings")
+        parser.add_argument("--init-encoder-from", type=str, metavar="CKPT",
+                            help="initialise the encoder (and shared embeddings) from the "
+                            "encoder of this (autoregressive) checkpoint")
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return BlockNATDecoder(
+            TransformerConfig.from_namespace(args), tgt_dict, embed_tokens,
+            src_copy=getattr(args, "block_src_copy", False),
+        )
+
+    @classmethod
+    def build_model(cls, args, task):
+        model = super().build_model(args, task)
+        path = getattr(args, "init_encoder_from", None)
+        if path:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"--init-encoder-from: no checkpoint at {path}")
+            init_encoder_from(model, path)
+            # the weights now live in this model's checkpoints: do not reload at decoding time
+            args.encoder_initialized_from = path
+            args.init_encoder_from = None
+        return model
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, slots=None, **kwargs):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        return self.decoder(prev_output_tokens, encoder_out, slots=slots, **kwargs)
+
+    def block_logits(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
+        """Logits of the slot positions only, flattened (N_slots, V)."""
+        feats = self.decoder.extract_block_features(tokens, slots, encoder_out)
+        return self.decoder.output_layer(feats[slots])
+
+    def set_num_updates(self, num_updates):
+        self.num_updates = num_updates
+        super().set_num_updates(num_updates)
+
+
+def init_encoder_from(model: BlockNATModel, path: str) -> None:
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+    enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
+    if not enc_state:
+        raise ValueError(f"--init-encoder-from: {path} has no encoder weights")
+    own = model.encoder.state_dict()
+    bad = [k for k, v in enc_state.items() if k in own and own[k].shape != v.shape]
+    missing = [k for k in own if k not in enc_state and not k.endswith("_float_tensor")]
+    if bad or missing:
+        raise ValueError(
+            f"--init-encoder-from: the encoder of {path} does not fit this model "
+            f"(shape mismatch: {bad[:3]}, missing: {missing[:3]}); use the same encoder "
+            "architecture and dictionary"
+        )
+    model.encoder.load_state_dict({k: v for k, v in enc_state.items() if k in own}, strict=False)
+    logger.info(f"initialised the drafter's encoder from {path}")
+
+
+def _block_nat_defaults(args):
+    args.dropout = getattr(args, "dropout", 0.1)
+
+
+@register_model_architecture("block_nat", "block_nat")
+def block_nat(args):
+    _block_nat_defaults(args)
+    base_architecture(args)
+
+
+@register_model_architecture("block_nat", "block_nat_base")
+def block_nat_base(args):
+    block_nat(args)
+
+
+@register_model_architecture("block_nat", "block_nat_big")
+def block_nat_big(args):
+    _block_nat_defaults(args)
+    transformer_vaswani_wmt_en_de_big(args)
