@@ -3,6 +3,7 @@
 #   scripts/train_ar.sh DATA_BIN SAVE_DIR ENC_LAYERS DEC_LAYERS MINUTES [extra fairseq-train args]
 # Widths default to a CPU-sized model (d=128, ffn 512: it learns in ~30 min on 2 cores); override with extra args, e.g.
 #   --arch transformer_deep_shallow_big for the papers' big setting on GPUs.
+# Language pair: SRC/TGT environment variables (default src/tgt, the GEC data).
 set -euo pipefail
 data=$1 save=$2 enc=$3 dec=$4 minutes=$5
 shift 5
@@ -12,7 +13,7 @@ export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-8000000000} MALLOC_TOP_P
 mkdir -p "$save"
 fairseq-train "$data" \
     --user-dir "$(dirname "$0")/../fairseq_aggressive" \
-    --task aggressive_translation --source-lang src --target-lang tgt \
+    --task aggressive_translation --source-lang "${SRC:-src}" --target-lang "${TGT:-tgt}" \
     --arch transformer_deep_shallow --encoder-layers "$enc" --decoder-layers "$dec" \
     --encoder-embed-dim 128 --decoder-embed-dim 128 \
     --encoder-ffn-embed-dim 512 --decoder-ffn-embed-dim 512 \

@@ -134,3 +134,25 @@ def compare(model, sample, ref, out, cmp=None):
         else:
             cmp.failures.append((i, "tokens differ", k, gap, rt, ot))
     return cmp
+
+
+# ------------------------------------------------------------- command line
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+USER_DIR = os.path.join(ROOT, "fairseq_aggressive")
+
+
+def run(cmd, **kw):
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, **kw)
+    assert proc.returncode == 0, f"{cmd[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def tool(name):
+    return os.path.join(BIN, name)

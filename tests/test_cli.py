@@ -4,50 +4,10 @@ prepare -> fairseq-train -> fairseq-generate / fairseq-interactive (--decoding i
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
-import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
-USER_DIR = os.path.join(ROOT, "fairseq_aggressive")
-
-
-def run(cmd, **kw):
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, **kw)
-    assert proc.returncode == 0, f"{cmd[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc
-
-
-def tool(name):
-    return os.path.join(BIN, name)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A tiny deep/shallow model trained for a few hundred updates on the sample."""
-    work = tmp_path_factory.mktemp("cli")
-    data = work / "data"
-    run([sys.executable, "scripts/prepare_uagec.py", "--from-text", "data/uagec-sample",
-         "--out", str(data), "--bpe-ops", "1000"])
-    save = work / "ckpt"
-    run([tool("fairseq-train"), str(data / "bin"), "--user-dir", USER_DIR,
-         "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
-         "--arch", "transformer_deep_shallow", "--encoder-layers", "2", "--decoder-layers", "1",
-         "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
-         "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
-         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-         "--share-all-embeddings", "--encoder-normalize-before", "--decoder-normalize-before",
-         "--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
-         "--warmup-updates", "50", "--criterion", "label_smoothed_cross_entropy",
-         "--label-smoothing", "0.1", "--max-tokens", "3000", "--max-update", "600", "--dropout", "0",
-         "--save-dir", str(save), "--no-epoch-checkpoints", "--num-workers", "0",
-         "--log-format", "simple", "--cpu-bf16", "--seed", "1"])
-    return data / "bin", save / "checkpoint_last.pt"
+from helpers import ROOT, USER_DIR, run, tool
 
 
 def generate(data, ckpt, *extra):

@@ -1,0 +1,250 @@
+"""GAD / GAD++ on random-weight verifier/drafter pairs: greedy equivalence of
+exact GAD for any drafter, the GAD++ rule on crafted scores, block training
+inputs, and the errors raised before decoding."""
+import argparse
+import random
+
+import pytest
+import torch
+
+from helpers import aggressive, compare, greedy, make_dict, make_model, make_sample, make_task
+from fairseq_aggressive.acceptance import ExactAcceptance, TopBetaTauAcceptance, build_acceptance
+from fairseq_aggressive.criterions.glat_block_loss import make_blocks, reveal
+from fairseq_aggressive.drafters import DrafterMismatchError, NARBlockDrafter, check_drafter
+from fairseq_aggressive.verifier import UnsupportedModelError, check_supported
+
+
+def random_rows(d, n, lo, hi, seed):
+    rng = random.Random(seed)
+    return [[rng.randint(d.nspecial, len(d) - 1) for _ in range(rng.randint(lo, hi))] + [d.eos()]
+            for _ in range(n)]
+
+
+VERIFIERS = [
+    dict(),
+    dict(decoder_layers=3, encoder_layers=1, decoder_normalize_before=True, encoder_normalize_before=True),
+    dict(decoder_learned_pos=True, share_all_embeddings=True, decoder_embed_dim=32),
+]
+DRAFTERS = [
+    dict(decoder_layers=1),
+    dict(decoder_layers=2, block_src_copy=True, decoder_learned_pos=True),
+]
+
+
+@pytest.mark.parametrize("vi", range(len(VERIFIERS)))
+@pytest.mark.parametrize("k", [1, 2, 5, 25])
+def test_exact_gad_equals_greedy_random_weights(vi, k):
+    task = make_task()
+    d = task.target_dictionary
+    ar = make_model(task, seed=vi, **VERIFIERS[vi])
+    dr = make_model(task, arch="block_nat", seed=10 + vi, **DRAFTERS[vi % len(DRAFTERS)])
+    cmp = None
+    for bsz, (lo, hi) in ((1, (1, 8)), (8, (1, 40)), (8, (20, 60))):
+        for rep in range(2):
+            rows = random_rows(d, bsz, lo, hi, seed=1000 * vi + 10 * k + rep + hi)
+            sample = make_sample(rows, d.pad())
+            for opts in (dict(max_len_b=50), dict(max_len_a=1.0, max_len_b=3, min_len=2)):
+                ref = greedy(ar, d, sample, **opts)
+                out, gen = aggressive(ar, task, sample, drafter=NARBlockDrafter(dr, d, k), **opts)
+                cmp = compare(ar, sample, ref, out, cmp)
+                assert gen.stats.drafted > 0
+    assert cmp.ok(), cmp
+
+
+class GreedyOracleBlockModel(torch.nn.Module):
+    """A stand-in block drafter whose ``block_logits`` give the verifier's own
+    greedy continuation (full forwards), with every ``wrong_every``-th drafted
+    token corrupted: exercises long accepted runs and late rejections through
+    NARBlockDrafter."""
+
+    is_block_drafter = True
+
+    def __init__(self, ar, d, wrong_every=0):
+        super().__init__()
+        self.ar, self.d, self.wrong_every = ar, d, wrong_every
+        self.encoder = ar.encoder
+        self.decoder = argparse.Namespace(max_positions=lambda: 10_000)
+        self.calls = 0
+
+    @torch.no_grad()
+    def block_logits(self, tokens, slots, encoder_out):
+        out = []
+        for r, (row, sl) in enumerate(zip(tokens, slots)):
+            prefix = row[~sl & row.ne(self.d.pad())].tolist()
+            enc = self.ar.encoder.reorder_encoder_out(encoder_out, torch.tensor([r]))
+            cont = []
+            for _ in range(int(sl.sum())):
+                lp = self.ar.decoder(torch.tensor([prefix + cont]), encoder_out=enc)[0][0, -1]
+                lp[self.d.pad()] = -1e9
+                cont.append(int(lp.argmax()))
+            for t in cont:
+                self.calls += 1
+                if self.wrong_every and self.calls % self.wrong_every == 0:
+                    t = self.d.nspecial + (t + 1 - self.d.nspecial) % (len(self.d) - self.d.nspecial)
+                logit = torch.full((len(self.d),), -10.0)
+                logit[t] = 10.0
+                out.append(logit)
+        return torch.stack(out)
+
+
+@pytest.mark.parametrize("wrong_every", [0, 3, 7])
+@pytest.mark.parametrize("bsz", [1, 8])
+def test_exact_gad_long_accepted_blocks(wrong_every, bsz):
+    task = make_task()
+    d = task.target_dictionary
+    ar = make_model(task, seed=21)
+    rows = random_rows(d, bsz, 2, 30, seed=22 + bsz + wrong_every)
+    sample = make_sample(rows, d.pad())
+    ref = greedy(ar, d, sample, max_len_b=40)
+    oracle = GreedyOracleBlockModel(ar, d, wrong_every)
+    out, gen = aggressive(ar, task, sample, drafter=NARBlockDrafter(oracle, d, 6), max_len_b=40)
+    cmp = compare(ar, sample, ref, out)
+    assert cmp.ok(), cmp
+    if wrong_every == 0:  # perfect drafts: about one pass per 7 tokens (6 drafted + 1)
+        assert gen.stats.as_dict()["mean_tokens_per_pass"] > 4
+    assert gen.stats.accepted > 0
+
+
+def test_gadpp_beta1_equals_exact():
+    task = make_task()
+    d = task.target_dictionary
+    ar = make_model(task, seed=3)
+    dr = make_model(task, arch="block_nat", seed=4)
+    rows = random_rows(d, 8, 1, 30, seed=5)
+    sample = make_sample(rows, d.pad())
+    exact, _ = aggressive(ar, task, sample, drafter=NARBlockDrafter(dr, d, 5), acceptance=ExactAcceptance())
+    pp, _ = aggressive(ar, task, sample, drafter=NARBlockDrafter(dr, d, 5),
+                       acceptance=TopBetaTauAcceptance(1, 100.0))
+    for a, b in zip(exact, pp):
+        assert a[0]["tokens"].tolist() == b[0]["tokens"].tolist()
+        assert torch.allclose(a[0]["positional_scores"], b[0]["positional_scores"], atol=1e-5)
+
+
+def test_gadpp_scores_are_verifier_logprobs_of_emitted_tokens():
+    """GAD++ may emit non-greedy tokens; their reported scores must be the
+    verifier's log-probs of exactly those tokens (checked by a full forward)."""
+    task = make_task()
+    d = task.target_dictionary
+    ar = make_model(task, seed=6)
+    dr = make_model(task, arch="block_nat", seed=7)
+    rows = random_rows(d, 6, 3, 25, seed=8)
+    sample = make_sample(rows, d.pad())
+    out, gen = aggressive(ar, task, sample, drafter=NARBlockDrafter(dr, d, 6),
+                          acceptance=TopBetaTauAcceptance(40, 100.0), max_len_b=30)
+    assert gen.stats.accepted > 0  # top-40 of 40 symbols with tau=100: drafts pass
+    net = sample["net_input"]
+    for i, hyp in enumerate(out):
+        toks = hyp[0]["tokens"]
+        prev = torch.cat([torch.tensor([d.eos()]), toks[:-1]]).unsqueeze(0)
+        with torch.no_grad():
+            o = ar(net["src_tokens"][i : i + 1], net["src_lengths"][i : i + 1], prev)
+            lp = ar.get_normalized_probs(o, log_probs=True)[0]
+        expect = lp.gather(1, toks.unsqueeze(1)).squeeze(1)
+        assert torch.allclose(hyp[0]["positional_scores"], expect, atol=1e-4)
+
+
+# ---------------------------------------------------------------- the rule
+def crafted(rows):
+    return torch.tensor(rows, dtype=torch.float).log_softmax(-1).unsqueeze(0)
+
+
+def test_top_beta_tau_rule_on_crafted_scores():
+    # vocabulary of 5; position 0: token 3 is 2nd best, close to top-1 (token 1)
+    # position 1: token 4 is 2nd best but far from the top-1 (token 0)
+    # position 2: token 2 is 3rd best and close
+    scores = crafted([[0.0, 2.0, 0.5, 1.9, 0.1],
+                      [9.0, 0.0, 0.0, 0.0, 3.0],
+                      [0.0, 1.0, 0.8, 0.9, 0.0]])
+    draft = torch.tensor([[3, 4, 2]])
+    n = torch.tensor([3])
+    choice, m = TopBetaTauAcceptance(2, 0.5)(scores, draft, n)
+    assert m.tolist() == [1]  # pos 0 passes (top-2, gap 0.1), pos 1 fails (gap 6 > tau)
+    assert choice[0, 0].item() == 3 and choice[0, 1].item() == 0  # draft, then top-1
+    choice, m = TopBetaTauAcceptance(2, 10.0)(scores, draft, n)
+    assert m.tolist() == [2]  # pos 1 now within tau; pos 2 is 3rd: outside top-2
+    assert choice[0, 2].item() == 1
+    choice, m = TopBetaTauAcceptance(3, 10.0)(scores, draft, n)
+    assert m.tolist() == [3]
+    assert ExactAcceptance()(scores, draft, n)[1].tolist() == [0]
+    # invalid (padding) slots never pass; -inf scores never pass
+    assert TopBetaTauAcceptance(5, 100.0)(scores, draft, torch.tensor([1]))[1].tolist() == [1]
+    masked = scores.clone()
+    masked[0, 0, 3] = -float("inf")
+    assert TopBetaTauAcceptance(5, float(1e9))(masked, draft, n)[1].tolist() == [0]
+
+
+@pytest.mark.parametrize("beta,tau", [(0, 1.0), (-1, 1.0), (1.5, 1.0), (2, -0.1), (2, float("nan")),
+                                      (2, float("inf"))])
+def test_bad_beta_tau(beta, tau):
+    with pytest.raises(ValueError, match="--gad-"):
+        build_acceptance(beta, tau)
+
+
+def test_build_acceptance_exact_for_beta1():
+    assert isinstance(build_acceptance(1, 3.0), ExactAcceptance)
+    assert isinstance(build_acceptance(3, 1.0), TopBetaTauAcceptance)
+
+
+# ------------------------------------------------------- block training inputs
+def test_make_blocks_layout():
+    pad, eos = 1, 2
+    target = torch.tensor([[10, 11, 12, 13, eos], [20, 21, eos, pad, pad]])
+    prev = torch.tensor([[eos, 10, 11, 12, 13], [eos, 20, 21, pad, pad]])
+    tokens, slots, tgt = make_blocks(prev, target, pad, 3, torch.tensor([2, 1]))
+    # row 0: bos y1 y2 | slots for y3 y4 eos
+    assert tokens[0].tolist() == [eos, 10, 11, 12, 13, eos]
+    assert slots[0].tolist() == [False, False, False, True, True, True]
+    assert tgt[0].tolist() == [pad, pad, pad, 12, 13, eos]
+    # row 1: bos y1 | slots for y2 eos (third slot past the end: ignored), then pad
+    assert slots[1].tolist() == [False, False, True, True, True, False]
+    assert tgt[1].tolist() == [pad, pad, 21, eos, pad, pad]
+    assert tokens[1, :2].tolist() == [eos, 20] and tokens[1, 5].item() == pad
+    assert tokens[1, 4].item() != pad  # an ignored slot still gets a position
+
+
+def test_reveal_counts_only_wrong_slots():
+    wrong = torch.tensor([[True, False, True, True, False, True], [False] * 6, [True] * 6])
+    torch.manual_seed(0)
+    shown = reveal(wrong, 0.5)
+    assert shown.sum(1).tolist() == [2, 0, 3]
+    assert not bool((shown & ~wrong).any())
+    assert reveal(wrong, 0.0).sum().item() == 0
+
+
+# ------------------------------------------------------------------ errors
+def test_drafter_errors():
+    task = make_task()
+    d = task.target_dictionary
+    ar = make_model(task)
+    with pytest.raises(ValueError, match="--block-size"):
+        NARBlockDrafter(make_model(task, arch="block_nat"), d, 0)
+    with pytest.raises(DrafterMismatchError, match="block_nat"):
+        check_drafter(ar, ar, d)
+    other = make_task(make_dict(50))
+    with pytest.raises(DrafterMismatchError, match="dictionaries differ"):
+        check_drafter(make_model(other, arch="block_nat"), ar, d)
+    with pytest.raises(UnsupportedModelError, match="drafter"):
+        check_supported(make_model(task, arch="block_nat"))
+    with pytest.raises(ValueError, match="--block-size"):
+        make_task(block_size=0)
+    with pytest.raises(ValueError, match="--gad-beta"):
+        make_task(gad_beta=0)
+    with pytest.raises(ValueError, match="--gad-tau"):
+        make_task(gad_tau=-1.0)
+
+
+def test_gad_without_drafter_is_refused():
+    task = make_task(decoding="gad")
+    ar = make_model(task)
+    with pytest.raises(ValueError, match="--drafter-path"):
+        task.build_generator([ar], argparse.Namespace(beam=1))
+    task = make_task(decoding="gad", drafter_path="/nonexistent/drafter.pt")
+    with pytest.raises(FileNotFoundError, match="drafter"):
+        task.build_generator([ar], argparse.Namespace(beam=1))
+
+
+def test_block_nat_cannot_decode_alone():
+    task = make_task()
+    dr = make_model(task, arch="block_nat")
+    with pytest.raises(ValueError, match="drafter"):
+        dr.decoder(torch.tensor([[2, 5]]), None)

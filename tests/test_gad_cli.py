@@ -1,0 +1,142 @@
+"""GAD end to end with the stock CLIs on the bundled sample: fairseq-train of a
+block_nat drafter (glat_block_loss, encoder initialised from the AR model),
+fairseq-generate / fairseq-interactive / hub API with --decoding gad, greedy
+equivalence on the trained pair, GAD++, the benchmark's gad modes."""
+import json
+import os
+import re
+
+import pytest
+import torch
+
+from helpers import ROOT, USER_DIR, compare, run, tool
+
+
+def losses(log, key):
+    return [float(x) for x in re.findall(rf"\b{key}[ =]([\d.]+)", log)]
+
+
+def test_drafter_training_loss_goes_down(trained_drafter):
+    ckpt, log = trained_drafter
+    train = [float(x) for x in re.findall(r"train_inner \| .*?\bloss=([\d.]+)", log)] or \
+        [float(x) for x in re.findall(r"\| loss ([\d.]+) \| nll_loss [\d.]+ \| block_acc", log)]
+    assert len(train) >= 3, log[-2000:]
+    assert train[-1] < train[0] - 1.0, train
+    valid = [float(x) for x in re.findall(r"valid on 'valid' subset \| loss ([\d.]+)", log)]
+    assert len(valid) >= 2 and valid[-1] < valid[0], valid
+    assert "initialised the drafter's encoder from" in log
+    assert ckpt.exists()
+
+
+def generate(data, ckpt, *extra):
+    proc = run([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+                "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1",
+                "--batch-size", "16", "--remove-bpe", *extra])
+    hyps = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M))
+    return hyps, proc
+
+
+def summary(proc):
+    m = re.search(r"aggressive decoding \(gad\): (\d+) sentences, (\d+) decoder passes.*?"
+                  r"([\d.]+) tokens accepted per pass, (\d+)/(\d+) drafted", proc.stderr)
+    assert m, proc.stderr[-2000:]
+    return int(m.group(1)), float(m.group(3)), int(m.group(4))
+
+
+def test_generate_gad_equals_greedy(trained, trained_drafter):
+    data, ckpt = trained
+    drafter, _ = trained_drafter
+    greedy, _ = generate(data, ckpt)
+    gad, proc = generate(data, ckpt, "--decoding", "gad", "--drafter-path", str(drafter))
+    assert len(greedy) >= 290 and set(greedy) == set(gad)
+    same = sum(greedy[k] == gad[k] for k in greedy)
+    assert same == len(greedy), f"{len(greedy) - same} of {len(greedy)} GAD hypotheses differ from greedy"
+    n, per_pass, accepted = summary(proc)
+    assert n == len(greedy) and per_pass > 1.0 and accepted > 0
+    # GAD++ with a generous rule accepts more drafted tokens per pass
+    pp, proc = generate(data, ckpt, "--decoding", "gad", "--drafter-path", str(drafter),
+                        "--gad-beta", "5", "--gad-tau", "5")
+    assert set(pp) == set(greedy)
+    assert summary(proc)[1] > per_pass
+
+
+def test_gad_equivalence_on_trained_pair(trained, trained_drafter):
+    """Hypotheses and scores of exact GAD vs stock greedy on the trained
+    verifier/drafter pair, batch 1 and 8, K in {1, 2, 5, 25}."""
+    import fairseq_aggressive  # noqa: F401
+    from fairseq import checkpoint_utils
+    from fairseq.sequence_generator import SequenceGenerator
+    from fairseq_aggressive.drafters import NARBlockDrafter
+    from fairseq_aggressive.generator import AggressiveGenerator
+
+    data, ckpt = trained
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)], arg_overrides={"data": str(data)})
+    model = models[0].eval()
+    drafter_model, trained_k = task.load_drafter(str(trained_drafter[0]), like=model)
+    assert trained_k == 4
+    d = task.target_dictionary
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    ref_gen = SequenceGenerator([model], d, beam_size=1)
+    for k, bsz, n in ((1, 8, 48), (2, 1, 24), (5, 8, 160), (25, 8, 48), (4, 1, 40)):
+        gen = AggressiveGenerator([model], d, NARBlockDrafter(drafter_model, d, k))
+        cmp = None
+        for i in range(0, n, bsz):
+            sample = ds.collater([ds[j] for j in range(i, i + bsz)])
+            cmp = compare(model, sample, ref_gen.generate([model], sample), gen.generate([model], sample), cmp)
+        assert cmp.ok(), (k, bsz, cmp)
+        assert cmp.identical >= cmp.total - 1, cmp
+        assert gen.stats.accepted > 0
+
+
+def test_interactive_and_hub_gad(trained, trained_drafter):
+    from fairseq.models.transformer import TransformerModel
+
+    import fairseq_aggressive  # noqa: F401
+
+    data, ckpt = trained
+    drafter = str(trained_drafter[0])
+    lines = [l.strip() for l in open(os.path.join(ROOT, "data/uagec-sample/test.tok.src"), encoding="utf-8")][:15]
+    outs = {}
+    for mode in ("beam", "gad"):
+        proc = run([tool("fairseq-interactive"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+                    "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+                    "--beam", "1", "--decoding", mode, "--drafter-path", drafter, "--bpe", "subword_nmt",
+                    "--bpe-codes", str(data.parent / "bpe.codes")],
+                   input="\n".join(lines) + "\n")
+        outs[mode] = re.findall(r"^D-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)
+    assert len(outs["gad"]) == 15 and outs["gad"] == outs["beam"]
+
+    hub = TransformerModel.from_pretrained(str(ckpt.parent), checkpoint_file=ckpt.name,
+                                           data_name_or_path=str(data), bpe="subword_nmt",
+                                           bpe_codes=str(data.parent / "bpe.codes"))
+    assert hub.translate(lines, beam=1, decoding="gad", drafter_path=drafter, block_size=3) == \
+        hub.translate(lines, beam=1)
+    with pytest.raises(ValueError, match="--drafter-path"):
+        hub.translate(lines[:1], beam=1, decoding="gad")
+    with pytest.raises(ValueError, match="--gad-beta"):
+        hub.translate(lines[:1], beam=1, decoding="gad", drafter_path=drafter, gad_beta=0)
+
+
+def test_cli_refuses_bad_drafters(trained, trained_drafter):
+    import subprocess
+
+    from helpers import BIN
+
+    data, ckpt = trained
+    base = [os.path.join(BIN, "fairseq-generate"), str(data), "--user-dir", USER_DIR,
+            "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1"]
+    cases = [
+        (["--path", str(ckpt), "--decoding", "gad"], "--drafter-path"),
+        (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(ckpt)], "block_nat"),
+        (["--path", str(trained_drafter[0])], "drafter"),
+        (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(trained_drafter[0]),
+          "--block-size", "0"], "--block-size"),
+        (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(trained_drafter[0]),
+          "--gad-tau", "-1"], "--gad-tau"),
+    ]
+    for extra, msg in cases:
+        proc = subprocess.run(base + extra, capture_output=True, text=True, cwd=ROOT)
+        assert proc.returncode != 0, extra
+        assert msg in proc.stderr, (extra, proc.stderr[-1500:])
+        assert not re.search(r"^H-", proc.stdout, re.M)
