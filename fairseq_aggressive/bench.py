@@ -5,6 +5,10 @@ side in one process on binarized data.
         [--bench-modes beam5,greedy,iad] [--batch-size 1] [--threads 2] \
         [--bench-json out.json] [--bench-plot out.png]
 
+GAD modes need ``--drafter-path DRAFTER.pt``: ``gad`` (exact), ``gad++``
+(top-beta/tau: ``--gad-beta/--gad-tau`` if beta > 1, else beta 3, tau 1.0),
+each optionally with a block size, e.g. ``gad@4,gad@8,gad++@8``.
+
 Every batch is decoded by every mode back to back (interleaved), so machine
 noise hits all modes alike; a warm-up precedes timing, and timing covers
 decoding only (data loading and model loading are excluded).
@@ -31,10 +35,33 @@ MODES = {
 }
 
 
+GADPP_DEFAULT = dict(gad_beta=3, gad_tau=1.0)  # the paper's high-quality setting
+
+
+def mode_overrides(name: str, args) -> Dict:
+    """Generation overrides for a mode name (``beam5``, ``iad``, ``gad@8``, ``gad++`` ...)."""
+    if name in MODES:
+        return dict(MODES[name])
+    base, _, k = name.partition("@")
+    if base not in ("gad", "gad++") or (k and not k.isdigit()):
+        raise SystemExit(
+            f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
+            "(optionally with @BLOCK_SIZE, e.g. gad@8)"
+        )
+    if not getattr(args, "drafter_path", None):
+        raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
+    ov = dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=int(k) if k else None)
+    if base == "gad++":
+        user_beta = getattr(args, "gad_beta", 1)
+        ov.update(GADPP_DEFAULT if user_beta == 1 else dict(gad_beta=user_beta, gad_tau=args.gad_tau))
+    return ov
+
+
 def add_bench_args(parser):
     g = parser.add_argument_group("benchmark")
     g.add_argument("--bench-modes", default="beam5,greedy,iad",
-                   help="comma-separated modes among: " + ", ".join(MODES))
+                   help="comma-separated modes among: " + ", ".join(MODES) + ", gad, gad++ "
+                   "(GAD with --drafter-path; gad@K sets the block size)")
     g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     g.add_argument("--bench-max-sentences", type=int, default=None,
                    help="decode only the first N sentences of the subset")
@@ -70,13 +97,11 @@ def run(cfg, bench) -> Dict:
 
     torch.set_num_threads(bench.threads)
     modes = [m.strip() for m in bench.bench_modes.split(",") if m.strip()]
-    for m in modes:
-        if m not in MODES:
-            raise SystemExit(f"unknown benchmark mode {m!r}; choose from {', '.join(MODES)}")
+    overrides = {m: mode_overrides(m, bench) for m in modes}
     task = tasks.setup_task(cfg.task)
     models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
     model = models[0].eval()
-    specs = [(m, model, MODES[m]) for m in modes]  # (name, model, generation overrides)
+    specs = [(m, model, overrides[m]) for m in modes]  # (name, model, generation overrides)
     if bench.baseline_path:
         base, _ = checkpoint_utils.load_model_ensemble([bench.baseline_path], task=task)
         specs.insert(0, ("base_beam5", base[0].eval(), MODES["beam5"]))
@@ -151,6 +176,8 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
             row["batched_passes"] = st["passes"]
             row["mean_tokens_per_pass"] = st["mean_tokens_per_pass"]
             row["mean_passes_per_sentence"] = st["mean_passes_per_sentence"]
+            row["drafted"], row["accepted"] = st["drafted"], st["accepted"]
+            row["draft_time_share"] = st["draft_seconds"] / totals[m] if totals[m] else 0.0
         else:
             n_steps = sum(len(r[m]["tokens"]) for r in recs)  # one step per output token
             row["decoder_passes"] = n_steps
@@ -171,7 +198,7 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
 
 def print_table(res, file=sys.stdout):
     has_base = "base_beam5" in res["modes"]
-    cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy", "passes/sent", "tok/pass", "=greedy", "BLEU", "exact"]
+    cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy", "passes/sent", "tok/pass", "draft time", "=greedy", "BLEU", "exact"]
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, {res['threads']} threads", file=file)
     print("| " + " | ".join(cols) + " |", file=file)
     print("|" + "---|" * len(cols), file=file)
@@ -181,6 +208,7 @@ def print_table(res, file=sys.stdout):
         ] + ([f"{r['speedup_vs_base_beam5']:.2f}"] if has_base else []) + [
             f"{r.get('speedup_vs_beam5', float('nan')):.2f}", f"{r.get('speedup_vs_greedy', float('nan')):.2f}",
             f"{r['mean_passes_per_sentence']:.2f}", f"{r['mean_tokens_per_pass']:.2f}",
+            f"{100 * r['draft_time_share']:.0f}%" if "draft_time_share" in r else "-",
             f"{r.get('identical_to_greedy', '-')}/{res['sentences']}",
             f"{r['bleu']:.2f}" if "bleu" in r else "-",
             f"{100 * r['exact_match']:.1f}%" if "exact_match" in r else "-",

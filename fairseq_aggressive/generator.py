@@ -8,6 +8,7 @@ follow fairseq's ``SequenceGenerator`` with ``--beam 1`` so that exact rules
 give greedy's hypotheses and scores, in the same output format.
 """
 import math
+import time
 from typing import Dict, List, Optional
 
 import torch
@@ -28,6 +29,7 @@ class DecodingStats:
         self.tokens = 0  # emitted tokens, EOS included
         self.drafted = 0
         self.accepted = 0  # drafted tokens that passed
+        self.draft_seconds = 0.0  # wall time spent in the drafter
 
     def as_dict(self) -> Dict[str, float]:
         d = dict(vars(self))
@@ -159,7 +161,9 @@ class AggressiveGenerator(nn.Module):
 
         encoder_out = self.verifier.encode(net_input)
         state = self.verifier.begin(encoder_out, max_len + 1)
+        t0 = time.perf_counter()
         self.drafter.begin(sample, encoder_out)
+        self.stats.draft_seconds += time.perf_counter() - t0
 
         outputs: List[List[int]] = [[] for _ in range(bsz)]
         scores: List[List[float]] = [[] for _ in range(bsz)]
@@ -173,7 +177,9 @@ class AggressiveGenerator(nn.Module):
             caps = [max_len - len(outputs[b]) for b in active]
             if lmax is not None:
                 caps = [min(c, lmax) for c in caps]
+            t0 = time.perf_counter()
             drafts = self.drafter.propose_batch(active, [outputs[b] for b in active], caps)
+            stats.draft_seconds += time.perf_counter() - t0
             width = 1 + max(len(d) for d in drafts)
             rows = [[last[b]] + d + [self.pad] * (width - 1 - len(d)) for b, d in zip(active, drafts)]
             tokens = torch.tensor(rows, dtype=torch.long, device=device)

@@ -67,7 +67,7 @@ def trained_drafter(trained):
     proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
                 "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
                 "--arch", "block_nat", *TINY, *COMMON, "--criterion", "glat_block_loss",
-                "--block-size", "4", "--glat-anneal-updates", "300", "--max-update", "300",
+                "--block-size", "4", "--glat-anneal-updates", "200", "--max-update", "200",
                 "--log-interval", "20", "--init-encoder-from", str(ar_ckpt),
                 "--save-dir", str(save)])
     return save / "checkpoint_last.pt", proc.stdout + proc.stderr

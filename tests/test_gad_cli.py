@@ -78,7 +78,7 @@ def test_gad_equivalence_on_trained_pair(trained, trained_drafter):
     task.load_dataset("valid")
     ds = task.dataset("valid")
     ref_gen = SequenceGenerator([model], d, beam_size=1)
-    for k, bsz, n in ((1, 8, 48), (2, 1, 24), (5, 8, 160), (25, 8, 48), (4, 1, 40)):
+    for k, bsz, n in ((1, 8, 32), (2, 1, 16), (5, 8, 96), (25, 8, 32), (4, 1, 24)):
         gen = AggressiveGenerator([model], d, NARBlockDrafter(drafter_model, d, k))
         cmp = None
         for i in range(0, n, bsz):
@@ -131,8 +131,6 @@ def test_cli_refuses_bad_drafters(trained, trained_drafter):
         (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(ckpt)], "block_nat"),
         (["--path", str(trained_drafter[0])], "drafter"),
         (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(trained_drafter[0]),
-          "--block-size", "0"], "--block-size"),
-        (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(trained_drafter[0]),
           "--gad-tau", "-1"], "--gad-tau"),
     ]
     for extra, msg in cases:
@@ -140,3 +138,18 @@ def test_cli_refuses_bad_drafters(trained, trained_drafter):
         assert proc.returncode != 0, extra
         assert msg in proc.stderr, (extra, proc.stderr[-1500:])
         assert not re.search(r"^H-", proc.stdout, re.M)
+
+
+def test_bench_gad_modes(trained, trained_drafter, tmp_path):
+    data, ckpt = trained
+    js = tmp_path / "bench.json"
+    proc = run([tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--gen-subset", "valid",
+                "--remove-bpe", "--bench-max-sentences", "24", "--warmup", "1", "--threads", "1",
+                "--batch-size", "4", "--drafter-path", str(trained_drafter[0]),
+                "--bench-modes", "greedy,gad,gad@2,gad++@4", "--bench-json", str(js)])
+    res = json.loads(js.read_text())["modes"]
+    assert res["gad"]["identical_to_greedy"] == 24 and res["gad@2"]["identical_to_greedy"] == 24
+    assert res["gad"]["mean_tokens_per_pass"] > 1.0 and res["gad"]["accepted"] > 0
+    assert 0 < res["gad"]["draft_time_share"] < 1
+    assert res["gad++@4"]["accepted"] >= res["gad"]["accepted"]
+    assert "| gad++@4 |" in proc.stdout
