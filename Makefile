@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 WORK   ?= work
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test gad-ende clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -19,6 +19,10 @@ setup: $(BIN)/.installed
 
 demo: setup
 	PATH="$(abspath $(BIN)):$$PATH" WORK=$(WORK) bash scripts/demo.sh
+
+# GAD at CPU scale on the Debian en-de corpus (about 1.5 h on 2 cores; see README)
+gad-ende: setup
+	PATH="$(abspath $(BIN)):$$PATH" bash scripts/gad_ende.sh $(WORK)
 
 test: setup
 	$(BIN)/python -m pytest -q tests

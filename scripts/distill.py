@@ -60,6 +60,8 @@ def main(argv=None):
     ap.add_argument("--max-tokens", type=int, default=6000)
     ap.add_argument("--num-shards", type=int, default=1)
     ap.add_argument("--shard-ids", default=None, help="comma-separated shards to decode (default all)")
+    ap.add_argument("--max-minutes", type=float, default=None,
+                    help="stop starting new shards after this many minutes (bounded CPU runs)")
     ap.add_argument("--user-dir", default=None, help="plugin dir (default: the installed fairseq_aggressive)")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--workers", type=int, default=1)
@@ -82,9 +84,12 @@ def main(argv=None):
     pairs = {}
     t0 = time.time()
     for shard in shard_ids:
+        if args.max_minutes is not None and pairs and time.time() - t0 > 60 * args.max_minutes:
+            print(f"time budget of {args.max_minutes} min used: stopping before shard {shard}", flush=True)
+            break
         log = os.path.join(args.out, f"generate.train.shard{shard}.txt")
         cmd = [
-            "fairseq-generate", args.data, "--user-dir", user_dir,
+            sys.executable, "-m", "fairseq_cli.generate", args.data, "--user-dir", user_dir,
             "--task", "aggressive_translation", "-s", src, "-t", tgt,
             "--path", args.teacher, "--gen-subset", "train", "--beam", str(args.beam),
             "--max-tokens", str(args.max_tokens),

@@ -153,3 +153,31 @@ def test_bench_gad_modes(trained, trained_drafter, tmp_path):
     assert 0 < res["gad"]["draft_time_share"] < 1
     assert res["gad++@4"]["accepted"] >= res["gad"]["accepted"]
     assert "| gad++@4 |" in proc.stdout
+
+
+def test_distill_script(trained, tmp_path):
+    """Seq-KD: one shard of the training set decoded by the teacher, binarized with
+    the teacher's dictionaries; the targets are the teacher's outputs."""
+    import sys
+
+    data, ckpt = trained
+    out = tmp_path / "kd"
+    proc = run([sys.executable, "scripts/distill.py", "--teacher", str(ckpt), "--data", str(data),
+                "--out", str(out), "--cpu", "--num-shards", "16", "--shard-ids", "3", "--beam", "2"])
+    assert "distilled" in proc.stdout
+    for lang in ("src", "tgt"):
+        assert (out / "bin" / f"dict.{lang}.txt").read_text() == (data / f"dict.{lang}.txt").read_text()
+        assert (out / "bin" / f"train.src-tgt.{lang}.bin").exists()
+        assert (out / "bin" / f"valid.src-tgt.{lang}.idx").exists()
+    hyps = (out / "train.distill.tgt").read_text(encoding="utf-8").splitlines()
+    srcs = (out / "train.distill.src").read_text(encoding="utf-8").splitlines()
+    assert 20 < len(hyps) == len(srcs) < 4000
+    # the distilled targets are what fairseq-generate printed for those sources
+    gen = (out / "generate.train.shard3.txt").read_text(encoding="utf-8")
+    printed = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", gen, re.M))
+    assert sorted(hyps) == sorted(printed.values())
+    # refuses to overwrite
+    import subprocess
+    again = subprocess.run([sys.executable, "scripts/distill.py", "--teacher", str(ckpt), "--data", str(data),
+                            "--out", str(out), "--cpu"], capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode != 0 and "exists" in again.stderr
