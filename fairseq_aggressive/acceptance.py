@@ -73,3 +73,50 @@ def build_acceptance(beta: int = 1, tau: float = 0.0):
     """Exact acceptance for ``beta == 1``, GAD++ otherwise (arguments checked)."""
     rule = TopBetaTauAcceptance(beta, tau)
     return ExactAcceptance() if rule.beta == 1 else rule
+
+
+class TopKAcceptance(TopBetaTauAcceptance):
+    """Blockwise parallel decoding's approximate rule (Stern et al. 2018,
+    sec. 5.2): accept a drafted token that is among the verifier's top-K."""
+
+    def __init__(self, topk: int):
+        if int(topk) != topk or topk < 1:
+            raise ValueError(f"--blockwise-topk must be an integer >= 1, got {topk}")
+        self.beta, self.tau = int(topk), float("inf")
+
+
+class MinBlockAcceptance:
+    """Wraps a rule so every pass emits at least ``min_block`` tokens (when that
+    many are drafted): the first ``min_block - 1`` drafted tokens pass whatever
+    the verifier says, the verifier adds one (Stern et al. 2018, sec. 5.3).
+    Tokens the length rules forbid (e.g. anything but EOS at the maximum
+    length) are never forced."""
+
+    uses_offset = True  # called chunk by chunk with the chunk's first position
+
+    def __init__(self, rule, min_block: int, block_size: int = None):
+        if int(min_block) != min_block or min_block < 1:
+            raise ValueError(f"--min-block-size must be an integer >= 1, got {min_block}")
+        if block_size is not None and min_block > block_size:
+            raise ValueError(f"--min-block-size {min_block} is larger than the block size k={block_size}")
+        self.rule, self.forced = rule, int(min_block) - 1
+
+    def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
+        choice, n_match = self.rule(scores, draft, n_valid)
+        n_forced = self.forced - offset  # the generator checks positions in chunks
+        if n_forced <= 0:
+            return choice, n_match
+        d = draft.clamp(min=0, max=scores.size(-1) - 1)
+        allowed = torch.isfinite(scores.gather(-1, d.unsqueeze(-1)).squeeze(-1))  # never forced past max_len
+        steps = torch.arange(draft.size(1), device=draft.device).unsqueeze(0)
+        forced = leading_true(allowed & (steps < n_valid.clamp(max=n_forced).unsqueeze(1)))
+        choice = torch.where(steps < forced.unsqueeze(1), d, choice)
+        return choice, torch.maximum(n_match, forced)
+
+
+def build_blockwise_acceptance(topk: int = 1, min_block: int = 1, block_size: int = None):
+    """Exact, top-K and/or minimum-block-size acceptance for blockwise decoding."""
+    rule = TopKAcceptance(topk)
+    rule = ExactAcceptance() if rule.beta == 1 else rule
+    wrapped = MinBlockAcceptance(rule, min_block, block_size)
+    return rule if wrapped.forced == 0 else wrapped

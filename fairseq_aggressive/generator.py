@@ -135,7 +135,11 @@ class AggressiveGenerator(nn.Module):
         while lo < T:
             hi = min(T, lo + size)
             adjusted, lse = self._scores(feats[:, lo:hi], positions[:, lo:hi], max_len)
-            choice, m = self.acceptance(adjusted, draft[:, lo:hi], (n_draft - lo).clamp(min=0))
+            n_valid = (n_draft - lo).clamp(min=0)
+            if getattr(self.acceptance, "uses_offset", False):
+                choice, m = self.acceptance(adjusted, draft[:, lo:hi], n_valid, offset=lo)
+            else:
+                choice, m = self.acceptance(adjusted, draft[:, lo:hi], n_valid)
             choices.append(choice)
             scores.append(adjusted.gather(2, choice.unsqueeze(2)).squeeze(2) - lse.squeeze(2))
             n_match = torch.where(n_match == lo, n_match + m, n_match)
@@ -197,6 +201,10 @@ class AggressiveGenerator(nn.Module):
             done = is_eos.any(dim=1)
             n_emit = torch.where(done, is_eos.long().argmax(dim=1) + 1, n_emit)
             self.verifier.commit(state, n_emit)
+            if self.drafter.wants_features:  # merged verify/predict (blockwise heads)
+                t0 = time.perf_counter()
+                self.drafter.observe(active, feats, n_emit)
+                stats.draft_seconds += time.perf_counter() - t0
 
             stats.passes += 1
             stats.sentence_passes += len(active)

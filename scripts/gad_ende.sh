@@ -16,9 +16,9 @@ export SRC=en TGT=de
 [ -d "$data/bin" ] || python "$here/prepare_debian_ende.py" --out "$data" --workers 1
 [ -f "$teacher/checkpoint_best.pt" ] || bash "$here/train_ar.sh" "$data/bin" "$teacher" 6 6 "${TEACHER_MIN:-30}"
 [ -d "$kd/bin" ] || python "$here/distill.py" --teacher "$teacher/checkpoint_best.pt" --data "$data/bin" \
-    --out "$kd" --cpu --num-shards 8 --max-minutes "${DISTILL_MIN:-15}" --max-len-a 1.2 --max-len-b 10
+    --out "$kd" --cpu --num-shards 16 --max-minutes "${DISTILL_MIN:-15}" --max-len-a 1.2 --max-len-b 10
 [ -f "$verifier/checkpoint_best.pt" ] || bash "$here/train_ar.sh" "$kd/bin" "$verifier" 6 6 "${VERIFIER_MIN:-10}" \
-    --finetune-from-model "$teacher/checkpoint_best.pt" --warmup-updates 1 --lr 5e-4
+    --finetune-from-model "$teacher/checkpoint_best.pt" --lr-scheduler fixed --warmup-updates 50 --lr 5e-4
 [ -f "$drafter/checkpoint_best.pt" ] || bash "$here/train_drafter.sh" "$kd/bin" "$drafter" 6 3 "${BLOCK:-8}" \
     "${DRAFTER_MIN:-25}" --init-encoder-from "$teacher/checkpoint_best.pt"
 fairseq-aggressive-bench "$data/bin" --user-dir "$here/../fairseq_aggressive" -s en -t de \

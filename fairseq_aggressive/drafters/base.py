@@ -22,6 +22,13 @@ class Drafter:
         override this to draft the whole batch in one call)."""
         return [self.propose(s, o, c) for s, o, c in zip(sents, outputs, caps)]
 
+    # drafters that read the verifier's features set this and implement observe()
+    wants_features = False
+
+    def observe(self, sents: List[int], feats, n_emit) -> None:
+        """Called after each pass with the verifier's features (B, W, C) of the
+        sentences ``sents`` and the number of tokens each emitted."""
+
     def update(self, sent: int, output: List[int], n_draft: int, n_match: int) -> None:
         """``output`` now holds the emitted tokens after a pass in which
         ``n_match`` of ``n_draft`` drafted tokens were accepted."""

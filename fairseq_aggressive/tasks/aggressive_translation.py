@@ -15,11 +15,11 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from ..acceptance import build_acceptance
+from ..acceptance import build_acceptance, build_blockwise_acceptance
 
 logger = logging.getLogger("fairseq_aggressive")
 
-DECODINGS = ["beam", "iad", "gad"]
+DECODINGS = ["beam", "iad", "gad", "blockwise"]
 DECODING_CHOICES = ChoiceEnum(DECODINGS)
 
 
@@ -31,7 +31,8 @@ class AggressiveTranslationConfig(TranslationConfig):
             "help": "decoder: beam = fairseq's SequenceGenerator (beam search / greedy); "
             "iad = input-guided aggressive decoding; gad = a block_nat drafter "
             "(--drafter-path) proposes --block-size tokens per pass (both greedy-exact "
-            "unless --gad-beta > 1, need --beam 1)"
+            "unless --gad-beta > 1, need --beam 1); blockwise = the proposal heads of a "
+            "transformer_blockwise model (exact unless --blockwise-topk/--min-block-size)"
         },
     )
     max_draft_len: Optional[int] = field(
@@ -63,6 +64,14 @@ class AggressiveTranslationConfig(TranslationConfig):
     gad_tau: float = field(
         default=0.0,
         metadata={"help": "GAD++: ... whose log-prob is within tau of the top-1's"},
+    )
+    blockwise_topk: int = field(
+        default=1,
+        metadata={"help": "blockwise: accept a proposed token in the verifier's top-K (1 = exact)"},
+    )
+    min_block_size: int = field(
+        default=1,
+        metadata={"help": "blockwise: every pass emits at least this many tokens (1 = exact)"},
     )
     cpu_bf16: bool = field(
         default=False,
@@ -118,6 +127,7 @@ class AggressiveTranslationTask(TranslationTask):
         if cfg.block_size is not None and cfg.block_size < 1:
             raise ValueError(f"--block-size must be >= 1, got {cfg.block_size}")
         build_acceptance(cfg.gad_beta, cfg.gad_tau)  # checks beta/tau
+        build_blockwise_acceptance(cfg.blockwise_topk, cfg.min_block_size)
         self._drafters = {}
 
     def _option(self, args, name):
@@ -145,6 +155,14 @@ class AggressiveTranslationTask(TranslationTask):
                 self.target_dictionary,
                 ngram_min=self._option(args, "iad_ngram_min"),
                 ngram_max=self._option(args, "iad_ngram_max"),
+            )
+        elif decoding == "blockwise":
+            from ..drafters import BlockwiseHeadsDrafter
+
+            drafter = BlockwiseHeadsDrafter(models[0], self.target_dictionary)
+            acceptance = build_blockwise_acceptance(
+                self._option(args, "blockwise_topk"), self._option(args, "min_block_size"),
+                block_size=models[0].blockwise_k,
             )
         else:
             drafter = self._build_nar_drafter(models, args)

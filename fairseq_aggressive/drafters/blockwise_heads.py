@@ -1,0 +1,45 @@
+"""Blockwise parallel decoding's drafter (Stern et al. 2018): the proposal heads
+of a ``transformer_blockwise`` verifier.
+
+Predict and verify are merged: the verifier's pass of iteration n computes the
+decoder features of every drafted position anyway; the heads 2..k applied to
+the features at the last emitted token's position propose the next block
+(head 1 is the verifier's own top-1, which the generator emits).  So after the
+first pass (which drafts nothing) every iteration is one model invocation.
+"""
+from typing import List
+
+import torch
+
+from .base import Drafter
+
+
+class BlockwiseHeadsDrafter(Drafter):
+    wants_features = True
+
+    def __init__(self, model, tgt_dict):
+        if not getattr(model, "has_blockwise_heads", False):
+            raise ValueError(
+                f"--decoding blockwise needs a model with proposal heads (--arch "
+                f"transformer_blockwise), got a {type(model).__name__}; decode it with --decoding beam"
+            )
+        self.model = model
+        self.pad = tgt_dict.pad()
+        self.proposals: List[List[int]] = []
+
+    def begin(self, sample, encoder_out=None) -> None:
+        self.proposals = [[] for _ in range(sample["net_input"]["src_tokens"].size(0))]
+
+    def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
+        return self.proposals[sent][: max(cap, 0)]
+
+    @torch.no_grad()
+    def observe(self, sents: List[int], feats, n_emit) -> None:
+        """``feats`` (B, W, C) of the pass just verified; row ``i`` emitted
+        ``n_emit[i]`` tokens, the last predicted from position ``n_emit[i] - 1``."""
+        idx = (n_emit - 1).clamp(min=0)
+        last = feats[torch.arange(feats.size(0), device=feats.device), idx]  # (B, C)
+        logits = self.model.head_logits(last)  # (B, k-1, V)
+        logits[..., self.pad] = -float("inf")
+        for s, row in zip(sents, logits.argmax(-1).tolist()):
+            self.proposals[s] = row

@@ -1,0 +1,181 @@
+"""Blockwise parallel decoding on random-weight transformer_blockwise models:
+exact mode equals greedy whatever the heads propose; top-K and min-block rules
+on crafted scores; merged predict/verify (one invocation per iteration); errors."""
+import argparse
+import random
+
+import pytest
+import torch
+
+from helpers import aggressive, compare, greedy, make_model, make_sample, make_task
+from fairseq_aggressive.acceptance import (
+    ExactAcceptance,
+    MinBlockAcceptance,
+    TopKAcceptance,
+    build_blockwise_acceptance,
+)
+from fairseq_aggressive.drafters import BlockwiseHeadsDrafter
+
+
+def random_rows(d, n, lo, hi, seed):
+    rng = random.Random(seed)
+    return [[rng.randint(d.nspecial, len(d) - 1) for _ in range(rng.randint(lo, hi))] + [d.eos()]
+            for _ in range(n)]
+
+
+SHAPES = [
+    dict(blockwise_k=2),
+    dict(blockwise_k=4, decoder_layers=3, decoder_normalize_before=True, share_all_embeddings=True),
+    dict(blockwise_k=8, decoder_learned_pos=True, blockwise_ffn_dim=16),
+]
+
+
+@pytest.mark.parametrize("si", range(len(SHAPES)))
+def test_exact_blockwise_equals_greedy_random_heads(si):
+    task = make_task()
+    d = task.target_dictionary
+    m = make_model(task, arch="transformer_blockwise", seed=si, **SHAPES[si])
+    cmp = None
+    for bsz, (lo, hi) in ((1, (1, 10)), (8, (1, 40)), (8, (15, 60))):
+        rows = random_rows(d, bsz, lo, hi, seed=100 * si + hi)
+        sample = make_sample(rows, d.pad())
+        for opts in (dict(max_len_b=50), dict(max_len_a=1.0, max_len_b=2, min_len=3)):
+            ref = greedy(m, d, sample, **opts)
+            out, gen = aggressive(m, task, sample, drafter=BlockwiseHeadsDrafter(m, d), **opts)
+            cmp = compare(m, sample, ref, out, cmp)
+            assert gen.stats.drafted > 0
+    assert cmp.ok(), cmp
+
+
+class OracleHeads(BlockwiseHeadsDrafter):
+    """Proposals = the verifier's true greedy continuation (full forwards), with
+    every ``wrong_every``-th token corrupted: long accepted runs through the
+    merged predict/verify path."""
+
+    def __init__(self, model, d, sample, wrong_every=0):
+        super().__init__(model, d)
+        self.d, self.sample, self.wrong_every, self.n = d, sample, wrong_every, 0
+        self.outputs = None
+
+    def begin(self, sample, encoder_out=None):
+        super().begin(sample, encoder_out)
+        self.enc = self.model.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
+
+    def update(self, sent, output, n_draft, n_match):
+        # propose k-1 greedy tokens after the output (what ideal heads would do)
+        enc = self.model.encoder.reorder_encoder_out(self.enc, torch.tensor([sent]))
+        cont = []
+        with torch.no_grad():
+            for _ in range(self.model.blockwise_k - 1):
+                prev = torch.tensor([[self.d.eos()] + output + cont])
+                lp = self.model.decoder(prev, encoder_out=enc)[0][0, -1]
+                lp[self.d.pad()] = -1e9
+                t = int(lp.argmax())
+                self.n += 1
+                if self.wrong_every and self.n % self.wrong_every == 0:
+                    t = self.d.nspecial + (t + 1 - self.d.nspecial) % (len(self.d) - self.d.nspecial)
+                cont.append(t)
+        self.proposals[sent] = cont
+
+
+@pytest.mark.parametrize("wrong_every", [0, 4])
+def test_exact_blockwise_long_accepted_blocks(wrong_every):
+    task = make_task()
+    d = task.target_dictionary
+    m = make_model(task, arch="transformer_blockwise", seed=5, blockwise_k=6)
+    rows = random_rows(d, 8, 2, 30, seed=7)
+    sample = make_sample(rows, d.pad())
+    ref = greedy(m, d, sample, max_len_b=40)
+    drafter = OracleHeads(m, d, sample, wrong_every)
+    drafter.wants_features = False  # proposals come from update() here
+    out, gen = aggressive(m, task, sample, drafter=drafter, max_len_b=40)
+    cmp = compare(m, sample, ref, out)
+    assert cmp.ok(), cmp
+    if wrong_every == 0:
+        assert gen.stats.as_dict()["mean_tokens_per_pass"] > 4.5  # k=6: up to 6 per pass
+
+
+def test_merged_predict_verify_one_invocation_per_iteration():
+    """Every pass after the first drafts k-1 tokens (the proposals came with the
+    previous pass; no separate prediction call), so passes = iterations."""
+    task = make_task()
+    d = task.target_dictionary
+    m = make_model(task, arch="transformer_blockwise", seed=2, blockwise_k=4)
+    rows = random_rows(d, 1, 10, 20, seed=3)
+    sample = make_sample(rows, d.pad())
+    calls = {"decoder": 0}
+    orig = m.decoder.forward
+    m.decoder.forward = lambda *a, **k: (calls.__setitem__("decoder", calls["decoder"] + 1), orig(*a, **k))[1]
+    out, gen = aggressive(m, task, sample, drafter=BlockwiseHeadsDrafter(m, d), max_len_b=30)
+    assert calls["decoder"] == 0  # the verifier runs the decoder's modules, not decoder.forward
+    n_tok = len(out[0][0]["tokens"])
+    assert gen.stats.passes == gen.stats.sentence_passes
+    # first pass drafts nothing, every later pass drafts k-1 = 3 tokens (capped at max length)
+    assert gen.stats.drafted >= 3 * (gen.stats.passes - 1) - 3
+    assert gen.stats.passes <= n_tok
+
+
+def test_blockwise_beam_decoding_is_base_model():
+    """Decoded with fairseq's generator, a blockwise model behaves as its base."""
+    task = make_task()
+    d = task.target_dictionary
+    m = make_model(task, arch="transformer_blockwise", seed=9, blockwise_k=3)
+    base = make_model(task, arch="transformer", seed=9)
+    base.load_state_dict({k: v for k, v in m.state_dict().items() if not k.startswith("blockwise_heads.")})
+    sample = make_sample(random_rows(d, 4, 3, 20, seed=1), d.pad())
+    a, b = greedy(m, d, sample), greedy(base, d, sample)
+    assert [h[0]["tokens"].tolist() for h in a] == [h[0]["tokens"].tolist() for h in b]
+
+
+# ---------------------------------------------------------------- the rules
+def crafted(rows):
+    return torch.tensor(rows, dtype=torch.float).log_softmax(-1).unsqueeze(0)
+
+
+def test_topk_and_min_block_rules():
+    scores = crafted([[0.0, 2.0, 0.5, 1.9, 0.1],
+                      [9.0, 0.0, 0.0, 0.0, 3.0],
+                      [0.0, 1.0, 0.8, 0.9, 0.0],
+                      [0.0, 1.0, 0.0, 0.0, 0.0]])
+    draft = torch.tensor([[3, 4, 2, 0]])
+    n = torch.tensor([4])
+    assert ExactAcceptance()(scores, draft, n)[1].tolist() == [0]
+    assert TopKAcceptance(2)(scores, draft, n)[1].tolist() == [2]  # 3 2nd, 4 2nd, 2 3rd
+    assert TopKAcceptance(3)(scores, draft, n)[1].tolist() == [4]  # 0 is tied 2nd (1 better)
+    # min block 3: the first 2 drafted tokens pass whatever the verifier says
+    choice, m = MinBlockAcceptance(ExactAcceptance(), 3)(scores, draft, n)
+    assert m.tolist() == [2] and choice[0, :2].tolist() == [3, 4] and choice[0, 2].item() == 1
+    # fewer drafted tokens than the minimum: only those pass
+    assert MinBlockAcceptance(ExactAcceptance(), 4)(scores, draft, torch.tensor([1]))[1].tolist() == [1]
+    # offsets: positions before the chunk already counted
+    assert MinBlockAcceptance(ExactAcceptance(), 3)(scores, draft, n, offset=2)[1].tolist() == [0]
+    # a token the length rules forbid (-inf) is never forced
+    masked = scores.clone()
+    masked[0, 1, 4] = -float("inf")
+    assert MinBlockAcceptance(ExactAcceptance(), 4)(masked, draft, n)[1].tolist() == [1]
+    # min block composes with top-k
+    assert MinBlockAcceptance(TopKAcceptance(2), 2)(scores, draft, n)[1].tolist() == [2]
+
+
+def test_blockwise_errors():
+    task = make_task()
+    d = task.target_dictionary
+    plain = make_model(task)
+    with pytest.raises(ValueError, match="proposal heads"):
+        BlockwiseHeadsDrafter(plain, d)
+    with pytest.raises(ValueError, match="--blockwise-k"):
+        make_model(task, arch="transformer_blockwise", blockwise_k=1)
+    with pytest.raises(ValueError, match="--min-block-size"):
+        build_blockwise_acceptance(1, 5, block_size=4)
+    with pytest.raises(ValueError, match="--min-block-size"):
+        build_blockwise_acceptance(1, 0)
+    with pytest.raises(ValueError, match="--blockwise-topk"):
+        build_blockwise_acceptance(0, 1)
+    with pytest.raises(ValueError, match="--blockwise-topk"):
+        make_task(blockwise_topk=0)
+    t = make_task(decoding="blockwise", min_block_size=5)
+    with pytest.raises(ValueError, match="larger than the block size"):
+        t.build_generator([make_model(t, arch="transformer_blockwise", blockwise_k=4)], argparse.Namespace(beam=1))
+    t = make_task(decoding="blockwise")
+    with pytest.raises(ValueError, match="proposal heads"):
+        t.build_generator([plain], argparse.Namespace(beam=1))
