@@ -7,7 +7,9 @@ side in one process on binarized data.
 
 GAD modes need ``--drafter-path DRAFTER.pt``: ``gad`` (exact), ``gad++``
 (top-beta/tau: ``--gad-beta/--gad-tau`` if beta > 1, else beta 3, tau 1.0),
-each optionally with a block size, e.g. ``gad@4,gad@8,gad++@8``.
+each optionally with a block size, e.g. ``gad@4,gad@8,gad++@8``.  Blockwise
+modes (a ``transformer_blockwise`` checkpoint): ``blockwise`` (exact),
+``blockwise-top3`` (top-3 acceptance), ``blockwise-min2`` (minimum block 2).
 
 Every batch is decoded by every mode back to back (interleaved), so machine
 noise hits all modes alike; a warm-up precedes timing, and timing covers
@@ -15,6 +17,7 @@ decoding only (data loading and model loading are excluded).
 """
 import argparse
 import json
+import re
 import logging
 import statistics
 import sys
@@ -42,11 +45,15 @@ def mode_overrides(name: str, args) -> Dict:
     """Generation overrides for a mode name (``beam5``, ``iad``, ``gad@8``, ``gad++`` ...)."""
     if name in MODES:
         return dict(MODES[name])
+    m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
+    if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
+        return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),
+                    min_block_size=int(m.group(2) or 1))
     base, _, k = name.partition("@")
     if base not in ("gad", "gad++") or (k and not k.isdigit()):
         raise SystemExit(
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
-            "(optionally with @BLOCK_SIZE, e.g. gad@8)"
+            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL]"
         )
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")

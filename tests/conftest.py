@@ -71,3 +71,20 @@ def trained_drafter(trained):
                 "--log-interval", "20", "--init-encoder-from", str(ar_ckpt),
                 "--save-dir", str(save)])
     return save / "checkpoint_last.pt", proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="session")
+def trained_blockwise(trained):
+    """Proposal heads (k=4) trained on top of the frozen AR model of ``trained``
+    (the paper's 'regular' setting: only the new layer trains): decoded exactly,
+    the result must be that AR model's greedy output.  Returns (checkpoint, log)."""
+    from helpers import USER_DIR, run, tool
+
+    data, ar_ckpt = trained
+    save = ar_ckpt.parent.parent / "blockwise"
+    proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
+                "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+                "--arch", "transformer_blockwise", "--blockwise-k", "4", *TINY, *COMMON,
+                "--criterion", "blockwise_cross_entropy", "--max-update", "150", "--log-interval", "10",
+                "--init-from-ar", str(ar_ckpt), "--freeze-base", "--save-dir", str(save)])
+    return save / "checkpoint_last.pt", proc.stdout + proc.stderr

@@ -1,0 +1,97 @@
+"""Blockwise end to end with the stock CLIs on the bundled sample: heads trained
+on a frozen AR model, fairseq-generate / fairseq-interactive / hub API with
+--decoding blockwise, the approximate rules, the benchmark's blockwise modes."""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from helpers import BIN, ROOT, USER_DIR, run, tool
+
+
+def test_blockwise_training_loss_goes_down(trained_blockwise):
+    ckpt, log = trained_blockwise
+    losses = [float(x) for x in re.findall(r"train_inner \| .*?\bloss=([\d.]+)", log)] or \
+        [float(x) for x in re.findall(r"\| loss ([\d.]+) \| nll_loss [\d.]+ \| acc_h1", log)]
+    assert len(losses) >= 3 and losses[-1] < losses[0] - 0.5, losses
+    heads = [float(x) for x in re.findall(r"valid on 'valid' subset .*?acc_h2 ([\d.]+)", log)]
+    assert heads and heads[-1] > 0.05, heads
+    assert "initialised the base Transformer from" in log
+    assert ckpt.exists()
+
+
+def generate(data, ckpt, *extra):
+    proc = run([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+                "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1",
+                "--batch-size", "16", "--remove-bpe", *extra])
+    return dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)), proc
+
+
+def per_pass(proc):
+    m = re.search(r"aggressive decoding \(blockwise\): (\d+) sentences.*?([\d.]+) tokens accepted per pass",
+                  proc.stderr)
+    assert m, proc.stderr[-2000:]
+    return int(m.group(1)), float(m.group(2))
+
+
+def test_generate_blockwise_equals_base_greedy(trained, trained_blockwise):
+    data, ar_ckpt = trained
+    bw = trained_blockwise[0]
+    base_greedy, _ = generate(data, ar_ckpt)          # the AR model the heads sit on
+    as_beam, _ = generate(data, bw)                    # --decoding beam: the base model
+    exact, proc = generate(data, bw, "--decoding", "blockwise")
+    assert len(base_greedy) >= 290
+    assert as_beam == base_greedy
+    assert exact == base_greedy
+    n, exact_pp = per_pass(proc)
+    assert n == len(base_greedy) and exact_pp > 1.0
+    # approximate rules accept more per pass
+    _, proc = generate(data, bw, "--decoding", "blockwise", "--blockwise-topk", "3")
+    assert per_pass(proc)[1] > exact_pp
+    _, proc = generate(data, bw, "--decoding", "blockwise", "--min-block-size", "3")
+    assert per_pass(proc)[1] >= 2.9
+
+
+def test_interactive_hub_and_errors_blockwise(trained, trained_blockwise):
+    from fairseq.models.transformer import TransformerModel
+
+    import fairseq_aggressive  # noqa: F401
+
+    data, ar_ckpt = trained
+    bw = trained_blockwise[0]
+    lines = [l.strip() for l in open(os.path.join(ROOT, "data/uagec-sample/test.tok.src"), encoding="utf-8")][:12]
+    outs = {}
+    for mode in ("beam", "blockwise"):
+        proc = run([tool("fairseq-interactive"), str(data), "--path", str(bw), "--user-dir", USER_DIR,
+                    "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+                    "--beam", "1", "--decoding", mode, "--bpe", "subword_nmt",
+                    "--bpe-codes", str(data.parent / "bpe.codes")], input="\n".join(lines) + "\n")
+        outs[mode] = re.findall(r"^D-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)
+    assert len(outs["blockwise"]) == 12 and outs["blockwise"] == outs["beam"]
+    hub = TransformerModel.from_pretrained(str(bw.parent), checkpoint_file=bw.name, data_name_or_path=str(data),
+                                           bpe="subword_nmt", bpe_codes=str(data.parent / "bpe.codes"))
+    assert hub.translate(lines, beam=1, decoding="blockwise") == hub.translate(lines, beam=1)
+    with pytest.raises(ValueError, match="larger than the block size"):
+        hub.translate(lines[:1], beam=1, decoding="blockwise", min_block_size=5)
+    # a model without heads is refused before anything is decoded
+    proc = subprocess.run([os.path.join(BIN, "fairseq-generate"), str(data), "--path", str(ar_ckpt),
+                           "--user-dir", USER_DIR, "--task", "aggressive_translation", "--beam", "1",
+                           "--gen-subset", "test", "--decoding", "blockwise"],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode != 0 and "proposal heads" in proc.stderr
+    assert not re.search(r"^H-", proc.stdout, re.M)
+
+
+def test_bench_blockwise_modes(trained_blockwise, trained, tmp_path):
+    data, _ = trained
+    js = tmp_path / "bench.json"
+    run([tool("fairseq-aggressive-bench"), str(data), "--path", str(trained_blockwise[0]), "--gen-subset", "valid",
+         "--remove-bpe", "--bench-max-sentences", "24", "--warmup", "1", "--threads", "1",
+         "--bench-modes", "greedy,blockwise,blockwise-top3,blockwise-min2", "--bench-json", str(js)])
+    res = json.loads(js.read_text())["modes"]
+    assert res["blockwise"]["identical_to_greedy"] == 24
+    assert res["blockwise"]["mean_tokens_per_pass"] > 1.0
+    assert res["blockwise-top3"]["accepted"] >= res["blockwise"]["accepted"]
+    assert res["blockwise-min2"]["mean_tokens_per_pass"] >= 1.9
