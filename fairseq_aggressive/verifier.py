@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .layer_ops import decoder_layer, encoder_kv
+
 
 class UnsupportedModelError(ValueError):
     pass
@@ -145,22 +147,9 @@ class CachedDecoderVerifier:
         """Precompute encoder-attention keys/values and allocate the self-attention
         cache for ``max_positions`` decoder positions."""
         enc = encoder_out["encoder_out"][0]  # S x B x C
-        pad_mask = (
-            encoder_out["encoder_padding_mask"][0]
-            if len(encoder_out["encoder_padding_mask"]) > 0
-            else None
-        )
-        S, B, _ = enc.shape
+        enc_k, enc_v, enc_mask = encoder_kv(self.dec.layers, encoder_out)
+        B = enc.size(1)
         H, D = self.num_heads, self.head_dim
-        enc_bt = enc.transpose(0, 1)  # B x S x C
-        enc_k, enc_v = [], []
-        for layer in self.dec.layers:
-            ea = layer.encoder_attn
-            enc_k.append(ea.k_proj(enc_bt).view(B, S, H, D).transpose(1, 2))
-            enc_v.append(ea.v_proj(enc_bt).view(B, S, H, D).transpose(1, 2))
-        enc_mask = None
-        if pad_mask is not None and pad_mask.any():
-            enc_mask = (~pad_mask).view(B, 1, 1, S)
         L = max_positions + 1  # one spare slot for padding positions of ragged drafts
         self_k = [enc.new_zeros(B, H, L, D) for _ in self.dec.layers]
         self_v = [enc.new_zeros(B, H, L, D) for _ in self.dec.layers]
@@ -207,60 +196,21 @@ class CachedDecoderVerifier:
         start = int(state.lengths[0]) if uniform else 0
         bidx = torch.arange(B, device=tokens.device).unsqueeze(1).expand(B, T)
 
-        H, D = self.num_heads, self.head_dim
         for li, layer in enumerate(dec.layers):
-            sa = layer.self_attn
-            residual = x
-            if layer.normalize_before:
-                x = layer.self_attn_layer_norm(x)
-            q = (sa.q_proj(x) * sa.scaling).view(B, T, H, D).transpose(1, 2)
-            k = sa.k_proj(x).view(B, T, H, D)
-            v = sa.v_proj(x).view(B, T, H, D)
             ck, cv = state.self_k[li], state.self_v[li]
-            if uniform:
-                ck[:, :, start : start + T] = k.transpose(1, 2)
-                cv[:, :, start : start + T] = v.transpose(1, 2)
-            else:
-                ck[bidx, :, pos] = k
-                cv[bidx, :, pos] = v
-            a = F.scaled_dot_product_attention(
-                q, ck[:, :, :n_keys], cv[:, :, :n_keys], attn_mask=attn_mask, scale=1.0
-            )
-            x = sa.out_proj(a.transpose(1, 2).reshape(B, T, H * D))
-            if layer.c_attn is not None:
-                x = torch.einsum("bthd,h->bthd", x.view(B, T, layer.nh, layer.head_dim), layer.c_attn)
-                x = x.reshape(B, T, -1)
-            if layer.attn_ln is not None:
-                x = layer.attn_ln(x)
-            x = layer.residual_connection(x, residual)
-            if not layer.normalize_before:
-                x = layer.self_attn_layer_norm(x)
 
-            ea = layer.encoder_attn
-            residual = x
-            if layer.normalize_before:
-                x = layer.encoder_attn_layer_norm(x)
-            q = (ea.q_proj(x) * ea.scaling).view(B, T, H, D).transpose(1, 2)
-            a = F.scaled_dot_product_attention(
-                q, state.enc_k[li], state.enc_v[li], attn_mask=state.enc_mask, scale=1.0
-            )
-            x = ea.out_proj(a.transpose(1, 2).reshape(B, T, H * D))
-            x = layer.residual_connection(x, residual)
-            if not layer.normalize_before:
-                x = layer.encoder_attn_layer_norm(x)
+            def cached_attention(q, k, v, ck=ck, cv=cv):
+                if uniform:
+                    ck[:, :, start : start + T] = k.transpose(1, 2)
+                    cv[:, :, start : start + T] = v.transpose(1, 2)
+                else:
+                    ck[bidx, :, pos] = k
+                    cv[bidx, :, pos] = v
+                return F.scaled_dot_product_attention(
+                    q, ck[:, :, :n_keys], cv[:, :, :n_keys], attn_mask=attn_mask, scale=1.0
+                )
 
-            residual = x
-            if layer.normalize_before:
-                x = layer.final_layer_norm(x)
-            x = layer.activation_fn(layer.fc1(x))
-            if layer.ffn_layernorm is not None:
-                x = layer.ffn_layernorm(x)
-            x = layer.fc2(x)
-            if layer.w_resid is not None:
-                residual = torch.mul(layer.w_resid, residual)
-            x = layer.residual_connection(x, residual)
-            if not layer.normalize_before:
-                x = layer.final_layer_norm(x)
+            x = decoder_layer(layer, x, cached_attention, state.enc_k[li], state.enc_v[li], state.enc_mask)
 
         if dec.layer_norm is not None:
             x = dec.layer_norm(x)

@@ -248,3 +248,29 @@ def test_block_nat_cannot_decode_alone():
     dr = make_model(task, arch="block_nat")
     with pytest.raises(ValueError, match="drafter"):
         dr.decoder(torch.tensor([[2, 5]]), None)
+
+
+@pytest.mark.parametrize("di", range(len(DRAFTERS)))
+def test_drafter_fast_path_matches_training_path(di):
+    """The drafter's inference path (precomputed encoder K/V, fused attention)
+    computes the same features as the training path, on ragged batches."""
+    from fairseq_aggressive.layer_ops import encoder_kv
+
+    task = make_task()
+    d = task.target_dictionary
+    dr = make_model(task, arch="block_nat", seed=30 + di, **DRAFTERS[di])
+    rows = random_rows(d, 5, 1, 20, seed=di)
+    sample = make_sample(rows, d.pad())
+    outs = random_rows(d, 5, 0, 12, seed=50 + di)
+    width = 1 + max(len(o) for o in outs) + 4
+    tokens = torch.full((5, width), d.pad())
+    slots = torch.zeros(5, width, dtype=torch.bool)
+    for i, o in enumerate(outs):
+        tokens[i, : len(o) + 5] = torch.tensor([d.eos()] + o + [d.unk()] * 4)
+        slots[i, len(o) + 1 : len(o) + 5] = True
+    enc = dr.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
+    with torch.no_grad():
+        slow = dr.decoder.extract_block_features(tokens, slots, enc)
+        fast = dr.decoder.fast_block_features(tokens, slots, enc, encoder_kv(dr.decoder.layers, enc))
+    keep = tokens.ne(d.pad())
+    assert torch.allclose(slow[keep], fast[keep], atol=1e-4)

@@ -41,7 +41,7 @@ def check_drafter(drafter_model, verifier_model, tgt_dict) -> None:
 
 
 class NARBlockDrafter(Drafter):
-    def __init__(self, model, tgt_dict, block_size: int):
+    def __init__(self, model, tgt_dict, block_size: int, fast: bool = True):
         if int(block_size) != block_size or block_size < 1:
             raise ValueError(f"--block-size must be an integer >= 1, got {block_size}")
         self.model = model.eval()
@@ -50,6 +50,8 @@ class NARBlockDrafter(Drafter):
         self.bos = self.eos
         self.slot_id = tgt_dict.unk()  # any non-pad id: slot embeddings are replaced
         self.max_positions = model.decoder.max_positions()
+        # fused inference path for real block_nat decoders (stand-ins use block_logits)
+        self.fast = hasattr(model.decoder, "fast_block_features") and fast
         self.encoder_out = None
         self._rows: Optional[List[int]] = None
         self._enc_rows = None
@@ -61,14 +63,26 @@ class NARBlockDrafter(Drafter):
             net_input["src_tokens"], src_lengths=net_input["src_lengths"]
         )
         self._rows, self._enc_rows = None, self.encoder_out
+        self.enc_kv = self._enc_kv_rows = None
+        if self.fast:
+            from ..layer_ops import encoder_kv
+
+            self.enc_kv = self._enc_kv_rows = encoder_kv(self.model.decoder.layers, self.encoder_out)
 
     def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
         return self.propose_batch([sent], [output], [cap])[0]
 
     def _encoder_rows(self, sents: List[int]):
+        if self._rows is None and sents == list(range(len(sents))) and \
+                len(sents) == self.encoder_out["encoder_out"][0].size(1):
+            self._rows = list(sents)  # the whole batch: no reordering
         if sents != self._rows:  # sentences finished since the last call
             idx = torch.tensor(sents, dtype=torch.long, device=self.encoder_out["encoder_out"][0].device)
             self._enc_rows = self.model.encoder.reorder_encoder_out(self.encoder_out, idx)
+            if self.enc_kv is not None:
+                k, v, m = self.enc_kv
+                self._enc_kv_rows = ([t.index_select(0, idx) for t in k], [t.index_select(0, idx) for t in v],
+                                     None if m is None else m.index_select(0, idx))
             self._rows = list(sents)
         return self._enc_rows
 
@@ -88,7 +102,12 @@ class NARBlockDrafter(Drafter):
         device = self.encoder_out["encoder_out"][0].device
         tokens = torch.tensor(rows, dtype=torch.long, device=device)
         slots = torch.tensor(slot_rows, dtype=torch.bool, device=device)
-        logits = self.model.block_logits(tokens, slots, self._encoder_rows(sents))
+        enc = self._encoder_rows(sents)
+        if self.fast:
+            feats = self.model.decoder.fast_block_features(tokens, slots, enc, self._enc_kv_rows)
+            logits = self.model.decoder.output_layer(feats[slots])
+        else:
+            logits = self.model.block_logits(tokens, slots, enc)
         logits[:, self.pad] = -float("inf")
         pred = logits.argmax(-1).view(len(sents), k).tolist()
         drafts = []

@@ -19,6 +19,7 @@ import os
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
@@ -70,12 +71,7 @@ class BlockNATDecoder(TransformerDecoderBase):
             logits = logits.masked_fill(pad, -math.inf)
         return torch.bmm(logits.softmax(-1).to(src_emb.dtype), src_emb)
 
-    def extract_block_features(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
-        enc, enc_pad = None, None
-        if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
-            enc = encoder_out["encoder_out"][0]
-        if encoder_out is not None and len(encoder_out["encoder_padding_mask"]) > 0:
-            enc_pad = encoder_out["encoder_padding_mask"][0]
+    def _embed(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
         x = self.embed_scale * self.slot_inputs(tokens, slots, encoder_out)
         if self.project_in_dim is not None:
             x = self.project_in_dim(x)
@@ -83,7 +79,40 @@ class BlockNATDecoder(TransformerDecoderBase):
             x = x + self.embed_positions(tokens)
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
-        x = self.dropout_module(x).transpose(0, 1)
+        return x
+
+    @torch.no_grad()
+    def fast_block_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv) -> Tensor:
+        """Inference path of :meth:`extract_block_features` (eval mode): the same
+        layer arithmetic with encoder keys/values precomputed once per batch
+        (``enc_kv`` from :func:`fairseq_aggressive.layer_ops.encoder_kv`) and
+        fused attention; no per-call encoder projections."""
+        from ..layer_ops import decoder_layer
+
+        x = self._embed(tokens, slots, encoder_out)
+        keep = tokens.ne(self.padding_idx)
+        mask = None if bool(keep.all()) else keep[:, None, None, :]
+
+        def attention(q, k, v):
+            return F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2),
+                                                  attn_mask=mask, scale=1.0)
+
+        enc_k, enc_v, enc_mask = enc_kv
+        for li, layer in enumerate(self.layers):
+            x = decoder_layer(layer, x, attention, enc_k[li], enc_v[li], enc_mask)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x
+
+    def extract_block_features(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
+        enc, enc_pad = None, None
+        if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
+            enc = encoder_out["encoder_out"][0]
+        if encoder_out is not None and len(encoder_out["encoder_padding_mask"]) > 0:
+            enc_pad = encoder_out["encoder_padding_mask"][0]
+        x = self.dropout_module(self._embed(tokens, slots, encoder_out)).transpose(0, 1)
         pad_mask = tokens.eq(self.padding_idx)
         pad_mask = pad_mask if bool(pad_mask.any()) else None
         for layer in self.layers:  # no future mask: bidirectional
