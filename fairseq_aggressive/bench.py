@@ -7,7 +7,8 @@ side in one process on binarized data.
 
 GAD modes need ``--drafter-path DRAFTER.pt``: ``gad`` (exact), ``gad++``
 (top-beta/tau: ``--gad-beta/--gad-tau`` if beta > 1, else beta 3, tau 1.0),
-each optionally with a block size, e.g. ``gad@4,gad@8,gad++@8``.  Blockwise
+each optionally with a block size, e.g. ``gad@4,gad@8,gad++@8``; ``gad-bf16@8``
+runs the drafter in bfloat16.  Blockwise
 modes (a ``transformer_blockwise`` checkpoint): ``blockwise`` (exact),
 ``blockwise-top3`` (top-3 acceptance), ``blockwise-min2`` (minimum block 2).
 
@@ -50,6 +51,8 @@ def mode_overrides(name: str, args) -> Dict:
         return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),
                     min_block_size=int(m.group(2) or 1))
     base, _, k = name.partition("@")
+    bf16 = base.endswith("-bf16")
+    base = base[: -len("-bf16")] if bf16 else base
     if base not in ("gad", "gad++") or (k and not k.isdigit()):
         raise SystemExit(
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
@@ -57,7 +60,8 @@ def mode_overrides(name: str, args) -> Dict:
         )
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
-    ov = dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=int(k) if k else None)
+    ov = dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=int(k) if k else None,
+              drafter_bf16=bf16 or bool(getattr(args, "drafter_bf16", False)))
     if base == "gad++":
         user_beta = getattr(args, "gad_beta", 1)
         ov.update(GADPP_DEFAULT if user_beta == 1 else dict(gad_beta=user_beta, gad_tau=args.gad_tau))
