@@ -24,5 +24,5 @@ export SRC=en TGT=de
 fairseq-aggressive-bench "$data/bin" --user-dir "$here/../fairseq_aggressive" -s en -t de \
     --path "$verifier/checkpoint_best.pt" --drafter-path "$drafter/checkpoint_best.pt" \
     --gen-subset test --remove-bpe --batch-size 1 --threads 2 --bench-max-sentences "${BENCH_N:-500}" \
-    --bench-modes "${BENCH_MODES:-beam5,greedy,gad@4,gad@8,gad@16,gad++@8}" \
+    --bench-modes "${BENCH_MODES:-beam5,greedy,gad@4,gad@8,gad@16,gad-bf16@8,gad++@8}" \
     --bench-json "$work/bench-gad-ende.json" | tee "$work/bench-gad-ende.txt"
