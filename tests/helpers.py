@@ -156,3 +156,13 @@ def run(cmd, **kw):
 
 def tool(name):
     return os.path.join(BIN, name)
+
+
+def generate(data, ckpt, *extra):
+    """fairseq-generate --beam 1 on the test split: ({id: hypothesis}, process)."""
+    import re
+
+    proc = run([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+                "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1",
+                "--batch-size", "16", "--remove-bpe", *extra])
+    return dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)), proc

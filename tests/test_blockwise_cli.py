@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from helpers import BIN, ROOT, USER_DIR, run, tool
+from helpers import BIN, ROOT, USER_DIR, generate, run, tool
 
 
 def test_blockwise_training_loss_goes_down(trained_blockwise):
@@ -20,13 +20,6 @@ def test_blockwise_training_loss_goes_down(trained_blockwise):
     assert heads and heads[-1] > 0.05, heads
     assert "initialised the base Transformer from" in log
     assert ckpt.exists()
-
-
-def generate(data, ckpt, *extra):
-    proc = run([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
-                "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1",
-                "--batch-size", "16", "--remove-bpe", *extra])
-    return dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)), proc
 
 
 def per_pass(proc):

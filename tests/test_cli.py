@@ -7,15 +7,7 @@ import re
 
 import pytest
 
-from helpers import ROOT, USER_DIR, run, tool
-
-
-def generate(data, ckpt, *extra):
-    proc = run([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
-                "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1",
-                "--batch-size", "16", "--remove-bpe", *extra])
-    hyps = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M))
-    return hyps, proc
+from helpers import ROOT, USER_DIR, generate, run, tool
 
 
 def test_generate_iad_equals_greedy(trained):
@@ -37,7 +29,7 @@ def test_iad_equivalence_on_trained_model(trained):
     """Hypotheses and scores of IAD vs stock greedy, batch 1 and 8, on the
     trained checkpoint (it copies most of its input: long drafts get accepted)."""
     import fairseq_aggressive  # noqa: F401
-    from fairseq import checkpoint_utils, tasks
+    from fairseq import checkpoint_utils
     from helpers import compare
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator

@@ -1,6 +1,5 @@
 """Unit tests of the input-copy drafter's state machine."""
 import pytest
-import torch
 
 from fairseq_aggressive.drafters import InputCopyDrafter
 from helpers import make_dict, make_sample

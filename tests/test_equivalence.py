@@ -2,7 +2,6 @@
 import random
 
 import pytest
-import torch
 
 from fairseq_aggressive.drafters import Drafter
 from helpers import aggressive, compare, greedy, make_model, make_sample, make_task

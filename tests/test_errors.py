@@ -2,7 +2,6 @@
 import argparse
 
 import pytest
-import torch
 from fairseq import options
 
 from fairseq_aggressive.verifier import UnsupportedModelError

@@ -7,9 +7,8 @@ import os
 import re
 
 import pytest
-import torch
 
-from helpers import ROOT, USER_DIR, compare, run, tool
+from helpers import ROOT, USER_DIR, compare, generate, run, tool
 
 
 def losses(log, key):
@@ -26,14 +25,6 @@ def test_drafter_training_loss_goes_down(trained_drafter):
     assert len(valid) >= 2 and valid[-1] < valid[0], valid
     assert "initialised the drafter's encoder from" in log
     assert ckpt.exists()
-
-
-def generate(data, ckpt, *extra):
-    proc = run([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
-                "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1",
-                "--batch-size", "16", "--remove-bpe", *extra])
-    hyps = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M))
-    return hyps, proc
 
 
 def summary(proc):

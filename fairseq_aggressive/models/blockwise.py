@@ -11,7 +11,6 @@ so fairseq's own generators (``--decoding beam``) decode it as the base model.
 import logging
 import os
 
-import torch
 import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.models import register_model, register_model_architecture
