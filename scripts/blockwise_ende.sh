@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Blockwise parallel decoding at CPU scale on the Debian English->German corpus (after
+# scripts/gad_ende.sh, whose distilled data and AR verifier it reuses):
+#   for k in $KS: proposal heads on the frozen verifier ("regular") and the whole model
+#   fine-tuned ("fine tuning"), then one benchmark: beam 5, greedy, blockwise exact/top-2/min-2.
+#   scripts/blockwise_ende.sh [WORK_DIR]      (default work/)
+# Environment: KS="2 4 8", FROZEN_MIN=8, FINETUNE_MIN=8 (minutes per model), BENCH_N=400.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+work=${1:-work}
+data=$work/ende kd=$work/ende-distill verifier=$work/ende-verifier/checkpoint_best.pt
+export SRC=en TGT=de
+[ -f "$verifier" ] || { echo "run scripts/gad_ende.sh first (needs $verifier)" >&2; exit 1; }
+for k in ${KS:-2 4 8}; do
+  for setting in frozen finetune; do
+    save=$work/ende-blockwise-k$k-$setting
+    [ -f "$save/checkpoint_best.pt" ] && continue
+    extra=(--init-from-ar "$verifier")
+    [ $setting = frozen ] && extra+=(--freeze-base --lr 1e-3)
+    [ $setting = finetune ] && extra+=(--lr 5e-4)
+    minutes=$([ $setting = frozen ] && echo "${FROZEN_MIN:-8}" || echo "${FINETUNE_MIN:-8}")
+    bash "$here/train_ar.sh" "$kd/bin" "$save" 6 6 "$minutes" --arch transformer_blockwise \
+        --blockwise-k "$k" --criterion blockwise_cross_entropy "${extra[@]}"
+  done
+done
+for k in ${KS:-2 4 8}; do
+  for setting in frozen finetune; do
+    ckpt=$work/ende-blockwise-k$k-$setting/checkpoint_best.pt
+    fairseq-aggressive-bench "$data/bin" --user-dir "$here/../fairseq_aggressive" -s en -t de \
+        --path "$ckpt" --gen-subset test --remove-bpe --batch-size 1 --threads 2 \
+        --bench-max-sentences "${BENCH_N:-400}" \
+        --bench-modes "${BENCH_MODES:-beam5,greedy,blockwise,blockwise-top2,blockwise-min2}" \
+        --bench-json "$work/bench-blockwise-k$k-$setting.json" | tee "$work/bench-blockwise-k$k-$setting.txt"
+  done
+done
