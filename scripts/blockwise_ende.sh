@@ -4,11 +4,12 @@
 #   for k in $KS: proposal heads on the frozen verifier ("regular") and the whole model
 #   fine-tuned ("fine tuning"), then one benchmark: beam 5, greedy, blockwise exact/top-2/min-2.
 #   scripts/blockwise_ende.sh [WORK_DIR]      (default work/)
-# Environment: KS="2 4 8", FROZEN_MIN=8, FINETUNE_MIN=8 (minutes per model), BENCH_N=400.
+# Environment: KS="2 4 8", FROZEN_MIN=8, FINETUNE_MIN=8 (minutes per model), BENCH_N=400,
+# VERIFIER (the AR checkpoint the heads sit on; default the teacher, which gad_ende.sh verifies with).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=${1:-work}
-data=$work/ende kd=$work/ende-distill verifier=$work/ende-verifier/checkpoint_best.pt
+data=$work/ende kd=$work/ende-distill verifier=${VERIFIER:-$work/ende-teacher/checkpoint_best.pt}
 export SRC=en TGT=de
 [ -f "$verifier" ] || { echo "run scripts/gad_ende.sh first (needs $verifier)" >&2; exit 1; }
 for k in ${KS:-2 4 8}; do
