@@ -5,7 +5,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 WORK   ?= work
 
-.PHONY: setup demo test gad-ende clean
+.PHONY: setup demo test gad-ende blockwise-ende clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -23,6 +23,10 @@ demo: setup
 # GAD at CPU scale on the Debian en-de corpus (about 1.5 h on 2 cores; see README)
 gad-ende: setup
 	PATH="$(abspath $(BIN)):$$PATH" bash scripts/gad_ende.sh $(WORK)
+
+# blockwise heads k=2,4,8 (frozen base and fine-tuned) on the gad-ende teacher (about 1.3 h more)
+blockwise-ende: setup
+	PATH="$(abspath $(BIN)):$$PATH" bash scripts/blockwise_ende.sh $(WORK)
 
 test: setup
 	$(BIN)/python -m pytest -q tests

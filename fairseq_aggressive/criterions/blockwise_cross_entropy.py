@@ -80,9 +80,9 @@ class BlockwiseCrossEntropy(FairseqCriterion):
                 logs[f"head{h + 1}_correct"] = int(correct)
                 logs[f"head{h + 1}_n"] = n
             logs.setdefault("loss_sum", 0.0)
-            logs["loss_sum"] += float(loss) / max(n, 1)
+            logs["loss_sum"] += float(loss.detach()) / max(n, 1)
             logs.setdefault("nll_sum", 0.0)
-            logs["nll_sum"] += float(nll) / max(n, 1)
+            logs["nll_sum"] += float(nll.detach()) / max(n, 1)
         n_tok = int(target.ne(self.padding_idx).sum())
         # per-token mean over heads, scaled back to a sum over tokens (fairseq divides by sample_size)
         loss = total_loss / max(n_heads_in_loss, 1) * n_tok

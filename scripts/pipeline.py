@@ -1,0 +1,357 @@
+#!/usr/bin/env python
+"""Run a paper-reproduction pipeline described by a config in ``configs/``.
+
+    python scripts/pipeline.py configs/translation/wmt14_ende.yaml [--scale paper|cpu|ci]
+        [--work DIR] [--steps prepare,train,decode,bench] [--dry-run]
+
+A config names the data preparation command, the models to train (stock
+``fairseq-train`` options, trained in the order listed, on the raw or on the
+distilled data), the decodings to evaluate (``fairseq-generate`` options) and the
+speed benchmarks (``fairseq-aggressive-bench`` runs).  ``scales:`` in the config
+overrides the paper settings for a smaller machine: ``cpu`` runs end to end on 2
+CPU cores on the offline corpora (Debian en-de, UA-GEC), ``ci`` on the bundled
+sample in a few minutes.  Values may name other things with ``{work}``,
+``{data}`` (the binarized data), ``{raw}`` (the prepared data directory),
+``{root}`` (this repository), ``{distill}`` (the distilled data) and ``{MODEL}``
+(that model's checkpoint, e.g. ``{teacher}``); ``${VAR}`` reads the environment.
+
+Steps (default: all): ``prepare`` (data), ``train`` (every model, with Seq-KD
+``distill`` before the first model trained on distilled data), ``decode``
+(every decoding on the whole test set, scored: BLEU for translation, M2 F0.5 and
+GLEU for GEC, plus whether exact modes equal greedy) and ``bench``.  A step whose
+output exists is skipped, so an interrupted run can be restarted.  Results go to
+``WORK/results.json`` and ``WORK/results.md``.
+
+Multi-GPU training is fairseq's own: set ``distributed-world-size`` (and for several
+nodes ``distributed-num-procs``/``distributed-init-method`` ...) in a model's
+options, or launch through ``torchrun``; ``update-freq`` keeps the papers' batch.
+"""
+import argparse
+import copy
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+USER_DIR = ROOT / "fairseq_aggressive"
+STEPS = ("prepare", "train", "decode", "bench")
+
+
+class ConfigError(SystemExit):
+    def __init__(self, message):
+        super().__init__(f"error: {message}")
+
+
+def deep_merge(base, over):
+    """``over`` on top of ``base``: dicts merge key by key, anything else replaces."""
+    if not isinstance(base, dict) or not isinstance(over, dict):
+        return copy.deepcopy(over)
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = deep_merge(out[key], value) if key in out else copy.deepcopy(value)
+    return out
+
+
+def load_config(path, scale):
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no config at {path}")
+    with open(path, encoding="utf-8") as f:
+        cfg = yaml.safe_load(f)
+    scales = cfg.pop("scales", {}) or {}
+    if scale != "paper":
+        if scale not in scales:
+            raise ConfigError(f"{path} has no scale {scale!r} (it has: paper, {', '.join(scales)})")
+        over = scales[scale]
+        if isinstance(over, str):  # a file shared by several configs, relative to this one
+            with open(path.parent / over, encoding="utf-8") as f:
+                over = yaml.safe_load(f)
+        cfg = deep_merge(cfg, over)
+    for key in ("kind", "src", "tgt", "prepare", "models"):
+        if key not in cfg:
+            raise ConfigError(f"{path}: missing '{key}'")
+    if cfg["kind"] not in ("translation", "gec"):
+        raise ConfigError(f"{path}: kind must be translation or gec, not {cfg['kind']!r}")
+    cfg["models"] = {name: m for name, m in cfg["models"].items() if m is not None}  # null drops a model
+    return cfg
+
+
+def option_args(options):
+    """``{'lr': 5e-4, 'share-all-embeddings': True, 'adam-betas': '(0.9, 0.98)'}`` -> argv."""
+    argv = []
+    for key, value in (options or {}).items():
+        if value is None or value is False:
+            continue
+        flag = key if key.startswith("-") else f"--{key}"
+        if value is True:
+            argv.append(flag)
+        elif isinstance(value, (list, tuple)):
+            argv += [flag] + [str(v) for v in value]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+class Pipeline:
+    def __init__(self, cfg, work, dry_run=False, log=print):
+        self.cfg, self.work, self.dry_run, self.log = cfg, Path(work), dry_run, log
+        self.raw = self.work / "data"
+        self.data = self.raw / "bin"
+        self.distill_dir = self.work / "distill"
+        self.commands = []  # every command run (or printed with --dry-run)
+
+    # ---------------------------------------------------------------- names
+    def checkpoint(self, name):
+        if name not in self.cfg["models"]:
+            raise ConfigError(f"'{{{name}}}' names no model (models: {', '.join(self.cfg['models'])})")
+        model = self.cfg["models"][name]
+        if model.get("same-as"):
+            return self.checkpoint(model["same-as"])
+        return self.work / "models" / name / f"checkpoint_{model.get('checkpoint', 'best')}.pt"
+
+    def expand(self, value):
+        if isinstance(value, dict):
+            return {k: self.expand(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.expand(v) for v in value]
+        if not isinstance(value, str):
+            return value
+
+        def env(m):
+            if m.group(1) not in os.environ:
+                raise ConfigError(f"the config reads ${{{m.group(1)}}}: set that environment variable")
+            return os.environ[m.group(1)]
+
+        value = re.sub(r"\$\{(\w+)\}", env, value)
+        known = {"work": self.work, "data": self.data, "raw": self.raw, "root": ROOT,
+                 "distill": self.distill_dir / "bin", "user_dir": USER_DIR}
+
+        def name(m):
+            key = m.group(1)
+            return str(known[key]) if key in known else str(self.checkpoint(key))
+
+        return re.sub(r"\{([\w.+-]+)\}", name, value)
+
+    # ---------------------------------------------------------------- running
+    def run(self, argv, stdout=None, cwd=None):
+        argv = [str(a) for a in argv]
+        self.commands.append(argv)
+        line = " ".join(shlex.quote(a) for a in argv) + (f" > {stdout}" if stdout else "")
+        self.log(f"$ {line}")
+        if self.dry_run:
+            return
+        env = dict(os.environ)
+        # large tensors are mmap-ed afresh on every step without this (half the CPU in page faults)
+        env.setdefault("MALLOC_TRIM_THRESHOLD_", "8000000000")
+        env.setdefault("MALLOC_TOP_PAD_", "1000000000")
+        out = open(stdout, "w") if stdout else None
+        try:
+            result = subprocess.run(argv, stdout=out, env=env, cwd=cwd)
+        finally:
+            if out:
+                out.close()
+        if result.returncode != 0:
+            if stdout:
+                Path(stdout).unlink(missing_ok=True)  # nothing half-written
+            raise SystemExit(f"error: command failed with exit code {result.returncode}: {line}")
+
+    def tool(self, name):
+        """A console script of this environment (the venv's, even when not on PATH)."""
+        local = Path(sys.executable).parent / name
+        return str(local) if local.exists() else name
+
+    # ---------------------------------------------------------------- steps
+    def prepare(self):
+        if (self.data / "dict.{}.txt".format(self.cfg["src"])).exists():
+            self.log(f"(prepared data found in {self.data})")
+            return
+        argv = self.expand(list(self.cfg["prepare"]))
+        script = argv[0] if os.path.isabs(argv[0]) else ROOT / "scripts" / argv[0]
+        self.run([sys.executable, script] + argv[1:] + ["--out", self.raw])
+
+    def train_model(self, name, model):
+        save = self.work / "models" / name
+        if self.checkpoint(name).exists() and not self.dry_run:
+            self.log(f"(model {name}: found {self.checkpoint(name)})")
+            return
+        data = self.distill_dir / "bin" if model.get("data") == "distill" else self.data
+        options = deep_merge(self.cfg.get("train-common") or {}, model.get("options") or {})
+        argv = [self.tool("fairseq-train"), data, "--user-dir", USER_DIR,
+                "--task", "aggressive_translation", "--source-lang", self.cfg["src"],
+                "--target-lang", self.cfg["tgt"], "--save-dir", save]
+        save.mkdir(parents=True, exist_ok=True) if not self.dry_run else None
+        self.run(argv + option_args(self.expand(options)))
+
+    def distill(self):
+        spec = self.cfg.get("distill") or {}
+        if (self.distill_dir / "bin").exists():
+            self.log(f"(distilled data found in {self.distill_dir})")
+            return
+        teacher = spec.get("teacher", "teacher")
+        argv = [sys.executable, ROOT / "scripts" / "distill.py", "--teacher", self.checkpoint(teacher),
+                "--data", self.data, "--out", self.distill_dir, "--user-dir", USER_DIR]
+        self.run(argv + option_args(self.expand(spec.get("options") or {})))
+
+    def train(self):
+        distilled = False
+        for name, model in self.cfg["models"].items():
+            if model.get("same-as"):
+                continue
+            if model.get("data") == "distill" and not distilled:
+                self.distill()
+                distilled = True
+            self.train_model(name, model)
+
+    def decode(self):
+        spec = self.cfg.get("decode") or {}
+        out_dir = self.work / "decode"
+        out_dir.mkdir(parents=True, exist_ok=True) if not self.dry_run else None
+        results = {}
+        for mode, options in (spec.get("modes") or {}).items():
+            if options is None:  # a scale drops a mode with null
+                continue
+            out = out_dir / f"{mode}.txt"
+            common = deep_merge(spec.get("options") or {}, {k: v for k, v in (options or {}).items()
+                                                             if k != "exact"})
+            if not out.exists() or self.dry_run:
+                argv = [self.tool("fairseq-generate"), self.data, "--user-dir", USER_DIR,
+                        "--task", "aggressive_translation", "--source-lang", self.cfg["src"],
+                        "--target-lang", self.cfg["tgt"]]
+                self.run(argv + option_args(self.expand(common)), stdout=out)
+            if not self.dry_run:
+                results[mode] = self.score(mode, out)
+        if results:
+            self.compare_exact(results, out_dir)
+        return results
+
+    def score(self, mode, out):
+        hyps, refs = read_generate(out)
+        row = {"sentences": len(hyps), "file": str(out)}
+        evaluate = self.expand(self.cfg.get("evaluate") or {})
+        if self.cfg["kind"] == "translation":
+            from fairseq_aggressive.evaluation import bleu
+            row["bleu"] = bleu.corpus_bleu(hyps, refs, tokenized=True)
+            if evaluate.get("compound-split"):
+                row["bleu_compound_split"] = bleu.corpus_bleu(hyps, refs, tokenized=True, compound_split=True)
+        else:
+            from fairseq_aggressive.evaluation import gleu, m2
+            gold = Path(evaluate["m2-gold"])
+            source = Path(evaluate["source"])
+            if not gold.exists() and evaluate.get("m2-gold-from-parallel"):
+                self.run([sys.executable, "-m", "fairseq_aggressive.evaluation.parallel_to_m2",
+                          source, evaluate["m2-gold-from-parallel"], "-o", gold])
+            row.update(m2.score(hyps, m2.read_m2(gold)))
+            if evaluate.get("gleu-references"):
+                srcs = source.read_text(encoding="utf-8").splitlines()
+                refs_g = [Path(r).read_text(encoding="utf-8").splitlines() for r in evaluate["gleu-references"]]
+                row["gleu"] = gleu.corpus_gleu(srcs, refs_g, hyps)
+        return row
+
+    def compare_exact(self, results, out_dir):
+        """Modes marked ``exact: greedy-MODE`` must give that greedy decoding's output."""
+        for mode, options in (self.cfg.get("decode", {}).get("modes") or {}).items():
+            ref = (options or {}).get("exact")
+            if ref and mode in results and ref in results:
+                hyps = read_generate(Path(results[mode]["file"]))[0]
+                greedy = read_generate(Path(results[ref]["file"]))[0]
+                results[mode]["identical_to_" + ref] = sum(a == b for a, b in zip(hyps, greedy))
+
+    def bench(self):
+        results = {}
+        for name, options in (self.cfg.get("bench") or {}).items():
+            if options is None:
+                continue
+            out = self.work / f"bench-{name}.json"
+            if not out.exists() or self.dry_run:
+                argv = [self.tool("fairseq-aggressive-bench"), self.data, "--user-dir", USER_DIR,
+                        "--task", "aggressive_translation", "--source-lang", self.cfg["src"],
+                        "--target-lang", self.cfg["tgt"], "--bench-json", out]
+                self.run(argv + option_args(self.expand(options)), stdout=self.work / f"bench-{name}.txt")
+            if not self.dry_run:
+                results[name] = json.loads(out.read_text())
+        return results
+
+
+def read_generate(path):
+    """Hypotheses and references of a fairseq-generate output, in sentence-id order."""
+    hyps, refs = {}, {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            tag, _, rest = line.rstrip("\n").partition("\t")
+            if tag.startswith("H-"):
+                hyps[int(tag[2:])] = rest.split("\t", 1)[1] if "\t" in rest else ""
+            elif tag.startswith("T-"):
+                refs[int(tag[2:])] = rest
+    ids = sorted(hyps)
+    return [hyps[i] for i in ids], [refs.get(i, "") for i in ids]
+
+
+def write_results(work, cfg, decode, bench):
+    path = Path(work) / "results.json"
+    old = json.loads(path.read_text()) if path.exists() else {}
+    if decode:
+        old["decode"] = decode
+    if bench:
+        old["bench"] = {name: {m: {k: v for k, v in r.items() if not isinstance(v, (list, dict))}
+                               for m, r in b["modes"].items()} for name, b in bench.items()}
+    path.write_text(json.dumps(old, indent=1))
+    lines = [f"# {cfg.get('description', '')}", ""]
+    if old.get("decode"):
+        keys = [k for k in ("bleu", "bleu_compound_split", "precision", "recall", "f0.5", "gleu")
+                if any(k in r for r in old["decode"].values())]
+        keys += sorted({k for r in old["decode"].values() for k in r if k.startswith("identical_to_")})
+        lines += ["| decoding | sentences | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]
+        for mode, r in old["decode"].items():
+            cells = [f"{r[k]:.4g}" if isinstance(r.get(k), float) else str(r.get(k, "-")) for k in keys]
+            lines.append(f"| {mode} | {r['sentences']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    for name, modes in (old.get("bench") or {}).items():
+        lines += [f"benchmark {name}:", "", "| mode | ms/sentence | speedup vs greedy | tokens/pass |",
+                  "|---|---|---|---|"]
+        for mode, r in modes.items():
+            lines.append(f"| {mode} | {r.get('ms_per_sentence', '-')} | {r.get('speedup_vs_greedy', '-')} "
+                         f"| {r.get('tokens_per_pass', '-')} |")
+        lines.append("")
+    (Path(work) / "results.md").write_text("\n".join(lines))
+    return path
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("config", help="a YAML file under configs/")
+    ap.add_argument("--scale", default="paper", help="paper (default), cpu or ci")
+    ap.add_argument("--work", default=None, help="output directory (default work/NAME-SCALE)")
+    ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
+    ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config, args.scale)
+    steps = [s.strip() for s in args.steps.split(",") if s.strip()]
+    bad = [s for s in steps if s not in STEPS]
+    if bad:
+        raise ConfigError(f"unknown step(s) {', '.join(bad)}; choose from {', '.join(STEPS)}")
+    work = args.work or ROOT / "work" / f"{Path(args.config).stem}-{args.scale}"
+    pipe = Pipeline(cfg, work, dry_run=args.dry_run)
+    started = time.time()
+    decode = bench = None
+    for step in steps:
+        pipe.log(f"== {step}")
+        result = getattr(pipe, step)()
+        decode = result if step == "decode" else decode
+        bench = result if step == "bench" else bench
+    if not args.dry_run:
+        path = write_results(work, cfg, decode, bench)
+        print((Path(work) / "results.md").read_text())
+        print(f"results: {path} ({(time.time() - started) / 60:.1f} min)")
+    return pipe
+
+
+if __name__ == "__main__":
+    main()

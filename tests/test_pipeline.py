@@ -1,0 +1,143 @@
+"""The reproduction pipelines (scripts/pipeline.py + configs/): every config at every scale
+produces commands that stock fairseq's own parsers accept, bad configs fail clearly, and
+the shortest pipeline (GEC on the bundled sample) runs end to end."""
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from helpers import ROOT, run
+
+CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*", "*.yaml")))
+CONFIGS = [c for c in CONFIGS if "kind:" in open(c).read()]  # not the shared scale files
+
+
+def load_pipeline():
+    spec = importlib.util.spec_from_file_location("pipeline", os.path.join(ROOT, "scripts", "pipeline.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pipeline = load_pipeline()
+
+LICENSED_ENV = {v: f"/licensed/{v.lower()}.m2" for v in (
+    "LANG8_M2", "NUCLE_M2", "FCE_M2", "WI_TRAIN_M2", "WI_DEV_M2", "CONLL13_M2", "CONLL14_M2")}
+
+
+def scales_of(path):
+    with open(path) as f:
+        return ["paper"] + list((yaml.safe_load(f).get("scales") or {}))
+
+
+CASES = [(c, s) for c in CONFIGS for s in scales_of(c)]
+
+
+def dry_run(config, scale, tmp_path, monkeypatch):
+    for k, v in LICENSED_ENV.items():
+        monkeypatch.setenv(k, v)
+    lines = []
+    cfg = pipeline.load_config(config, scale)
+    pipe = pipeline.Pipeline(cfg, tmp_path / "work", dry_run=True, log=lines.append)
+    for step in pipeline.STEPS:
+        getattr(pipe, step)()
+    return cfg, pipe
+
+
+def parse_with_fairseq(argv):
+    """Parse a fairseq-train / fairseq-generate / bench command line with fairseq's own parser."""
+    from fairseq import options
+
+    from fairseq_aggressive import bench
+
+    tool = os.path.basename(argv[0])
+    if tool == "fairseq-train":
+        parser = options.get_training_parser()
+    elif tool == "fairseq-generate":
+        parser = options.get_generation_parser()
+    elif tool == "fairseq-aggressive-bench":
+        parser = options.get_generation_parser(default_task="aggressive_translation")
+        bench.add_bench_args(parser)
+    else:
+        return None
+    return options.parse_args_and_arch(parser, input_args=argv[1:])
+
+
+def test_configs_found():
+    names = {os.path.relpath(c, ROOT) for c in CONFIGS}
+    assert {"configs/translation/wmt14_ende.yaml", "configs/translation/wmt16_enro.yaml",
+            "configs/gec/bea19.yaml"} <= names
+
+
+@pytest.mark.parametrize("config,scale", CASES, ids=[f"{os.path.basename(c)}-{s}" for c, s in CASES])
+def test_commands_parse_with_fairseq(config, scale, tmp_path, monkeypatch):
+    cfg, pipe = dry_run(config, scale, tmp_path, monkeypatch)
+    tools = [os.path.basename(a[0]) for a in pipe.commands]
+    assert tools.count("fairseq-train") == len([m for m in cfg["models"].values() if not m.get("same-as")])
+    assert "fairseq-generate" in tools and "fairseq-aggressive-bench" in tools
+    checked = 0
+    for argv in pipe.commands:
+        args = parse_with_fairseq(argv)
+        if args is None:
+            script = argv[1]
+            assert os.path.isfile(script), f"{script} does not exist"
+            continue
+        checked += 1
+        assert not any("{" in a and "}" in a and not a.startswith("(") for a in argv), argv
+        if os.path.basename(argv[0]) == "fairseq-train":
+            assert args.task == "aggressive_translation" and args.save_dir.startswith(str(tmp_path))
+    assert checked >= 3
+
+
+@pytest.mark.parametrize("config,scale", [(c, s) for c, s in CASES if s != "paper"])
+def test_small_scales_need_no_licensed_data_or_gpu(config, scale, tmp_path, monkeypatch):
+    for k in LICENSED_ENV:
+        monkeypatch.delenv(k, raising=False)
+    cfg = pipeline.load_config(config, scale)
+    pipe = pipeline.Pipeline(cfg, tmp_path, dry_run=True, log=lambda _: None)
+    for step in pipeline.STEPS:
+        getattr(pipe, step)()
+    flat = [a for argv in pipe.commands for a in map(str, argv)]
+    assert "--fp16" not in flat and "--distributed-world-size" not in flat
+
+
+def test_paper_gec_needs_the_licensed_paths(tmp_path, monkeypatch):
+    for k in LICENSED_ENV:
+        monkeypatch.delenv(k, raising=False)
+    cfg = pipeline.load_config(os.path.join(ROOT, "configs", "gec", "bea19.yaml"), "paper")
+    pipe = pipeline.Pipeline(cfg, tmp_path, dry_run=True, log=lambda _: None)
+    with pytest.raises(SystemExit, match=r"\$\{LANG8_M2\}"):
+        pipe.prepare()
+
+
+def test_config_errors(tmp_path):
+    with pytest.raises(SystemExit, match="no config"):
+        pipeline.load_config(tmp_path / "missing.yaml", "paper")
+    with pytest.raises(SystemExit, match="no scale 'huge'"):
+        pipeline.load_config(os.path.join(ROOT, "configs", "gec", "bea19.yaml"), "huge")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: translation\nsrc: en\ntgt: de\nprepare: [x.py]\n"
+                   "models:\n  a: {options: {init-from-ar: '{nosuch}'}}\n")
+    pipe = pipeline.Pipeline(pipeline.load_config(bad, "paper"), tmp_path, dry_run=True, log=lambda _: None)
+    with pytest.raises(SystemExit, match="'{nosuch}' names no model"):
+        pipe.train()
+    bad.write_text("kind: speech\nsrc: en\ntgt: de\nprepare: [x.py]\nmodels: {}\n")
+    with pytest.raises(SystemExit, match="kind must be"):
+        pipeline.load_config(bad, "paper")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "pipeline.py"),
+                           os.path.join(ROOT, "configs", "gec", "bea19.yaml"), "--steps", "train,fly"],
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "unknown step(s) fly" in proc.stderr
+
+
+def test_option_args():
+    argv = pipeline.option_args({"lr": 5e-4, "fp16": True, "bf16": False, "clip-norm": None,
+                                 "adam-betas": "(0.9, 0.98)", "ks": [2, 4]})
+    assert argv == ["--lr", "0.0005", "--fp16", "--adam-betas", "(0.9, 0.98)", "--ks", "2", "4"]
+    merged = pipeline.deep_merge({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"c": None}, "e": 4})
+    assert merged == {"a": {"b": 1, "c": None}, "d": 3, "e": 4}
