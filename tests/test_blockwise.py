@@ -179,3 +179,85 @@ def test_blockwise_errors():
     t = make_task(decoding="blockwise")
     with pytest.raises(ValueError, match="proposal heads"):
         t.build_generator([plain], argparse.Namespace(beam=1))
+
+
+# ---------------------------------------------------------------- the criterion
+def criterion_sample(d, seed=4):
+    """A training sample: right-padded targets and their shifted decoder inputs."""
+    tgt_rows = random_rows(d, 5, 3, 12, seed=seed)
+    sample = make_sample(random_rows(d, 5, 3, 12, seed=seed + 1), d.pad())
+    target = make_sample(tgt_rows, d.pad(), left_pad=False)["net_input"]["src_tokens"]
+    prev = torch.full_like(target, d.pad())
+    for i, r in enumerate(tgt_rows):
+        prev[i, : len(r)] = torch.tensor([d.eos()] + r[:-1])
+    sample["target"], sample["net_input"]["prev_output_tokens"] = target, prev
+    sample["ntokens"] = int(target.ne(d.pad()).sum())
+    return sample
+
+
+def per_head_losses(model, crit, sample):
+    """Each head's mean label-smoothed loss computed directly from the model's outputs."""
+    target, pad, T = sample["target"], crit.padding_idx, sample["target"].size(1)
+    enc = model.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
+    feats, _ = model.decoder(sample["net_input"]["prev_output_tokens"], encoder_out=enc, features_only=True)
+    logits = [model.decoder.output_layer(feats)] + list(model.head_logits(feats).unbind(2))
+    shifted = torch.cat([target, target.new_full((target.size(0), len(logits)), pad)], 1)
+    out = []
+    for h, lg in enumerate(logits):
+        tgt = shifted[:, h : h + T]
+        keep = tgt.ne(pad)
+        loss, _ = crit_loss(lg[keep].log_softmax(-1), tgt[keep], crit.eps)
+        out.append(loss / keep.sum())
+    return out
+
+
+def crit_loss(lprobs, tgt, eps):
+    nll = -lprobs.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    smooth = -lprobs.sum(-1)
+    eps_i = eps / (lprobs.size(-1) - 1)
+    return ((1.0 - eps - eps_i) * nll + eps_i * smooth).sum(), nll.sum()
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_blockwise_criterion_mean_and_sampled(freeze):
+    """mean = average of the k heads' losses; sampled = one head's loss, each head drawn;
+    a frozen base gets no gradient and head 1 is not in its training loss."""
+    from fairseq_aggressive.criterions.blockwise_cross_entropy import BlockwiseCrossEntropy
+
+    task = make_task()
+    d = task.target_dictionary
+    k = 3
+    model = make_model(task, arch="transformer_blockwise", seed=5, blockwise_k=k, freeze_base=freeze)
+    sample = criterion_sample(d)
+    n_tok = sample["ntokens"]
+    heads = [float(x) for x in per_head_losses(model, BlockwiseCrossEntropy(task, 0.1, "mean"), sample)]
+
+    model.train()
+    mean = BlockwiseCrossEntropy(task, 0.1, "mean")
+    loss, size, log = mean(model, sample)
+    trained = heads[1:] if freeze else heads
+    assert size == n_tok
+    assert float(loss) / n_tok == pytest.approx(sum(trained) / len(trained), rel=1e-4)
+    assert log["loss"] / n_tok == pytest.approx(sum(heads) / k, rel=1e-4)  # logged: all heads
+    loss.backward()
+    base_grads = [p.grad for n, p in model.named_parameters() if not n.startswith("blockwise_heads.")]
+    head_grads = [p.grad for n, p in model.named_parameters() if n.startswith("blockwise_heads.")]
+    assert all(g is not None and g.abs().sum() > 0 for g in head_grads)
+    if freeze:
+        assert all(g is None for g in base_grads)
+    else:
+        assert any(g is not None and g.abs().sum() > 0 for g in base_grads)
+
+    sampled = BlockwiseCrossEntropy(task, 0.1, "sampled")
+    seen = set()
+    random.seed(0)
+    for _ in range(40):
+        loss, _, _ = sampled(model, sample)
+        value = float(loss) / n_tok
+        match = [h for h in range(k) if value == pytest.approx(heads[h], rel=1e-4)]
+        assert match, (value, heads)
+        seen.add(match[0])
+    assert seen == (set(range(1, k)) if freeze else set(range(k)))
+    model.eval()  # validation: the mean over every head, whatever the mode
+    loss, _, _ = sampled(model, sample)
+    assert float(loss) / n_tok == pytest.approx(sum(heads) / k, rel=1e-4)
