@@ -24,10 +24,16 @@ setup(
         "data": ["ua-gec"],
         "bench": ["matplotlib"],
         "test": ["pytest"],
+        # ERRANT (BEA-19 evaluation); pulls in spaCy. The English model must be
+        # installed separately: python -m spacy download en_core_web_sm
+        "gec": ["errant"],
     },
     entry_points={
         "console_scripts": [
             "fairseq-aggressive-bench = fairseq_aggressive.bench:cli_main",
+            "fairseq-aggressive-m2 = fairseq_aggressive.evaluation.m2:main",
+            "fairseq-aggressive-gleu = fairseq_aggressive.evaluation.gleu:main",
+            "fairseq-aggressive-bleu = fairseq_aggressive.evaluation.bleu:main",
         ]
     },
 )

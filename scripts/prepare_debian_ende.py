@@ -59,9 +59,8 @@ Examples::
 import argparse
 import collections
 import html
-import importlib
 import io
-import multiprocessing
+import os
 import random
 import re
 import shutil
@@ -76,7 +75,11 @@ import urllib.parse
 import zipfile
 from pathlib import Path
 
-SPLITS = ("train", "valid", "test")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prep_common  # noqa: E402  (scripts/prep_common.py: tokenize, BPE, binarize)
+from prep_common import require, write_lines  # noqa: E402
+
+SPLITS = prep_common.SPLITS
 LANGS = ("en", "de")
 
 MIN_WORDS, MAX_WORDS, MAX_RATIO = 4, 60, 2.0
@@ -678,20 +681,8 @@ def parse_args(argv=None, source_names=()):
     return args
 
 
-def require(module, hint):
-    """Import `module` or exit with an explanation of what is missing."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        sys.exit(f"error: Python module `{module}` is not available in {sys.executable}: {hint}")
-
-
 # --------------------------------------------------------------------------
 # Text files, tokenization, BPE, binarization
-
-
-def write_lines(path, lines):
-    path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
 def write_splits(out, splits, kind=None):
@@ -702,59 +693,32 @@ def write_splits(out, splits, kind=None):
                         [pair[i] for pair in pairs])
 
 
-_TOKENIZERS = {}
-
-
-def tokenize_pair(pair):
-    if not _TOKENIZERS:
-        sacremoses = importlib.import_module("sacremoses")
-        _TOKENIZERS.update({lang: sacremoses.MosesTokenizer(lang=lang) for lang in LANGS})
-    return tuple(_TOKENIZERS[lang].tokenize(text, escape=False, return_str=True)
-                 for lang, text in zip(LANGS, pair))
+def map_sides(function, splits):
+    """{split: [(en, de)]} with `function` (a list of lines -> a list of lines)
+    applied to each language's side of every split; `function` gets the language too."""
+    result = {}
+    for split, pairs in splits.items():
+        sides = [function([pair[i] for pair in pairs], lang) for i, lang in enumerate(LANGS)]
+        result[split] = list(zip(*sides)) if pairs else []
+    return result
 
 
 def tokenize_splits(splits, workers):
-    require("sacremoses", "install it (pip install sacremoses)")
-    result = {}
-    pool = multiprocessing.Pool(workers) if workers > 1 else None
-    try:
-        for split, pairs in splits.items():
-            texts = [pair[:2] for pair in pairs]
-            result[split] = (pool.map(tokenize_pair, texts, chunksize=500) if pool
-                             else [tokenize_pair(t) for t in texts])
-    finally:
-        if pool:
-            pool.close()
-            pool.join()
-    return result
+    return map_sides(lambda lines, lang: prep_common.tokenize(lines, lang, workers=workers,
+                                                              escape=False), splits)
 
 
 def learn_and_apply_bpe(splits, codes_path, operations):
     """Learn joint BPE codes on train en+de and segment every split."""
-    hint = "install subword-nmt (pip install subword-nmt)"
-    learn_bpe = require("subword_nmt.learn_bpe", hint)
-    apply_bpe = require("subword_nmt.apply_bpe", hint)
-    train_text = [text for pair in splits["train"] for text in pair]
-    with open(codes_path, "w", encoding="utf-8") as codes:
-        learn_bpe.learn_bpe(train_text, codes, operations)
-    with open(codes_path, encoding="utf-8") as codes:
-        bpe = apply_bpe.BPE(codes)
-    return {split: [(bpe.process_line(en), bpe.process_line(de)) for en, de in pairs]
-            for split, pairs in splits.items()}
+    train_text = [text for pair in splits["train"] for text in pair[:2]]
+    prep_common.learn_bpe(train_text, codes_path, operations)
+    return map_sides(lambda lines, lang: prep_common.apply_bpe(codes_path, lines), splits)
 
 
 def binarize(out, workers):
     """Run fairseq-preprocess on ``out/{split}.{en,de}`` into ``out/bin``."""
-    command = [sys.executable, "-m", "fairseq_cli.preprocess",
-               "--source-lang", "en", "--target-lang", "de",
-               "--trainpref", str(out / "train"), "--validpref", str(out / "valid"),
-               "--testpref", str(out / "test"), "--destdir", str(out / "bin"),
-               "--joined-dictionary", "--workers", str(workers)]
     print("Running fairseq-preprocess")
-    result = run(command)
-    if result.returncode:
-        sys.exit(f"error: fairseq-preprocess failed with exit code {result.returncode}:\n"
-                 + "\n".join(result.stderr.splitlines()[-15:]))
+    prep_common.binarize(out, "en", "de", workers)
 
 
 def publish(staging, out):

@@ -32,16 +32,18 @@ Examples::
 
 import argparse
 import collections
-import importlib
+import os
 import random
 import re
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-SPLITS = ("train", "valid", "test")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prep_common  # noqa: E402  (scripts/prep_common.py: tokenize, BPE, binarize)
+from prep_common import require  # noqa: E402
+
+SPLITS = prep_common.SPLITS
 SIDES = ("src", "tgt")
 
 # Closing quotes/brackets that the corpus's sentence splitter sometimes puts at
@@ -96,14 +98,6 @@ def parse_args(argv=None):
     parser.add_argument("--examples", type=int, default=3,
                         help="number of corrected valid pairs to print (default: %(default)s)")
     return parser.parse_args(argv)
-
-
-def require(module, hint):
-    """Import `module` or exit with an explanation of what is missing."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        sys.exit(f"error: Python module `{module}` is not available in {sys.executable}: {hint}")
 
 
 # --------------------------------------------------------------------------
@@ -308,8 +302,7 @@ def write_splits(out, splits, kind=None):
     out.mkdir(parents=True, exist_ok=True)
     for split, pairs in splits.items():
         for i, side in enumerate(SIDES):
-            path = out / file_name(split, side, kind)
-            path.write_text("".join(pair[i] + "\n" for pair in pairs), encoding="utf-8")
+            prep_common.write_lines(out / file_name(split, side, kind), [pair[i] for pair in pairs])
 
 
 def read_splits(directory, kind):
@@ -321,7 +314,7 @@ def read_splits(directory, kind):
         sys.exit("error: missing input files: " + ", ".join(missing))
     splits = {}
     for split in SPLITS:
-        src, tgt = (paths[split, side].read_text(encoding="utf-8").splitlines() for side in SIDES)
+        src, tgt = (prep_common.read_lines(paths[split, side]) for side in SIDES)
         if len(src) != len(tgt):
             sys.exit(f"error: {paths[split, 'src']} has {len(src)} lines but "
                      f"{paths[split, 'tgt']} has {len(tgt)}")
@@ -330,19 +323,17 @@ def read_splits(directory, kind):
 
 
 def map_splits(function, splits):
-    """Apply `function` to both sides of every pair."""
-    return {split: [(function(src), function(tgt)) for src, tgt in pairs]
-            for split, pairs in splits.items()}
+    """Apply `function` (a list of lines -> a list of lines) to both sides of every split."""
+    result = {}
+    for split, pairs in splits.items():
+        sides = [function([pair[i] for pair in pairs]) for i in range(len(SIDES))]
+        result[split] = list(zip(*sides)) if pairs else []
+    return result
 
 
 def tokenize_splits(splits):
-    sacremoses = require("sacremoses", "install it (pip install sacremoses)")
-    tokenizer = sacremoses.MosesTokenizer(lang="uk")
-
-    def tokenize(text):
-        return tokenizer.tokenize(text, escape=False, return_str=True,
-                                  protected_patterns=[APOSTROPHE_WORD])
-    return map_splits(tokenize, splits)
+    return map_splits(lambda lines: prep_common.tokenize(
+        lines, "uk", escape=False, protected_patterns=[APOSTROPHE_WORD]), splits)
 
 
 def print_stats(splits, examples):
@@ -363,32 +354,14 @@ def print_stats(splits, examples):
 
 def learn_and_apply_bpe(splits, codes_path, operations):
     """Learn joint BPE codes on train source+target and segment every split."""
-    hint = "install subword-nmt (pip install subword-nmt)"
-    learn_bpe = require("subword_nmt.learn_bpe", hint)
-    apply_bpe = require("subword_nmt.apply_bpe", hint)
-
     train_text = [text for pair in splits["train"] for text in pair]
-    with open(codes_path, "w", encoding="utf-8") as codes:
-        learn_bpe.learn_bpe(train_text, codes, operations)
-    with open(codes_path, encoding="utf-8") as codes:
-        bpe = apply_bpe.BPE(codes)
-    return map_splits(bpe.process_line, splits)
+    prep_common.learn_bpe(train_text, codes_path, operations)
+    return map_splits(lambda lines: prep_common.apply_bpe(codes_path, lines), splits)
 
 
 def binarize(out, workers):
     """Run fairseq-preprocess on ``out/{split}.{src,tgt}`` into ``out/bin``."""
-    destdir = out / "bin"
-    if destdir.exists():  # fairseq-preprocess refuses to overwrite dictionaries
-        shutil.rmtree(destdir)
-    command = [sys.executable, "-m", "fairseq_cli.preprocess",
-               "--source-lang", "src", "--target-lang", "tgt",
-               "--trainpref", str(out / "train"), "--validpref", str(out / "valid"),
-               "--testpref", str(out / "test"), "--destdir", str(destdir),
-               "--joined-dictionary", "--workers", str(workers)]
-    print("Running", " ".join(command))
-    result = subprocess.run(command, stdout=subprocess.DEVNULL)
-    if result.returncode:
-        sys.exit(f"error: fairseq-preprocess failed with exit code {result.returncode}")
+    prep_common.binarize(out, "src", "tgt", workers, verbose=True)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,224 @@
+#!/usr/bin/env python
+"""Prepare the BEA-2019 restricted GEC setting from M2 files you provide.
+
+The corpora are licensed and not downloaded here: pass the M2 files of the
+BEA-2019 shared task release (the ERRANT-annotated versions):
+
+``--lang8``, ``--nucle``, ``--fce``, ``--wi-train`` (each one or more M2 files)
+    training data: e.g. lang8.train.auto.bea19.m2, nucle.train.gold.bea19.m2,
+    fce.{train,dev,test}.gold.bea19.m2, ABC.train.gold.bea19.m2.  At least one
+    training file is required.
+``--conll13`` -> valid (``--wi-dev`` when there is no CoNLL-13)
+``--conll14`` -> test (official CoNLL-2014 test M2, e.g. official-2014.combined.m2)
+``--wi-dev``  -> W&I+LOCNESS dev (ABCN.dev.gold.bea19.m2): the valid split
+    without --conll13, else written as the extra split ``wi_dev``.
+
+Every M2 sentence becomes a pair (source = its ``S`` line, target = the
+source with the edits of annotator ``--annotator`` (default 0, the first)
+applied; ``noop`` edits and other annotators are ignored; a ``-NONE-``
+correction deletes the span).  The text is already tokenized, so it is not
+re-tokenized.  Training pairs with an empty side are dropped; unchanged pairs
+are kept (as in the usual pipelines) unless ``--drop-unchanged``.  valid,
+test and wi_dev keep every sentence, in M2 order, so that hypotheses align
+with the gold M2.
+
+Output in ``--out DIR``: ``{split}.tok.{src,tgt}`` (the tokenized text;
+``{split}.tok.src`` is what the M2 scorer expects hypotheses to align with),
+``bpe.codes`` (joint BPE learned on train, ``--bpe-ops``), ``{split}.{src,tgt}``
+(BPE text), ``gold/{conll13,conll14,wi_dev}.m2`` (copies of the given gold
+files), ``bin/`` (fairseq-preprocess, joined dictionary, splits train and
+those of valid/test that exist) and ``splits.txt`` (what each split holds and
+which are missing).
+
+Example::
+
+    python scripts/prepare_bea19.py --lang8 lang8.train.auto.bea19.m2 \\
+        --nucle nucle.train.gold.bea19.m2 --fce fce.*.gold.bea19.m2 \\
+        --wi-train ABC.train.gold.bea19.m2 --wi-dev ABCN.dev.gold.bea19.m2 \\
+        --conll13 official-2013.combined.m2 --conll14 official-2014.combined.m2 \\
+        --out data-bin/bea19
+"""
+
+import argparse
+import collections
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prep_common  # noqa: E402  (scripts/prep_common.py: BPE, binarize, files)
+
+TRAIN_SOURCES = ("lang8", "nucle", "fce", "wi_train")
+
+
+# --------------------------------------------------------------------------
+# M2 reading
+
+
+def read_m2(lines):
+    """[(source tokens, [(start, end, correction tokens, annotator), ...]), ...].
+
+    Minimal M2 reader: ``S`` lines start a sentence, ``A start end|||type|||
+    correction|||required|||comment|||annotator`` lines add an edit; noop
+    edits (type ``noop`` or span -1 -1) are skipped; ``-NONE-`` (or an empty
+    correction) is a deletion.
+    """
+    sentences = []
+    for number, line in enumerate(lines, 1):
+        line = line.rstrip("\n")
+        if line.startswith("S ") or line == "S":
+            sentences.append((line[2:].split(), []))
+        elif line.startswith("A "):
+            if not sentences:
+                raise ValueError(f"line {number}: an A line before any S line")
+            fields = line[2:].split("|||")
+            try:
+                start, end = map(int, fields[0].split())
+                error_type, correction = fields[1], fields[2]
+                annotator = int(fields[5]) if len(fields) > 5 else 0
+            except (ValueError, IndexError):
+                raise ValueError(f"line {number}: malformed A line: {line!r}") from None
+            if error_type == "noop" or start < 0:
+                continue
+            tokens = [] if correction.strip() in ("-NONE-", "") else correction.split()
+            sentences[-1][1].append((start, end, tokens, annotator))
+    return sentences
+
+
+def apply_edits(tokens, edits, annotator=0):
+    """The corrected tokens: `tokens` with `annotator`'s edits applied."""
+    result, offset = list(tokens), 0
+    mine = sorted((e for e in edits if e[3] == annotator), key=lambda e: (e[0], e[1]))
+    for start, end, correction, _ in mine:
+        result[start + offset:end + offset] = correction
+        offset += len(correction) - (end - start)
+    return result
+
+
+def m2_pairs(path, annotator=0):
+    """[(source, target)] tokenized text of an M2 file."""
+    try:
+        sentences = read_m2(prep_common.iter_lines(path))
+    except ValueError as error:
+        sys.exit(f"error: {path}: {error}")
+    return [(" ".join(tokens), " ".join(apply_edits(tokens, edits, annotator)))
+            for tokens, edits in sentences]
+
+
+# --------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="See the module docstring for the splits and outputs.")
+    for name, what in (("lang8", "Lang-8 (BEA-19 release)"), ("nucle", "NUCLE"),
+                       ("fce", "FCE"), ("wi-train", "W&I+LOCNESS train")):
+        parser.add_argument(f"--{name}", nargs="+", type=Path, default=[], metavar="M2",
+                            help=f"{what} M2 file(s) for training")
+    parser.add_argument("--wi-dev", type=Path, metavar="M2", help="W&I+LOCNESS dev M2")
+    parser.add_argument("--conll13", type=Path, metavar="M2", help="CoNLL-2013 test M2 (valid)")
+    parser.add_argument("--conll14", type=Path, metavar="M2", help="CoNLL-2014 test M2 (test)")
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    parser.add_argument("--bpe-ops", type=int, default=30000,
+                        help="joint BPE merge operations (default: %(default)s)")
+    parser.add_argument("--annotator", type=int, default=0,
+                        help="annotator whose edits make the targets (default: %(default)s)")
+    parser.add_argument("--drop-unchanged", action="store_true",
+                        help="drop training pairs whose source equals the target")
+    parser.add_argument("--no-binarize", action="store_true",
+                        help="stop after writing the BPE text files")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes for BPE and fairseq-preprocess (default: %(default)s)")
+    args = parser.parse_args(argv)
+    if not any(getattr(args, s) for s in TRAIN_SOURCES):
+        parser.error("give at least one training M2 file (--lang8, --nucle, --fce, --wi-train)")
+    given = [p for s in TRAIN_SOURCES for p in getattr(args, s)]
+    given += [p for p in (args.wi_dev, args.conll13, args.conll14) if p]
+    missing = [str(p) for p in given if not p.is_file()]
+    if missing:
+        parser.error("no such file: " + ", ".join(missing))
+    return args
+
+
+# --------------------------------------------------------------------------
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.time()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+
+    splits, notes = {}, []
+    train, stats = [], collections.Counter()
+    for source in TRAIN_SOURCES:
+        for path in getattr(args, source):
+            pairs = m2_pairs(path, args.annotator)
+            kept = [(s, t) for s, t in pairs if s and t
+                    and not (args.drop_unchanged and s == t)]
+            stats["sentences"] += len(pairs)
+            stats["dropped: empty side"] += sum(1 for s, t in pairs if not s or not t)
+            stats["dropped: unchanged"] += len(pairs) - len(kept) - sum(
+                1 for s, t in pairs if not s or not t)
+            print(f"  train <- {source} {path.name}: {len(kept)} of {len(pairs)} pairs")
+            notes.append(f"train\t{source}\t{path}\t{len(kept)}")
+            train += kept
+    splits["train"] = train
+
+    gold = {"conll13": args.conll13, "conll14": args.conll14, "wi_dev": args.wi_dev}
+    roles = {"valid": args.conll13 and "conll13" or args.wi_dev and "wi_dev",
+             "test": args.conll14 and "conll14"}
+    if args.conll13 and args.wi_dev:
+        roles["wi_dev"] = "wi_dev"
+    (out / "gold").mkdir(exist_ok=True)
+    for name, path in gold.items():
+        if path:
+            shutil.copyfile(path, out / "gold" / f"{name}.m2")
+    for split, name in roles.items():
+        if not name:
+            notes.append(f"{split}\tmissing")
+            print(f"  {split}: missing (no "
+                  + ("--conll13 or --wi-dev" if split == "valid" else "--conll14") + ")")
+            continue
+        splits[split] = m2_pairs(gold[name], args.annotator)
+        notes.append(f"{split}\t{name}\t{gold[name]}\t{len(splits[split])}")
+        print(f"  {split} <- {name} {gold[name].name}: {len(splits[split])} sentences")
+
+    for split, pairs in splits.items():
+        for i, side in enumerate(("src", "tgt")):
+            prep_common.write_lines(out / f"{split}.tok.{side}", [p[i] for p in pairs])
+    for name in [n for n in ("valid", "test", "wi_dev") if n not in splits]:
+        for side in ("src", "tgt"):  # from an earlier run with other inputs
+            for kind in ("tok.", ""):
+                stale = out / f"{name}.{kind}{side}"
+                if stale.exists():
+                    stale.unlink()
+    prep_common.write_lines(out / "splits.txt", notes)
+    for key, value in stats.items():
+        print(f"  train {key}: {value}")
+
+    print(f"Learning {args.bpe_ops} joint BPE operations on train source + target")
+    codes = out / "bpe.codes"
+    prep_common.learn_bpe([out / "train.tok.src", out / "train.tok.tgt"], codes, args.bpe_ops)
+    for split in splits:
+        for side in ("src", "tgt"):
+            prep_common.write_lines(out / f"{split}.{side}", prep_common.apply_bpe_iter(
+                codes, prep_common.iter_lines(out / f"{split}.tok.{side}"), args.workers))
+
+    if args.no_binarize:
+        if (out / "bin").is_dir():
+            shutil.rmtree(out / "bin")
+    else:
+        binarized = [s for s in prep_common.SPLITS if s in splits]
+        print("Running fairseq-preprocess")
+        prep_common.binarize(out, "src", "tgt", args.workers, splits=binarized)
+    print(f"Done in {time.time() - started:.0f}s; output in {out}")
+
+
+if __name__ == "__main__":
+    main()
