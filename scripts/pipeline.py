@@ -237,9 +237,9 @@ class Pipeline:
         evaluate = self.expand(self.cfg.get("evaluate") or {})
         if self.cfg["kind"] == "translation":
             from fairseq_aggressive.evaluation import bleu
-            row["bleu"] = bleu.corpus_bleu(hyps, refs, tokenized=True)
+            row["bleu"] = round(bleu.corpus_bleu(hyps, [refs], tokenized=True).score, 2)
             if evaluate.get("compound-split"):
-                row["bleu_compound_split"] = bleu.corpus_bleu(hyps, refs, tokenized=True, compound_split=True)
+                row["bleu_compound_split"] = round(bleu.corpus_bleu(hyps, [refs], compound=True).score, 2)
         else:
             from fairseq_aggressive.evaluation import gleu, m2
             gold = Path(evaluate["m2-gold"])
@@ -247,11 +247,13 @@ class Pipeline:
             if not gold.exists() and evaluate.get("m2-gold-from-parallel"):
                 self.run([sys.executable, "-m", "fairseq_aggressive.evaluation.parallel_to_m2",
                           source, evaluate["m2-gold-from-parallel"], "-o", gold])
-            row.update(m2.score(hyps, m2.read_m2(gold)))
+            result = m2.score_m2(hyps, m2.read_m2(gold))
+            row.update({"precision": round(result.precision, 4), "recall": round(result.recall, 4),
+                        "f0.5": round(result.f, 4)})
             if evaluate.get("gleu-references"):
                 srcs = source.read_text(encoding="utf-8").splitlines()
                 refs_g = [Path(r).read_text(encoding="utf-8").splitlines() for r in evaluate["gleu-references"]]
-                row["gleu"] = gleu.corpus_gleu(srcs, refs_g, hyps)
+                row["gleu"] = round(gleu.corpus_gleu(srcs, refs_g, hyps), 4)
         return row
 
     def compare_exact(self, results, out_dir):

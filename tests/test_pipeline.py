@@ -141,3 +141,41 @@ def test_option_args():
     assert argv == ["--lr", "0.0005", "--fp16", "--adam-betas", "(0.9, 0.98)", "--ks", "2", "4"]
     merged = pipeline.deep_merge({"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"c": None}, "e": 4})
     assert merged == {"a": {"b": 1, "c": None}, "d": 3, "e": 4}
+
+
+def run_pipeline(config, scale, work, *extra):
+    return run([sys.executable, os.path.join(ROOT, "scripts", "pipeline.py"),
+                os.path.join(ROOT, "configs", config), "--scale", scale, "--work", str(work), *extra])
+
+
+def m2_cli(hyps, gold, tmp_path):
+    path = tmp_path / "hyps.txt"
+    path.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    out = run([os.path.join(os.path.dirname(sys.executable), "fairseq-aggressive-m2"), str(path), str(gold)]).stdout
+    return {k: float(v) for k, v in (line.split(":") for line in out.strip().splitlines())}
+
+
+def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
+    """The shortest pipeline, as CI runs it: sample -> BPE/binarize -> 9+3 for a minute ->
+    beam 5 / greedy / IAD on the whole test set -> M2 F0.5 and GLEU -> benchmark."""
+    work = tmp_path / "gec"
+    proc = run_pipeline("gec/bea19.yaml", "ci", work)
+    results = json.loads((work / "results.json").read_text())
+    decode = results["decode"]
+    assert set(decode) == {"9x3-beam5", "9x3-greedy", "9x3-iad"}
+    n_test = 300
+    for row in decode.values():
+        assert row["sentences"] == n_test
+        assert 0.0 <= row["f0.5"] <= 1.0 and 0.0 <= row["gleu"] <= 1.0
+    assert decode["9x3-iad"]["identical_to_9x3-greedy"] == n_test
+    # the table's M2 numbers are the console scorer's on the same output
+    greedy = pipeline.read_generate(work / "decode" / "9x3-greedy.txt")[0]
+    cli = m2_cli(greedy, work / "gold-test.m2", tmp_path)
+    assert cli["Precision"] == pytest.approx(decode["9x3-greedy"]["precision"], abs=1e-4)
+    assert cli["F_0.5"] == pytest.approx(decode["9x3-greedy"]["f0.5"], abs=1e-4)
+    bench = json.loads((work / "bench-9x3.json").read_text())
+    assert bench["modes"]["iad"]["identical_to_greedy"] == bench["sentences"] == 60
+    assert "| 9x3-iad | 300 |" in (work / "results.md").read_text()
+    # a second run finds every output and runs nothing
+    again = run_pipeline("gec/bea19.yaml", "ci", work)
+    assert "$ " not in again.stdout and "found" in again.stdout
