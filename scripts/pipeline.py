@@ -314,12 +314,15 @@ def write_results(work, cfg, decode, bench):
             cells = [f"{r[k]:.4g}" if isinstance(r.get(k), float) else str(r.get(k, "-")) for k in keys]
             lines.append(f"| {mode} | {r['sentences']} | " + " | ".join(cells) + " |")
         lines.append("")
+    columns = [("mean_ms_per_sentence", "ms/sentence"), ("speedup_vs_beam5", "x beam 5"),
+               ("speedup_vs_greedy", "x greedy"), ("mean_passes_per_sentence", "passes/sentence"),
+               ("mean_tokens_per_pass", "tokens/pass"), ("identical_to_greedy", "= greedy"), ("bleu", "BLEU")]
     for name, modes in (old.get("bench") or {}).items():
-        lines += [f"benchmark {name}:", "", "| mode | ms/sentence | speedup vs greedy | tokens/pass |",
-                  "|---|---|---|---|"]
+        lines += [f"benchmark {name}:", "", "| mode | " + " | ".join(c for _, c in columns) + " |",
+                  "|---" * (len(columns) + 1) + "|"]
         for mode, r in modes.items():
-            lines.append(f"| {mode} | {r.get('ms_per_sentence', '-')} | {r.get('speedup_vs_greedy', '-')} "
-                         f"| {r.get('tokens_per_pass', '-')} |")
+            cells = [f"{r[k]:.2f}" if isinstance(r.get(k), float) else str(r.get(k, "-")) for k, _ in columns]
+            lines.append(f"| {mode} | " + " | ".join(cells) + " |")
         lines.append("")
     (Path(work) / "results.md").write_text("\n".join(lines))
     return path
