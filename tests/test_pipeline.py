@@ -180,3 +180,24 @@ def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
     # a second run finds every output and runs nothing
     again = run_pipeline("gec/bea19.yaml", "ci", work)
     assert "$ " not in again.stdout and "found" in again.stdout
+
+
+def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
+    """Every translation step at toy size on the bundled sample: teacher -> Seq-KD -> block_nat
+    drafter and blockwise heads (fine-tuned and frozen) -> GAD, GAD++ and blockwise decoding of
+    the whole test set -> BLEU -> benchmark; the exact modes equal their greedy decoding."""
+    work = tmp_path / "mt"
+    run_pipeline("translation/wmt14_ende.yaml", "ci", work)
+    assert (work / "distill" / "bin" / "train.src-tgt.src.bin").exists()
+    decode = json.loads((work / "results.json").read_text())["decode"]
+    assert {"beam5", "greedy", "gad", "gad++-hq", "gad++-he", "blockwise-k4", "blockwise-k4-frozen"} <= set(decode)
+    for row in decode.values():
+        assert row["sentences"] == 300 and 0.0 <= row["bleu"] <= 100.0
+    assert decode["gad"]["identical_to_greedy"] == 300
+    assert decode["blockwise-k4"]["identical_to_blockwise-k4-greedy"] == 300
+    assert decode["blockwise-k4-frozen"]["identical_to_greedy"] == 300  # frozen base = the teacher
+    gad = json.loads((work / "bench-gad.json").read_text())["modes"]
+    assert gad["gad"]["identical_to_greedy"] == 40
+    heads = json.loads((work / "bench-blockwise-k4.json").read_text())["modes"]
+    assert heads["blockwise"]["identical_to_greedy"] == 40
+    assert heads["blockwise-min2"]["mean_tokens_per_pass"] > 1.5  # at least 2 a pass but the last

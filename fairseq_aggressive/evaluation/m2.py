@@ -212,6 +212,24 @@ def apply_edits(source_tokens: Sequence[str], edits: Iterable[Edit]) -> List[str
 Node = Tuple[int, int]
 
 
+def distance_table(src: Sequence[str], hyp: Sequence[str], sub_cost: int = 1) -> List[List[int]]:
+    """Levenshtein table: ``d[i][j]`` = edits turning ``src[:i]`` into ``hyp[:j]`` (insertion and
+    deletion cost 1, substitution ``sub_cost``)."""
+    n, m = len(src), len(hyp)
+    d = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n + 1):
+        d[i][0] = i
+    for j in range(m + 1):
+        d[0][j] = j
+    for i in range(1, n + 1):
+        row, prev = d[i], d[i - 1]
+        si = src[i - 1]
+        for j in range(1, m + 1):
+            diag = prev[j - 1] + (0 if si == hyp[j - 1] else sub_cost)
+            row[j] = min(diag, prev[j] + 1, row[j - 1] + 1)
+    return d
+
+
 def _lattice(src: Sequence[str], hyp: Sequence[str]) -> Dict[Node, List[Tuple[Node, bool]]]:
     """Union of optimal-alignment lattices (sub cost 1 and 2).
 
@@ -220,17 +238,7 @@ def _lattice(src: Sequence[str], hyp: Sequence[str]) -> Dict[Node, List[Tuple[No
     n, m = len(src), len(hyp)
     succ: Dict[Node, set] = {}
     for sub_cost in (1, 2):
-        d = [[0] * (m + 1) for _ in range(n + 1)]
-        for i in range(n + 1):
-            d[i][0] = i
-        for j in range(m + 1):
-            d[0][j] = j
-        for i in range(1, n + 1):
-            row, prev = d[i], d[i - 1]
-            si = src[i - 1]
-            for j in range(1, m + 1):
-                diag = prev[j - 1] + (0 if si == hyp[j - 1] else sub_cost)
-                row[j] = min(diag, prev[j] + 1, row[j - 1] + 1)
+        d = distance_table(src, hyp, sub_cost)
         stack = [(n, m)]
         seen = {(n, m)}
         succ.setdefault((n, m), set())

@@ -18,24 +18,13 @@ import argparse
 import sys
 from typing import List, Optional, Sequence
 
-from .m2 import Edit, format_edit, noop_line
+from .m2 import Edit, distance_table, format_edit, noop_line
 
 
 def align_edits(src: Sequence[str], tgt: Sequence[str]) -> List[Edit]:
     """Minimal token-level edits turning ``src`` into ``tgt``."""
     n, m = len(src), len(tgt)
-    d = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n + 1):
-        d[i][0] = i
-    for j in range(m + 1):
-        d[0][j] = j
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            d[i][j] = min(
-                d[i - 1][j - 1] + (src[i - 1] != tgt[j - 1]),
-                d[i - 1][j] + 1,
-                d[i][j - 1] + 1,
-            )
+    d = distance_table(src, tgt)
     # backtrace: list of steps (i_before, j_before, changed)
     steps = []
     i, j = n, m
