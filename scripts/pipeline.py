@@ -240,6 +240,16 @@ class Pipeline:
             row["bleu"] = round(bleu.corpus_bleu(hyps, [refs], tokenized=True).score, 2)
             if evaluate.get("compound-split"):
                 row["bleu_compound_split"] = round(bleu.corpus_bleu(hyps, [refs], compound=True).score, 2)
+            if evaluate.get("sacrebleu-reference"):  # detokenized hypotheses vs the original test set
+                from sacremoses import MosesDetokenizer
+
+                detok = MosesDetokenizer(lang=self.cfg["tgt"])
+                original = Path(evaluate["sacrebleu-reference"]).read_text(encoding="utf-8").splitlines()
+                if len(original) != len(hyps):
+                    raise SystemExit(f"error: {len(hyps)} hypotheses but {len(original)} reference lines "
+                                     f"in {evaluate['sacrebleu-reference']}")
+                row["sacrebleu"] = round(bleu.corpus_bleu(
+                    [detok.detokenize(h.split()) for h in hyps], [original]).score, 2)
         else:
             from fairseq_aggressive.evaluation import gleu, m2
             gold = Path(evaluate["m2-gold"])
@@ -306,7 +316,7 @@ def write_results(work, cfg, decode, bench):
     path.write_text(json.dumps(old, indent=1))
     lines = [f"# {cfg.get('description', '')}", ""]
     if old.get("decode"):
-        keys = [k for k in ("bleu", "bleu_compound_split", "precision", "recall", "f0.5", "gleu")
+        keys = [k for k in ("bleu", "bleu_compound_split", "sacrebleu", "precision", "recall", "f0.5", "gleu")
                 if any(k in r for r in old["decode"].values())]
         keys += sorted({k for r in old["decode"].values() for k in r if k.startswith("identical_to_")})
         lines += ["| decoding | sentences | " + " | ".join(keys) + " |", "|---" * (len(keys) + 2) + "|"]

@@ -192,7 +192,7 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     decode = json.loads((work / "results.json").read_text())["decode"]
     assert {"beam5", "greedy", "gad", "gad++-hq", "gad++-he", "blockwise-k4", "blockwise-k4-frozen"} <= set(decode)
     for row in decode.values():
-        assert row["sentences"] == 300 and 0.0 <= row["bleu"] <= 100.0
+        assert row["sentences"] == 300 and 0.0 <= row["bleu"] <= 100.0 and 0.0 <= row["sacrebleu"] <= 100.0
     assert decode["gad"]["identical_to_greedy"] == 300
     assert decode["blockwise-k4"]["identical_to_blockwise-k4-greedy"] == 300
     assert decode["blockwise-k4-frozen"]["identical_to_greedy"] == 300  # frozen base = the teacher
