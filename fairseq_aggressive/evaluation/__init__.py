@@ -16,3 +16,9 @@ Sub-modules (import them explicitly; this package imports nothing heavy):
 """
 
 __all__ = ["m2", "gleu", "bleu", "parallel_to_m2", "m2_to_parallel", "errant_eval"]
+
+
+def read_lines(path):
+    """The lines of a UTF-8 text file, without line ends (shared by the evaluation CLIs)."""
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()

@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
+from . import read_lines
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -38,11 +39,6 @@ def corpus_bleu(hyps: Sequence[str], refs: Sequence[Sequence[str]], tokenized: b
     return bleu.corpus_score(list(hyps), [list(r) for r in refs])
 
 
-def _read(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
 def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="fairseq-aggressive-bleu", description=__doc__.split("\n\n")[0])
     p.add_argument("hyp", help="system output, one sentence per line")
@@ -51,8 +47,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--compound-split", action="store_true", help="WMT14 EN-DE compound-split tokenized BLEU")
     args = p.parse_args(argv)
     try:
-        hyps = _read(args.hyp)
-        refs = [_read(r) for r in args.ref]
+        hyps = read_lines(args.hyp)
+        refs = [read_lines(r) for r in args.ref]
     except OSError as exc:
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         return 2

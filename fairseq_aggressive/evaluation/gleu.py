@@ -36,6 +36,7 @@ import statistics
 import sys
 from collections import Counter
 from typing import List, Optional, Sequence
+from . import read_lines
 
 ORDER = 4
 
@@ -107,11 +108,6 @@ def corpus_gleu(sources, references, hypotheses, iterations: int = 500, order: i
     return sum(scores) / len(scores)
 
 
-def _read(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
 def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="fairseq-aggressive-gleu",
@@ -125,9 +121,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--detail", action="store_true", help="also print std and 95%% interval over iterations")
     args = p.parse_args(argv)
     try:
-        src = _read(args.source)
-        refs = [_read(r) for r in args.reference]
-        hyp = _read(args.hypothesis)
+        src = read_lines(args.source)
+        refs = [read_lines(r) for r in args.reference]
+        hyp = read_lines(args.hypothesis)
         scores = corpus_gleu_iterations(src, refs, hyp, max(1, args.iter), args.n)
     except (OSError, ValueError) as exc:
         print(f"{p.prog}: error: {exc}", file=sys.stderr)

@@ -19,6 +19,7 @@ import sys
 from typing import List, Optional, Sequence
 
 from .m2 import Edit, distance_table, format_edit, noop_line
+from . import read_lines
 
 
 def align_edits(src: Sequence[str], tgt: Sequence[str]) -> List[Edit]:
@@ -70,11 +71,6 @@ def m2_block(src: Sequence[str], tgt: Sequence[str], annotator: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _read(path: str) -> List[str]:
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
-
-
 def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m fairseq_aggressive.evaluation.parallel_to_m2",
@@ -86,7 +82,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--annotator", type=int, default=0, help="annotator id to write (default 0)")
     args = p.parse_args(argv)
     try:
-        src, tgt = _read(args.src), _read(args.tgt)
+        src, tgt = read_lines(args.src), read_lines(args.tgt)
     except OSError as exc:
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         return 2
