@@ -1,11 +1,13 @@
-# Two commands on a fresh machine:  make demo   (set up, prepare data, train, decode, benchmark)
+# Two commands on a fresh machine:  make demo   (set up, decode with the shipped UA-GEC model:
+#                                                beam 5 vs greedy vs IAD, checks, speedups)
 #                                   make test   (set up, run the test suite)
+# make demo-train: the training path (train a small model on the bundled sample, then the same)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 WORK   ?= work
 
-.PHONY: setup demo test gad-ende blockwise-ende clean
+.PHONY: setup demo demo-train test gad-ende blockwise-ende clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -18,7 +20,10 @@ $(BIN)/.installed: setup.py
 setup: $(BIN)/.installed
 
 demo: setup
-	PATH="$(abspath $(BIN)):$$PATH" WORK=$(WORK) bash scripts/demo.sh
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --work $(WORK)
+
+demo-train: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --train --work $(WORK)
 
 # GAD at CPU scale on the Debian en-de corpus (about 1.5 h on 2 cores; see README)
 gad-ende: setup

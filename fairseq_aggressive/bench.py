@@ -8,13 +8,15 @@ side in one process on binarized data.
 GAD modes need ``--drafter-path DRAFTER.pt``: ``gad`` (exact), ``gad++``
 (top-beta/tau: ``--gad-beta/--gad-tau`` if beta > 1, else beta 3, tau 1.0),
 each optionally with a block size, e.g. ``gad@4,gad@8,gad++@8``; ``gad-bf16@8``
-runs the drafter in bfloat16.  Blockwise
+runs the drafter in bfloat16 where the CPU has it natively (float32 elsewhere).  Blockwise
 modes (a ``transformer_blockwise`` checkpoint): ``blockwise`` (exact),
 ``blockwise-top3`` (top-3 acceptance), ``blockwise-min2`` (minimum block 2).
 
 Every batch is decoded by every mode back to back (interleaved), so machine
 noise hits all modes alike; a warm-up precedes timing, and timing covers
-decoding only (data loading and model loading are excluded).
+decoding only (data loading and model loading are excluded).  The table and
+the JSON name the machine: CPU model, torch's CPU capability, native bf16,
+threads, torch and fairseq versions.
 """
 import argparse
 import json
@@ -28,6 +30,7 @@ from typing import Dict, List
 import torch
 
 import fairseq_aggressive  # noqa: F401  (registers the task, patches loading)
+from fairseq_aggressive.cpu_features import describe_machine, machine_info
 
 logger = logging.getLogger("fairseq_aggressive.bench")
 
@@ -61,7 +64,7 @@ def mode_overrides(name: str, args) -> Dict:
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
     ov = dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=int(k) if k else None,
-              drafter_bf16=bf16 or bool(getattr(args, "drafter_bf16", False)))
+              drafter_bf16="auto" if bf16 else (getattr(args, "drafter_bf16", None) or "off"))
     if base == "gad++":
         user_beta = getattr(args, "gad_beta", 1)
         ov.update(GADPP_DEFAULT if user_beta == 1 else dict(gad_beta=user_beta, gad_tau=args.gad_tau))
@@ -170,7 +173,8 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
 
     recs = [per_sent[i] for i in sorted(per_sent)]
     has_ref = all("ref_text" in r for r in recs)
-    out = {"sentences": len(recs), "batch_size": bsz, "threads": threads, "modes": {}}
+    out = {"sentences": len(recs), "batch_size": bsz, "threads": threads,
+           "machine": machine_info(), "modes": {}}
     for m in modes:
         row = {
             "total_s": totals[m],
@@ -210,6 +214,7 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
 def print_table(res, file=sys.stdout):
     has_base = "base_beam5" in res["modes"]
     cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy", "passes/sent", "tok/pass", "draft time", "=greedy", "BLEU", "exact"]
+    print(f"machine: {describe_machine(res['machine'])}", file=file)
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, {res['threads']} threads", file=file)
     print("| " + " | ".join(cols) + " |", file=file)
     print("|" + "---|" * len(cols), file=file)

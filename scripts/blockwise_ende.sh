@@ -4,7 +4,7 @@
 #   for k in $KS: proposal heads on the frozen verifier ("regular") and the whole model
 #   fine-tuned ("fine tuning"), then one benchmark: beam 5, greedy, blockwise exact/top-2/min-2.
 #   scripts/blockwise_ende.sh [WORK_DIR]      (default work/)
-# Environment: KS="2 4 8", FROZEN_MIN=8, FINETUNE_MIN=8 (minutes per model), FINETUNE_LR=1e-4
+# Environment: KS="2 4 8", FROZEN_UPDATES=150, FINETUNE_UPDATES=150 (per model), FINETUNE_LR=1e-4
 # (fine-tuning moves the base away from the verifier: valid head-1 accuracy 0.272 frozen, 0.234
 # after 67 updates at 5e-4; train-time head-1 accuracy includes dropout there), BENCH_N=400,
 # VERIFIER (the AR checkpoint the heads sit on; default the teacher, which gad_ende.sh verifies with),
@@ -28,8 +28,8 @@ for k in ${KS:-2 4 8}; do
     extra=(--init-from-ar "$verifier" --warmup-updates 50)
     [ $setting = frozen ] && extra+=(--freeze-base --lr 1e-3)
     [ $setting = finetune ] && extra+=(--lr "${FINETUNE_LR:-1e-4}")
-    minutes=$([ $setting = frozen ] && echo "${FROZEN_MIN:-8}" || echo "${FINETUNE_MIN:-8}")
-    bash "$here/train_ar.sh" "$kd/bin" "$save" 6 6 "$minutes" --arch transformer_blockwise \
+    updates=$([ $setting = frozen ] && echo "${FROZEN_UPDATES:-150}" || echo "${FINETUNE_UPDATES:-150}")
+    bash "$here/train_ar.sh" "$kd/bin" "$save" 6 6 "$updates" --arch transformer_blockwise \
         --blockwise-k "$k" --criterion blockwise_cross_entropy "${extra[@]}"
   done
 done

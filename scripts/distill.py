@@ -60,8 +60,9 @@ def main(argv=None):
     ap.add_argument("--max-tokens", type=int, default=6000)
     ap.add_argument("--num-shards", type=int, default=1)
     ap.add_argument("--shard-ids", default=None, help="comma-separated shards to decode (default all)")
-    ap.add_argument("--max-minutes", type=float, default=None,
-                    help="stop starting new shards after this many minutes (bounded CPU runs)")
+    ap.add_argument("--max-shards", type=int, default=None,
+                    help="decode only the first N of the selected shards (a bounded CPU run that "
+                    "gives the same data on every machine)")
     ap.add_argument("--user-dir", default=None, help="plugin dir (default: the installed fairseq_aggressive)")
     ap.add_argument("--cpu", action="store_true")
     ap.add_argument("--workers", type=int, default=1)
@@ -71,6 +72,10 @@ def main(argv=None):
     src, tgt = detect_langs(args.data)
     shard_ids = list(range(args.num_shards)) if args.shard_ids is None else [
         int(s) for s in args.shard_ids.split(",")]
+    if args.max_shards is not None:
+        if args.max_shards < 1:
+            raise SystemExit(f"error: --max-shards must be >= 1, got {args.max_shards}")
+        shard_ids = shard_ids[: args.max_shards]
     if any(not 0 <= s < args.num_shards for s in shard_ids):
         raise SystemExit(f"error: --shard-ids must lie in 0..{args.num_shards - 1}")
     if not os.path.isfile(args.teacher):
@@ -84,9 +89,6 @@ def main(argv=None):
     pairs = {}
     t0 = time.time()
     for shard in shard_ids:
-        if args.max_minutes is not None and pairs and time.time() - t0 > 60 * args.max_minutes:
-            print(f"time budget of {args.max_minutes} min used: stopping before shard {shard}", flush=True)
-            break
         log = os.path.join(args.out, f"generate.train.shard{shard}.txt")
         cmd = [
             sys.executable, "-m", "fairseq_cli.generate", args.data, "--user-dir", user_dir,

@@ -4,8 +4,9 @@
 #   teacher, or the teacher fine-tuned on the distilled set) -> block_nat drafter on the distilled
 #   set (encoder initialised from the teacher) -> benchmark (beam 5, greedy, GAD, GAD++).
 #   scripts/gad_ende.sh [WORK_DIR]        (default work/)
-# Time budgets (minutes) via environment: TEACHER_MIN=42 DISTILL_MIN=13 VERIFIER_MIN=0 (0: the
-# teacher is the verifier) DRAFTER_MIN=25, BLOCK=8 (training block size), BENCH_N=400, BENCH_MODES.
+# Budgets via environment, in updates (the same models on every machine): TEACHER_UPDATES=900,
+# VERIFIER_UPDATES=0 (0: the teacher is the verifier), DRAFTER_UPDATES=850; DISTILL_SHARDS=7 (of 16
+# shards of the training set); BLOCK=8 (training block size), BENCH_N=400, BENCH_MODES.
 # DISTILL_BEAM=5 (Seq-KD beam; 1 distills the verifier's own greedy outputs). The drafter's
 # last checkpoint is used (its validation loss is against the real references, not the teacher).
 # A step whose output exists is skipped, so the script can be re-run after an interruption.
@@ -17,21 +18,19 @@ data=$work/ende teacher=$work/ende-teacher kd=$work/ende-distill$([ "$beam" = 5 
 verifier=$work/ende-verifier drafter=$work/ende-drafter-k${BLOCK:-8}$([ "$beam" = 5 ] || echo "-beam$beam")
 export SRC=en TGT=de
 [ -d "$data/bin" ] || python "$here/prepare_debian_ende.py" --out "$data" --workers 1
-[ -f "$teacher/checkpoint_best.pt" ] || bash "$here/train_ar.sh" "$data/bin" "$teacher" 6 6 "${TEACHER_MIN:-42}"
+[ -f "$teacher/checkpoint_best.pt" ] || bash "$here/train_ar.sh" "$data/bin" "$teacher" 6 6 "${TEACHER_UPDATES:-900}"
 [ -d "$kd/bin" ] || python "$here/distill.py" --teacher "$teacher/checkpoint_best.pt" --data "$data/bin" \
-    --out "$kd" --cpu --beam "$beam" --num-shards 16 --max-minutes "${DISTILL_MIN:-13}" --max-len-a 1.2 --max-len-b 10
-# the verifier: the teacher itself (VERIFIER_MIN=0, default), or the teacher fine-tuned on the
-# distilled set for VERIFIER_MIN minutes (fairseq counts the teacher's training time against
-# --stop-time-hours after --finetune-from-model, so the budget is added to it)
-if [ "${VERIFIER_MIN:-0}" = 0 ]; then
+    --out "$kd" --cpu --beam "$beam" --num-shards 16 --max-shards "${DISTILL_SHARDS:-7}" --max-len-a 1.2 --max-len-b 10
+# the verifier: the teacher itself (VERIFIER_UPDATES=0, default), or the teacher fine-tuned on the
+# distilled set for VERIFIER_UPDATES updates (--finetune-from-model counts updates from 0)
+if [ "${VERIFIER_UPDATES:-0}" = 0 ]; then
   verifier=$teacher
 elif [ ! -f "$verifier/checkpoint_best.pt" ]; then
-  teacher_min=$(python -c "import torch; s = torch.load('$teacher/checkpoint_best.pt', map_location='cpu', weights_only=False); print(s['extra_state']['previous_training_time'] / 60)")
-  bash "$here/train_ar.sh" "$kd/bin" "$verifier" 6 6 "$(python -c "print($teacher_min + ${VERIFIER_MIN})")" \
+  bash "$here/train_ar.sh" "$kd/bin" "$verifier" 6 6 "${VERIFIER_UPDATES}" \
     --finetune-from-model "$teacher/checkpoint_best.pt" --lr-scheduler fixed --warmup-updates 50 --lr 5e-4
 fi
 [ -f "$drafter/checkpoint_best.pt" ] || bash "$here/train_drafter.sh" "$kd/bin" "$drafter" 6 3 "${BLOCK:-8}" \
-    "${DRAFTER_MIN:-25}" --init-encoder-from "$teacher/checkpoint_best.pt"
+    "${DRAFTER_UPDATES:-850}" --init-encoder-from "$teacher/checkpoint_best.pt"
 fairseq-aggressive-bench "$data/bin" --user-dir "$here/../fairseq_aggressive" -s en -t de \
     --path "$verifier/checkpoint_best.pt" --drafter-path "$drafter/checkpoint_last.pt" \
     --gen-subset test --remove-bpe --batch-size 1 --threads 2 --bench-max-sentences "${BENCH_N:-400}" \

@@ -207,13 +207,15 @@ def remove_bpe(line):
 PREFIX_OPTION = {"train": "--trainpref", "valid": "--validpref", "test": "--testpref"}
 
 
-def preprocess_command(out_dir, src, tgt, workers, splits=SPLITS, destdir=None):
-    """The fairseq-preprocess command line used by ``binarize``."""
+def preprocess_command(out_dir, src, tgt, workers, splits=SPLITS, destdir=None, dictionary=None):
+    """The fairseq-preprocess command line used by ``binarize``.  Without
+    ``dictionary`` a joined dictionary is learned on train; with it (a
+    ``dict.*.txt`` file, e.g. a shipped model's) every split is binarized with it."""
     out_dir = Path(out_dir)
     unknown = [split for split in splits if split not in PREFIX_OPTION]
-    if unknown or "train" not in splits:
-        raise ValueError(f"splits must include train and be among {list(PREFIX_OPTION)}: "
-                         f"{list(splits)}")
+    if unknown or not splits or ("train" not in splits and dictionary is None):
+        raise ValueError(f"splits must include train (or a dictionary be given) and be among "
+                         f"{list(PREFIX_OPTION)}: {list(splits)}")
     command = [sys.executable, "-m", "fairseq_cli.preprocess",
                "--source-lang", src, "--target-lang", tgt]
     for split in SPLITS:
@@ -221,10 +223,13 @@ def preprocess_command(out_dir, src, tgt, workers, splits=SPLITS, destdir=None):
             command += [PREFIX_OPTION[split], str(out_dir / split)]
     command += ["--destdir", str(destdir or out_dir / "bin"),
                 "--joined-dictionary", "--workers", str(workers)]
+    if dictionary is not None:
+        command += ["--srcdict", str(dictionary)]
     return command
 
 
-def binarize(out_dir, src, tgt, workers, splits=SPLITS, destdir=None, verbose=False):
+def binarize(out_dir, src, tgt, workers, splits=SPLITS, destdir=None, verbose=False,
+             dictionary=None):
     """Binarize ``out_dir/{split}.{src,tgt}`` into ``out_dir/bin`` (or `destdir`).
 
     Runs ``python -m fairseq_cli.preprocess`` with a joined dictionary.  A
@@ -233,7 +238,7 @@ def binarize(out_dir, src, tgt, workers, splits=SPLITS, destdir=None, verbose=Fa
     fairseq's log (stderr) through; otherwise it is only shown on failure,
     which ends the program with the last lines of that log.
     """
-    command = preprocess_command(out_dir, src, tgt, workers, splits, destdir)
+    command = preprocess_command(out_dir, src, tgt, workers, splits, destdir, dictionary)
     target = Path(command[command.index("--destdir") + 1])
     missing = [f"{Path(out_dir) / split}.{lang}" for split in splits for lang in (src, tgt)
                if not Path(f"{Path(out_dir) / split}.{lang}").is_file()]

@@ -35,7 +35,7 @@ TINY = ["--encoder-layers", "2", "--decoder-layers", "1",
 COMMON = ["--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
           "--warmup-updates", "50", "--max-tokens", "3000", "--dropout", "0",
           "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
-          "--cpu-bf16", "--seed", "1"]
+          "--seed", "1"]
 
 
 @pytest.fixture(scope="session")

@@ -87,6 +87,12 @@ def test_bench_cli(trained, tmp_path):
     assert res["modes"]["greedy"]["identical_to_greedy"] == 40
     assert "speedup_vs_beam5" in res["modes"]["iad"] and png.stat().st_size > 1000
     assert "| iad |" in proc.stdout
+    # the machine is named with every result
+    import torch
+
+    assert res["machine"]["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
+    assert {"cpu_model", "native_bf16", "torch", "fairseq", "torch_threads"} <= set(res["machine"])
+    assert "machine: " in proc.stdout and "native bf16" in proc.stdout
 
 
 def test_hub_api_iad(trained):

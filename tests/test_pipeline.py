@@ -106,6 +106,26 @@ def test_small_scales_need_no_licensed_data_or_gpu(config, scale, tmp_path, monk
     assert "--fp16" not in flat and "--distributed-world-size" not in flat
 
 
+@pytest.mark.parametrize("config,scale", CASES, ids=[f"{os.path.basename(c)}-{s}" for c, s in CASES])
+def test_budgets_in_updates_and_no_hidden_bf16(config, scale, tmp_path, monkeypatch):
+    """Every training run is bounded by updates (the same model on every machine), never by
+    wall clock; distillation by shards, not minutes; no config assumes a bfloat16 CPU."""
+    cfg, pipe = dry_run(config, scale, tmp_path, monkeypatch)
+    for argv in pipe.commands:
+        flat = list(map(str, argv))
+        assert "--stop-time-hours" not in flat and "--max-minutes" not in flat, flat
+        assert "--cpu-bf16" not in flat and "--drafter-bf16" not in flat, flat
+        if os.path.basename(flat[0]) == "fairseq-train":
+            assert int(parse_with_fairseq(flat).max_update) > 0, flat
+
+
+def test_scripts_have_no_wall_clock_budgets():
+    for path in glob.glob(os.path.join(ROOT, "scripts", "*.sh")) + [os.path.join(ROOT, "Makefile")]:
+        text = open(path, encoding="utf-8").read()
+        assert "stop-time-hours" not in text and "max-minutes" not in text, path
+        assert "--cpu-bf16" not in text.replace("CPU_BF16=--cpu-bf16", ""), path
+
+
 def test_paper_gec_needs_the_licensed_paths(tmp_path, monkeypatch):
     for k in LICENSED_ENV:
         monkeypatch.delenv(k, raising=False)

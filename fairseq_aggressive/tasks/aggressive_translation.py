@@ -1,8 +1,8 @@
 """Task ``aggressive_translation``: fairseq's translation task whose generator
 is chosen by ``--decoding`` (``beam`` = stock SequenceGenerator, ``iad`` =
 input-guided aggressive decoding, ``gad`` = a ``block_nat`` drafter proposes
-blocks, GAD++ with ``--gad-beta/--gad-tau``), plus an opt-in CPU bf16
-training mode.  The same task trains the AR models and (``--block-size``)
+blocks, GAD++ with ``--gad-beta/--gad-tau``), plus opt-in CPU bfloat16
+(only where the CPU does it natively: :mod:`fairseq_aggressive.cpu_features`).  The same task trains the AR models and (``--block-size``)
 the block drafter."""
 import atexit
 import logging
@@ -16,11 +16,13 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..acceptance import build_acceptance, build_blockwise_acceptance
+from ..cpu_features import PRECISION_CHOICES, use_bf16
 
 logger = logging.getLogger("fairseq_aggressive")
 
 DECODINGS = ["beam", "iad", "gad", "blockwise"]
 DECODING_CHOICES = ChoiceEnum(DECODINGS)
+PRECISION = ChoiceEnum(list(PRECISION_CHOICES))
 
 
 @dataclass
@@ -57,11 +59,13 @@ class AggressiveTranslationConfig(TranslationConfig):
             "decoding default = the drafter's training value"
         },
     )
-    drafter_bf16: bool = field(
-        default=False,
+    drafter_bf16: PRECISION = field(
+        default="off",
         metadata={
-            "help": "GAD: run the drafter in bfloat16 (faster on CPUs with AVX-512 BF16 or AMX); "
-            "the verifier stays fp32, so exact GAD still equals greedy"
+            "help": "GAD: run the drafter in bfloat16: auto (the bare flag) = only where the CPU "
+            "has native bf16 (AVX-512 BF16, AMX), else float32 with a warning; on = always; "
+            "off. The verifier stays fp32, so exact GAD still equals greedy",
+            "argparse_const": "auto",
         },
     )
     gad_beta: int = field(
@@ -80,11 +84,14 @@ class AggressiveTranslationConfig(TranslationConfig):
         default=1,
         metadata={"help": "blockwise: every pass emits at least this many tokens (1 = exact)"},
     )
-    cpu_bf16: bool = field(
-        default=False,
+    cpu_bf16: PRECISION = field(
+        default="off",
         metadata={
-            "help": "train and validate under torch.autocast('cpu', bfloat16) "
-            "(fairseq's --bf16 takes a TPU path on CPU); decoding stays fp32"
+            "help": "train and validate under torch.autocast('cpu', bfloat16) (fairseq's --bf16 "
+            "takes a TPU path on CPU): auto (the bare flag) = only where the CPU has native "
+            "bf16, else float32 with a warning; on = always (emulated bf16 is ~75x slower); "
+            "off (default). Decoding stays fp32",
+            "argparse_const": "auto",
         },
     )
 
@@ -136,6 +143,7 @@ class AggressiveTranslationTask(TranslationTask):
         build_acceptance(cfg.gad_beta, cfg.gad_tau)  # checks beta/tau
         build_blockwise_acceptance(cfg.blockwise_topk, cfg.min_block_size)
         self._drafters = {}
+        self._train_bf16 = None
 
     def _option(self, args, name):
         """A decoding option: per-call generation args (hub API) win over the task config."""
@@ -254,7 +262,7 @@ class AggressiveTranslationTask(TranslationTask):
         path = self._option(args, "drafter_path")
         if not path:
             raise ValueError("--decoding gad needs a drafter: pass --drafter-path DRAFTER.pt")
-        dtype = torch.bfloat16 if self._option(args, "drafter_bf16") else None
+        dtype = torch.bfloat16 if use_bf16(self._option(args, "drafter_bf16"), "--drafter-bf16") else None
         drafter_model, trained_k = self.load_drafter(path, like=models[0], dtype=dtype)
         check_drafter(drafter_model, models[0], self.target_dictionary)
         k = self._option(args, "block_size")
@@ -280,7 +288,9 @@ class AggressiveTranslationTask(TranslationTask):
 
     # ------------------------------------------------------------ training
     def _autocast(self):
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(self.cfg.cpu_bf16))
+        if self._train_bf16 is None:  # decided once, on the first step
+            self._train_bf16 = use_bf16(self.cfg.cpu_bf16, "--cpu-bf16")
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self._train_bf16)
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         with self._autocast():
