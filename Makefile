@@ -34,7 +34,7 @@ blockwise-ende: setup
 	PATH="$(abspath $(BIN)):$$PATH" bash scripts/blockwise_ende.sh $(WORK)
 
 test: setup
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=15 tests
 
 clean:
 	rm -rf $(WORK)

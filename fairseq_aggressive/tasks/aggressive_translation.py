@@ -1,9 +1,9 @@
 """Task ``aggressive_translation``: fairseq's translation task whose generator
 is chosen by ``--decoding`` (``beam`` = stock SequenceGenerator, ``iad`` =
 input-guided aggressive decoding, ``gad`` = a ``block_nat`` drafter proposes
-blocks, GAD++ with ``--gad-beta/--gad-tau``), plus opt-in CPU bfloat16
-(only where the CPU does it natively: :mod:`fairseq_aggressive.cpu_features`).  The same task trains the AR models and (``--block-size``)
-the block drafter."""
+blocks, GAD++ with ``--gad-beta/--gad-tau``), plus opt-in CPU bfloat16 (only
+where the CPU does it natively: :mod:`fairseq_aggressive.cpu_features`).  The
+same task trains the AR models and (``--block-size``) the block drafter."""
 import atexit
 import logging
 from dataclasses import dataclass, field
