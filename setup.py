@@ -25,6 +25,8 @@ setup(
         "data": ["ua-gec"],
         "bench": ["matplotlib"],
         "test": ["pytest"],
+        # CTranslate2 as a benchmark baseline (bench modes ct2, ct2-int8)
+        "ct2": ["ctranslate2>=4.0"],
         # ERRANT (BEA-19 evaluation); pulls in spaCy. The English model must be
         # installed separately: python -m spacy download en_core_web_sm
         "gec": ["errant"],

@@ -12,8 +12,17 @@ runs the drafter in bfloat16 where the CPU has it natively (float32 elsewhere). 
 modes (a ``transformer_blockwise`` checkpoint): ``blockwise`` (exact),
 ``blockwise-top3`` (top-3 acceptance), ``blockwise-min2`` (minimum block 2).
 
-Every batch is decoded by every mode back to back (interleaved), so machine
-noise hits all modes alike; a warm-up precedes timing, and timing covers
+CTranslate2 modes (``pip install 'fairseq-aggressive[ct2]'``): ``ct2`` and
+``ct2-int8`` decode the same batches greedily with CTranslate2 (float32 and
+int8 compute), converted once from the checkpoint with CTranslate2's fairseq
+converter (cached as ``CKPT.ct2/``).  CTranslate2 runs in a process of its own
+(in the torch process the two OpenMP runtimes slow each other down many
+times), with the same thread count, after the torch modes have finished: the
+same warm-up batches first, then every batch timed one by one around
+``translate_batch``; the length cap is fairseq's (``--max-len-a/-b``).
+
+The torch modes decode every batch back to back (interleaved), so machine
+noise hits them alike; a warm-up precedes timing, and timing covers
 decoding only (data loading and model loading are excluded).  The table and
 the JSON name the machine: CPU model, torch's CPU capability, native bf16,
 threads, torch and fairseq versions.
@@ -30,6 +39,8 @@ from typing import Dict, List
 import torch
 
 import fairseq_aggressive  # noqa: F401  (registers the task, patches loading)
+from fairseq_aggressive import ct2_baseline
+from fairseq_aggressive.ct2_baseline import COMPUTE_TYPES
 from fairseq_aggressive.cpu_features import describe_machine, machine_info
 
 logger = logging.getLogger("fairseq_aggressive.bench")
@@ -49,6 +60,8 @@ def mode_overrides(name: str, args) -> Dict:
     """Generation overrides for a mode name (``beam5``, ``iad``, ``gad@8``, ``gad++`` ...)."""
     if name in MODES:
         return dict(MODES[name])
+    if name in COMPUTE_TYPES:
+        return {}
     m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
     if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
         return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),
@@ -59,7 +72,7 @@ def mode_overrides(name: str, args) -> Dict:
     if base not in ("gad", "gad++") or (k and not k.isdigit()):
         raise SystemExit(
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
-            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL]"
+            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], ct2, ct2-int8"
         )
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
@@ -75,7 +88,8 @@ def add_bench_args(parser):
     g = parser.add_argument_group("benchmark")
     g.add_argument("--bench-modes", default="beam5,greedy,iad",
                    help="comma-separated modes among: " + ", ".join(MODES) + ", gad, gad++ "
-                   "(GAD with --drafter-path; gad@K sets the block size)")
+                   "(GAD with --drafter-path; gad@K sets the block size), blockwise, "
+                   "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own)")
     g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     g.add_argument("--bench-max-sentences", type=int, default=None,
                    help="decode only the first N sentences of the subset")
@@ -115,7 +129,15 @@ def run(cfg, bench) -> Dict:
     task = tasks.setup_task(cfg.task)
     models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
     model = models[0].eval()
-    specs = [(m, model, overrides[m]) for m in modes]  # (name, model, generation overrides)
+    ct2_modes = [m for m in modes if m in COMPUTE_TYPES]
+    ct2_dir = None
+    if ct2_modes:
+        try:
+            ct2_dir = ct2_baseline.converted_model(cfg.common_eval.path, cfg.task.data)
+        except ct2_baseline.CT2Error as e:
+            raise SystemExit(f"error: {e}")
+    # (name, model, generation overrides) of the modes decoded in this process
+    specs = [(m, model, overrides[m]) for m in modes if m not in COMPUTE_TYPES]
     if bench.baseline_path:
         base, _ = checkpoint_utils.load_model_ensemble([bench.baseline_path], task=task)
         specs.insert(0, ("base_beam5", base[0].eval(), MODES["beam5"]))
@@ -145,7 +167,7 @@ def run(cfg, bench) -> Dict:
     steps = {m: 0 for m in modes}  # batched decoder steps of the stock generators
     for sample in progress_bar.progress_bar(batches, log_format="tqdm", prefix="bench"):
         sids = sample["id"].tolist()
-        for m in modes:
+        for m in gens:
             t0 = time.perf_counter()
             mdl, gen = gens[m]
             hypos = gen.generate([mdl], sample)
@@ -160,12 +182,46 @@ def run(cfg, bench) -> Dict:
             rec = per_sent[sid]
             src = utils.strip_pad(sample["net_input"]["src_tokens"][k], src_dict.pad()).tolist()
             rec["src_text"] = src_dict.string(torch.tensor(src), bpe)
+            rec["src_tokens"] = src
             if sample.get("target") is not None:
                 ref = utils.strip_pad(sample["target"][k], tgt_dict.pad())
                 rec["ref_text"] = tgt_dict.string(ref, bpe)
-            base = rec.get("greedy", rec[modes[0]])["tokens"]
-            rec["edit_ratio"] = levenshtein(src, base) / max(len(src), 1)
+    for m in ct2_modes:
+        run_ct2(m, ct2_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps)
+    for rec in per_sent.values():
+        base = rec.get("greedy", rec[modes[0]])["tokens"]
+        src = rec.pop("src_tokens")
+        rec["edit_ratio"] = levenshtein(src, base) / max(len(src), 1)
     return summarize(modes, per_sent, totals, steps, gens, bsz, bench.threads)
+
+
+def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps):
+    """Decode the bench's batches with CTranslate2 in its own process; record
+    them like the torch modes (token ids with the final EOS, ms per sentence)."""
+    from fairseq import utils
+
+    max_pos = model.max_decoder_positions()
+    gen = cfg.generation
+    requests = []
+    for sample in batches:
+        src = sample["net_input"]["src_tokens"]
+        max_len = min(int(gen.max_len_a * src.size(1) + gen.max_len_b), max_pos - 1)
+        toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
+        requests.append({"tokens": toks, "max_len": max_len})
+    try:
+        res = ct2_baseline.decode(model_dir, requests, mode, bench.threads, bench.warmup)
+    except ct2_baseline.CT2Error as e:
+        raise SystemExit(f"error: {e}")
+    bpe = cfg.common_eval.post_process
+    for sample, out in zip(batches, res["batches"]):
+        sids = sample["id"].tolist()
+        totals[mode] += out["seconds"]
+        steps[mode] += 1 + max(len(h) for h in out["hyps"])
+        for sid, hyp in zip(sids, out["hyps"]):
+            ids = [tgt_dict.index(t) for t in hyp] + [tgt_dict.eos()]
+            per_sent[sid][mode] = {"ms": 1000 * out["seconds"] / len(sids), "tokens": ids,
+                                   "text": tgt_dict.string(torch.tensor(ids), bpe)}
+    logger.info(f"{mode}: CTranslate2 {res['version']}, {model_dir}")
 
 
 def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
@@ -184,7 +240,7 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
         for base in ("base_beam5", "beam5", "greedy"):
             if base in modes:
                 row[f"speedup_vs_{base}"] = totals[base] / totals[m] if totals[m] else float("nan")
-        gen = gens[m][1]
+        gen = gens[m][1] if m in gens else None
         if hasattr(gen, "stats"):
             st = gen.stats.as_dict()
             row["decoder_passes"] = st["sentence_passes"]

@@ -28,9 +28,13 @@ def export(ckpt, data, bpe_codes, out, note=""):
         raise SystemExit(f"error: no BPE codes at {bpe_codes}")
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     state.pop("last_optimizer_state", None)
-    state["model"] = {k: v.half() if v.is_floating_point() else v for k, v in state["model"].items()}
+    state["model"] = _to_half(state["model"])
     hist = state.get("optimizer_history") or [{}]
     extra = state.get("extra_state") or {}
+    try:
+        meta = _describe(state, hist, extra, note)
+    except (AttributeError, KeyError, TypeError) as e:
+        raise SystemExit(f"error: {ckpt} has no usable fairseq config ({e!r})")
     tmp = out.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -39,27 +43,51 @@ def export(ckpt, data, bpe_codes, out, note=""):
         shutil.copy(os.path.join(data, f), tmp)
     if bpe_codes:
         shutil.copy(bpe_codes, os.path.join(tmp, "bpe.codes"))
-    cfg = state["cfg"]
-    meta = {
-        "arch": cfg["model"].arch if hasattr(cfg["model"], "arch") else cfg["model"]._name,
-        "encoder_layers": cfg["model"].encoder_layers,
-        "decoder_layers": cfg["model"].decoder_layers,
-        "embed_dim": cfg["model"].encoder_embed_dim,
-        "ffn_dim": cfg["model"].encoder_ffn_embed_dim,
-        "source_lang": cfg["task"].source_lang,
-        "target_lang": cfg["task"].target_lang,
-        "updates": hist[-1].get("num_updates"),
-        "best_valid_loss": (extra.get("best") if extra.get("best") is not None
-                            else hist[-1].get("best_loss")),
-        "parameters": sum(v.numel() for v in state["model"].values()),
-        "storage": "float16 (loaded as float32)",
-        "note": note,
-    }
     with open(os.path.join(tmp, "MODEL.json"), "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1, default=str)
     shutil.rmtree(out, ignore_errors=True)
     os.replace(tmp, out)
     return meta
+
+
+def _to_half(weights):
+    """float16 copies of the floating-point tensors; tensors that shared storage
+    (tied embeddings and output projection) still share it, so they are stored once."""
+    out, seen = {}, {}
+    for k, v in weights.items():
+        if not v.is_floating_point():
+            out[k] = v
+            continue
+        key = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), tuple(v.stride()))
+        if key not in seen:
+            seen[key] = v.half()
+        out[k] = seen[key]
+    return out
+
+
+def _get(section, key):
+    """A field of a config section stored as an argparse Namespace, a dict or a DictConfig."""
+    return section[key] if isinstance(section, dict) else getattr(section, key)
+
+
+def _describe(state, hist, extra, note):
+    model, task = state["cfg"]["model"], state["cfg"]["task"]
+    arch = getattr(model, "arch", None) if not isinstance(model, dict) else model.get("arch")
+    return {
+        "arch": arch or _get(model, "_name"),
+        "encoder_layers": _get(model, "encoder_layers"),
+        "decoder_layers": _get(model, "decoder_layers"),
+        "embed_dim": _get(model, "encoder_embed_dim"),
+        "ffn_dim": _get(model, "encoder_ffn_embed_dim"),
+        "source_lang": _get(task, "source_lang"),
+        "target_lang": _get(task, "target_lang"),
+        "updates": hist[-1].get("num_updates"),
+        "best_valid_loss": (extra.get("best") if extra.get("best") is not None
+                            else hist[-1].get("best_loss")),
+        "parameters": sum(v.numel() for v in {id(v): v for v in state["model"].values()}.values()),
+        "storage": "float16 (loaded as float32)",
+        "note": note,
+    }
 
 
 def main(argv=None):

@@ -24,7 +24,9 @@ def test_generate_iad_equals_greedy(trained):
                         r"([\d.]+) tokens accepted per pass", proc.stderr)
     assert summary, proc.stderr[-2000:]
     assert int(summary.group(1)) == len(greedy)
-    assert float(summary.group(3)) > 1.0  # drafts were accepted
+    # the fixture learned what these tests rely on: it copies its input, so IAD accepts long
+    # drafts (3.37 tokens per pass on an AVX2 machine; a broken training path gives ~1)
+    assert float(summary.group(3)) >= 2.0, summary.group(0)
 
 
 def test_iad_equivalence_on_trained_model(trained):

@@ -1,0 +1,90 @@
+"""CTranslate2 greedy decoding as a benchmark baseline (bench modes ``ct2`` and
+``ct2-int8``), driven from the torch process but run in a process of its own
+(:mod:`fairseq_aggressive.ct2_worker`).
+
+The checkpoint is converted once with CTranslate2's fairseq converter and the
+result is cached beside it (``CKPT.ct2/``, or under ``~/.cache`` when that
+directory is read-only); the cache is rebuilt when the checkpoint or the
+CTranslate2 version changes.  int8 uses the same conversion with
+``compute_type="int8"``.
+"""
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Dict, List
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
+USER_DIR = os.path.dirname(os.path.abspath(__file__))
+COMPUTE_TYPES = {"ct2": "float32", "ct2-int8": "int8"}
+
+
+class CT2Error(RuntimeError):
+    pass
+
+
+def require() -> str:
+    """The installed CTranslate2 version, or a clear error."""
+    if importlib.util.find_spec("ctranslate2") is None:
+        raise CT2Error(
+            "benchmark modes ct2/ct2-int8 need CTranslate2: pip install 'fairseq-aggressive[ct2]' "
+            "(or pip install ctranslate2)"
+        )
+    return importlib.metadata.version("ctranslate2")
+
+
+def _stamp(ckpt: str, version: str) -> Dict:
+    st = os.stat(ckpt)
+    return {"checkpoint": os.path.abspath(ckpt), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "ctranslate2": version}
+
+
+def _cache_dir(ckpt: str) -> str:
+    beside = os.path.dirname(os.path.abspath(ckpt))
+    if os.access(beside, os.W_OK):
+        return os.path.abspath(ckpt) + ".ct2"
+    key = hashlib.sha1(os.path.abspath(ckpt).encode()).hexdigest()[:16]
+    return os.path.join(os.path.expanduser("~/.cache/fairseq-aggressive/ct2"), key)
+
+
+def converted_model(ckpt: str, data_dir: str) -> str:
+    """Directory of the CTranslate2 conversion of ``ckpt`` (converted on first use)."""
+    version = require()
+    out = _cache_dir(ckpt)
+    stamp = _stamp(ckpt, version)
+    stamp_file = os.path.join(out, "SOURCE.json")
+    if os.path.isfile(stamp_file):
+        with open(stamp_file) as f:
+            if json.load(f) == stamp:
+                return out
+    tmp = out + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(os.path.dirname(tmp), exist_ok=True)
+    proc = subprocess.run([sys.executable, WORKER, "convert", ckpt, data_dir, USER_DIR, tmp],
+                          capture_output=True, text=True)
+    if proc.returncode != 0 or not os.path.isfile(os.path.join(tmp, "model.bin")):
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CT2Error(f"CTranslate2 could not convert {ckpt}:\n{proc.stderr[-2000:]}")
+    with open(os.path.join(tmp, "SOURCE.json"), "w") as f:
+        json.dump(stamp, f)
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+    return out
+
+
+def decode(model_dir: str, batches: List[Dict], mode: str, threads: int, warmup: int) -> Dict:
+    """Decode ``batches`` ([{"tokens": [[str]], "max_len": int}]) greedily in a
+    CTranslate2 process; returns the worker's result (per batch seconds and
+    hypotheses as token strings)."""
+    request = {"compute_type": COMPUTE_TYPES[mode], "threads": threads, "warmup": warmup,
+               "batches": batches}
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    proc = subprocess.run([sys.executable, WORKER, "decode", model_dir], input=json.dumps(request),
+                          capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise CT2Error(f"CTranslate2 decoding failed ({mode}):\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)

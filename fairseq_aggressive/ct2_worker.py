@@ -1,0 +1,70 @@
+"""CTranslate2 in a process of its own (run as a script, never imported by the
+torch process: CTranslate2's OpenMP runtime and torch's slow each other down
+by 14-34x when both live in one process).
+
+    python ct2_worker.py convert CKPT DATA_DIR USER_DIR OUT_DIR
+    python ct2_worker.py decode MODEL_DIR < request.json > result.json
+
+``convert`` writes a CTranslate2 model with CTranslate2's own fairseq
+converter (float32 weights; int8 is chosen at load time with
+``compute_type``).  ``decode`` reads ``{"compute_type", "threads", "warmup",
+"batches": [{"tokens": [[str]], "max_len": int}]}``, decodes every batch
+greedily (beam 1), first ``warmup`` batches untimed, then all batches timed one
+by one, and writes ``{"batches": [{"seconds": float, "hyps": [[str]]}],
+"version": str}``.
+
+This file imports only the standard library and ctranslate2 (for ``decode``).
+"""
+import json
+import sys
+import time
+
+
+def convert(ckpt, data_dir, user_dir, out_dir):
+    from ctranslate2.converters import FairseqConverter
+
+    # our own checkpoints carry an argparse Namespace: trusted, so unpickled in full
+    FairseqConverter(ckpt, data_dir, user_dir=user_dir, unsafe_deserialization=True).convert(
+        out_dir, quantization=None, force=True
+    )
+
+
+def decode(model_dir, request):
+    import ctranslate2
+
+    translator = ctranslate2.Translator(
+        model_dir, device="cpu", compute_type=request["compute_type"],
+        inter_threads=1, intra_threads=request["threads"],
+    )
+
+    def run(batch):
+        res = translator.translate_batch(
+            batch["tokens"], beam_size=1, max_decoding_length=batch["max_len"],
+            min_decoding_length=1, return_scores=False,
+        )
+        return [r.hypotheses[0] for r in res]
+
+    batches = request["batches"]
+    for batch in batches[: request.get("warmup", 0)]:
+        run(batch)
+    out = []
+    for batch in batches:
+        t0 = time.perf_counter()
+        hyps = run(batch)
+        out.append({"seconds": time.perf_counter() - t0, "hyps": hyps})
+    return {"batches": out, "version": ctranslate2.__version__}
+
+
+def main(argv):
+    if len(argv) == 5 and argv[0] == "convert":
+        convert(*argv[1:])
+        return 0
+    if len(argv) == 2 and argv[0] == "decode":
+        json.dump(decode(argv[1], json.load(sys.stdin)), sys.stdout)
+        return 0
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

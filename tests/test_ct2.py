@@ -1,0 +1,58 @@
+"""CTranslate2 as a benchmark baseline: conversion cached beside the
+checkpoint, decoding in a process of its own, outputs compared with fairseq
+greedy, clear errors."""
+import json
+import os
+
+import pytest
+
+from helpers import run, tool
+
+from fairseq_aggressive import ct2_baseline
+
+
+def bench(data, ckpt, out, modes, n, bsz):
+    return run([tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--gen-subset", "test",
+                "--remove-bpe", "--bench-max-sentences", str(n), "--warmup", "2", "--threads", "1",
+                "--batch-size", str(bsz), "--bench-modes", modes, "--bench-json", str(out)])
+
+
+def test_bench_ct2_modes(trained, tmp_path):
+    data, ckpt = trained
+    js = tmp_path / "b1.json"
+    proc = bench(data, ckpt, js, "greedy,iad,ct2,ct2-int8", 30, 1)
+    res = json.loads(js.read_text())
+    ct2, int8 = res["modes"]["ct2"], res["modes"]["ct2-int8"]
+    # CTranslate2 float32 greedy is fairseq greedy (other kernels: a near tie may flip one)
+    assert ct2["identical_to_greedy"] >= 29, ct2
+    # int8 is another model (13 of 30 identical on this briefly trained fixture), not noise
+    assert int8["identical_to_greedy"] >= 5, int8
+    assert ct2["total_s"] > 0 and int8["total_s"] > 0 and ct2["mean_passes_per_sentence"] > 1
+    assert "| ct2 |" in proc.stdout and "| ct2-int8 |" in proc.stdout
+    for r in res["per_sentence"]:
+        assert r["ct2"]["tokens"][-1] == r["greedy"]["tokens"][-1]  # both end with EOS
+
+    # converted once, cached beside the checkpoint, reused by the next run (batch 4)
+    cache = ckpt.parent / (ckpt.name + ".ct2")
+    stamp = json.loads((cache / "SOURCE.json").read_text())
+    assert stamp["checkpoint"] == str(ckpt) and (cache / "model.bin").is_file()
+    before = (cache / "model.bin").stat().st_mtime_ns
+    js4 = tmp_path / "b4.json"
+    bench(data, ckpt, js4, "greedy,ct2", 30, 4)
+    assert (cache / "model.bin").stat().st_mtime_ns == before
+    assert json.loads(js4.read_text())["modes"]["ct2"]["identical_to_greedy"] >= 29
+
+
+def test_ct2_missing_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(ct2_baseline.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ct2_baseline.CT2Error, match=r"pip install 'fairseq-aggressive\[ct2\]'"):
+        ct2_baseline.require()
+
+
+def test_ct2_bad_checkpoint_leaves_nothing(tmp_path, trained):
+    data, _ = trained
+    bad = tmp_path / "broken.pt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(ct2_baseline.CT2Error, match="could not convert"):
+        ct2_baseline.converted_model(str(bad), str(data))
+    assert sorted(os.listdir(tmp_path)) == ["broken.pt"]
