@@ -12,6 +12,9 @@ runs the drafter in bfloat16 where the CPU has it natively (float32 elsewhere). 
 modes (a ``transformer_blockwise`` checkpoint): ``blockwise`` (exact),
 ``blockwise-top3`` (top-3 acceptance), ``blockwise-min2`` (minimum block 2).
 
+``iad@L`` is IAD with drafts of at most L tokens (``--max-draft-len L``; the
+SAD paper's Lmax).
+
 CTranslate2 modes (``pip install 'fairseq-aggressive[ct2]'``): ``ct2`` and
 ``ct2-int8`` decode the same batches greedily with CTranslate2 (float32 and
 int8 compute), converted once from the checkpoint with CTranslate2's fairseq
@@ -62,6 +65,9 @@ def mode_overrides(name: str, args) -> Dict:
         return dict(MODES[name])
     if name in COMPUTE_TYPES:
         return {}
+    m = re.fullmatch(r"iad@(\d+)", name)
+    if m:  # IAD with a draft length cap (the SAD paper's Lmax)
+        return dict(beam=1, decoding="iad", max_draft_len=int(m.group(1)))
     m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
     if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
         return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),
@@ -72,7 +78,7 @@ def mode_overrides(name: str, args) -> Dict:
     if base not in ("gad", "gad++") or (k and not k.isdigit()):
         raise SystemExit(
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
-            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], ct2, ct2-int8"
+            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad@LMAX, ct2, ct2-int8"
         )
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
@@ -88,7 +94,8 @@ def add_bench_args(parser):
     g = parser.add_argument_group("benchmark")
     g.add_argument("--bench-modes", default="beam5,greedy,iad",
                    help="comma-separated modes among: " + ", ".join(MODES) + ", gad, gad++ "
-                   "(GAD with --drafter-path; gad@K sets the block size), blockwise, "
+                   "(GAD with --drafter-path; gad@K sets the block size), iad@L (drafts of at most "
+                   "L tokens), blockwise, "
                    "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own)")
     g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     g.add_argument("--bench-max-sentences", type=int, default=None,

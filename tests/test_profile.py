@@ -1,0 +1,26 @@
+"""scripts/profile_pass.py: the split of IAD time into its parts adds up, the
+pass-cost table covers the widths, the operator table is printed."""
+import os
+import re
+import subprocess
+import sys
+
+from helpers import ROOT
+
+
+def test_profile_pass(trained):
+    data, ckpt = trained
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "profile_pass.py"), str(data),
+                           "--path", str(ckpt), "--sentences", "12", "--reps", "5", "--threads", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "machine: " in out
+    m = re.search(r"1\. IAD: ([\d.]+) ms per sentence, ([\d.]+) passes per sentence", out)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) >= 1, out
+    parts = dict(re.findall(r"^\| ([a-z][^|]+?) \| [\d.]+ \| [\d.]+ \| (-?\d+)% \|$", out, re.M))
+    assert {"encoder", "verifier forward", "scoring + acceptance", "drafter"} <= set(parts), parts
+    assert abs(sum(int(v) for v in parts.values()) - 100) <= 3, parts  # the parts add up
+    widths = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)
+    assert [w for w, _, _ in widths][:3] == ["1", "2", "4"] and all(float(ms) > 0 for _, ms, _ in widths)
+    assert "aten::" in out  # the operator table
