@@ -45,6 +45,7 @@ import fairseq_aggressive  # noqa: F401  (registers the task, patches loading)
 from fairseq_aggressive import ct2_baseline
 from fairseq_aggressive.ct2_baseline import COMPUTE_TYPES
 from fairseq_aggressive.cpu_features import describe_machine, machine_info
+from fairseq_aggressive.generator import length_cap
 
 logger = logging.getLogger("fairseq_aggressive.bench")
 
@@ -212,7 +213,7 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
     requests = []
     for sample in batches:
         src = sample["net_input"]["src_tokens"]
-        max_len = min(int(gen.max_len_a * src.size(1) + gen.max_len_b), max_pos - 1)
+        max_len = length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos)
         toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
         requests.append({"tokens": toks, "max_len": max_len})
     try:

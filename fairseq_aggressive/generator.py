@@ -19,6 +19,12 @@ from .drafters.base import Drafter
 from .verifier import CachedDecoderVerifier
 
 
+def length_cap(max_len_a: float, max_len_b: int, src_len: int, max_positions: int) -> int:
+    """Output tokens allowed before EOS is forced, fairseq's rule for a batch
+    whose (padded) source length is ``src_len``."""
+    return min(int(max_len_a * src_len + max_len_b), max_positions - 1)
+
+
 class DecodingStats:
     """Counters summed over all batches a generator has decoded."""
 
@@ -158,7 +164,7 @@ class AggressiveGenerator(nn.Module):
         net_input = sample["net_input"]
         src_tokens = net_input["src_tokens"]
         bsz, src_len = src_tokens.size()[:2]
-        max_len = min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)
+        max_len = length_cap(self.max_len_a, self.max_len_b, src_len, self.max_len)
         if self.min_len > max_len:
             raise ValueError("min_len cannot be larger than max_len, please adjust these!")
         device = src_tokens.device
