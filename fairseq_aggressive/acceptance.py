@@ -31,6 +31,8 @@ class ExactAcceptance:
     """Accept a drafted token iff it is the verifier's top-1 (greedy) choice.
     Output is token-for-token that of greedy decoding."""
 
+    exact_greedy = True  # capability: the native engine implements this rule
+
     def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor) -> Tuple[Tensor, Tensor]:
         choice = scores.argmax(dim=-1)
         ok = (choice == draft) & valid_mask(n_valid, draft.size(1))

@@ -61,7 +61,17 @@ GADPP_DEFAULT = dict(gad_beta=3, gad_tau=1.0)  # the paper's high-quality settin
 
 
 def mode_overrides(name: str, args) -> Dict:
-    """Generation overrides for a mode name (``beam5``, ``iad``, ``gad@8``, ``gad++`` ...)."""
+    """Generation overrides for a mode name (``beam5``, ``iad``, ``gad@8``, ``gad++`` ...).
+    An aggressive mode may end in ``-native`` or ``-torch`` (the verifier engine,
+    default ``--engine``); ``greedy-native`` is greedy search in the native
+    engine (IAD with empty drafts)."""
+    for engine in ("native", "torch"):
+        if name.endswith("-" + engine) and name != "greedy-torch":
+            base = name[: -len(engine) - 1]
+            ov = dict(beam=1, decoding="iad", max_draft_len=0) if base == "greedy" else mode_overrides(base, args)
+            if ov.get("decoding", "beam") == "beam" or base in COMPUTE_TYPES:
+                raise SystemExit(f"benchmark mode {name}: -{engine} applies to aggressive modes and greedy")
+            return dict(ov, engine=engine)
     if name in MODES:
         return dict(MODES[name])
     if name in COMPUTE_TYPES:
@@ -79,7 +89,8 @@ def mode_overrides(name: str, args) -> Dict:
     if base not in ("gad", "gad++") or (k and not k.isdigit()):
         raise SystemExit(
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
-            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad@LMAX, ct2, ct2-int8"
+            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad@LMAX, ct2, ct2-int8; "
+            "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native"
         )
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")

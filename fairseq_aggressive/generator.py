@@ -7,6 +7,7 @@ how many drafted tokens pass.  The emitted tokens, scores and length handling
 follow fairseq's ``SequenceGenerator`` with ``--beam 1`` so that exact rules
 give greedy's hypotheses and scores, in the same output format.
 """
+import logging
 import math
 import time
 from typing import Dict, List, Optional
@@ -17,6 +18,35 @@ from torch import Tensor, nn
 from .acceptance import ExactAcceptance
 from .drafters.base import Drafter
 from .verifier import CachedDecoderVerifier
+
+ENGINES = ("auto", "native", "torch")
+logger = logging.getLogger("fairseq_aggressive")
+
+
+def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance):
+    """The compiled native engine (:mod:`fairseq_aggressive.native`) or None
+    for the torch verifier.  ``auto`` takes the native one where it runs: a CPU
+    model it supports, exact acceptance, a drafter that needs neither the
+    encoder output nor the verifier's features, a CPU it was built for."""
+    if engine not in ENGINES:
+        raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "torch":
+        return None
+    from .native import NativeEngine, NativeUnavailable
+
+    try:
+        if next(model.parameters()).device.type != "cpu":
+            raise NativeUnavailable("the model is not on the CPU")
+        if not getattr(acceptance, "exact_greedy", False):
+            raise NativeUnavailable(f"{type(acceptance).__name__} is not exact greedy acceptance")
+        if drafter.wants_features or drafter.needs_encoder_out:
+            raise NativeUnavailable(f"{type(drafter).__name__} reads the verifier's encoder output or features")
+        return NativeEngine(model, tgt_dict)
+    except NativeUnavailable as e:
+        if engine == "native":
+            raise ValueError(f"--engine native: {e}") from e
+        logger.info(f"decoding with the torch verifier: {e}")
+        return None
 
 
 def length_cap(max_len_a: float, max_len_b: int, src_len: int, max_positions: int) -> int:
@@ -69,6 +99,7 @@ class AggressiveGenerator(nn.Module):
         unk_penalty: float = 0.0,
         temperature: float = 1.0,
         max_draft_len: Optional[int] = None,
+        engine: str = "auto",
     ):
         super().__init__()
         if len(models) != 1:
@@ -96,6 +127,7 @@ class AggressiveGenerator(nn.Module):
         self.stats = DecodingStats()
         self.first_chunk = 8  # positions projected to the vocabulary before checking
         self.model.eval()
+        self.native = pick_engine(engine, self.model, tgt_dict, drafter, self.acceptance)
 
     def cuda(self):
         self.model.cuda()
@@ -154,6 +186,33 @@ class AggressiveGenerator(nn.Module):
             lo, size = hi, size * 2
         return torch.cat(choices, dim=1), torch.cat(scores, dim=1), n_match
 
+    def _torch_pass(self, state, active: List[int], rows: List[List[int]], max_len: int):
+        """One pass of the torch verifier over ``rows`` = [last] + draft: per
+        row the emitted tokens (accepted drafts + the verifier's token at the
+        bifurcation, cut after the first EOS), their scores, the accepted
+        draft length and whether EOS was emitted; commits the cache."""
+        device = state.lengths.device
+        width = max(len(r) for r in rows)
+        tokens = torch.tensor([r + [self.pad] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
+        n_draft = torch.tensor([len(r) - 1 for r in rows], dtype=torch.long, device=device)
+        feats = self.verifier.forward(state, tokens, n_draft + 1)
+        positions = state.lengths.unsqueeze(1) + torch.arange(width, device=device)
+        choice, tok_scores, n_match = self._verify(feats, tokens, n_draft, positions, max_len)
+        n_emit = n_match + 1
+        steps = torch.arange(choice.size(1), device=device).unsqueeze(0)
+        is_eos = (choice == self.eos) & (steps < n_emit.unsqueeze(1))
+        done = is_eos.any(dim=1)
+        n_emit = torch.where(done, is_eos.long().argmax(dim=1) + 1, n_emit)
+        self.verifier.commit(state, n_emit)
+        if self.drafter.wants_features:  # merged verify/predict (blockwise heads)
+            t0 = time.perf_counter()
+            self.drafter.observe(active, feats, n_emit)
+            self.stats.draft_seconds += time.perf_counter() - t0
+        choice_l, score_l, n_emit_l = choice.tolist(), tok_scores.tolist(), n_emit.tolist()
+        emit = [c[:k] for c, k in zip(choice_l, n_emit_l)]
+        emit_scores = [sc[:k] for sc, k in zip(score_l, n_emit_l)]
+        return emit, emit_scores, n_match.tolist(), done.tolist()
+
     # ------------------------------------------------------------- generation
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None, bos_token=None, **kwargs):
@@ -169,8 +228,13 @@ class AggressiveGenerator(nn.Module):
             raise ValueError("min_len cannot be larger than max_len, please adjust these!")
         device = src_tokens.device
 
-        encoder_out = self.verifier.encode(net_input)
-        state = self.verifier.begin(encoder_out, max_len + 1)
+        native = self.native if self.native is not None and self.native.can_decode(src_len, max_len) else None
+        if native is not None:
+            native.set_threads(torch.get_num_threads())
+            encoder_out, state = None, native.begin(src_tokens, max_len)
+        else:
+            encoder_out = self.verifier.encode(net_input)
+            state = self.verifier.begin(encoder_out, max_len + 1)
         t0 = time.perf_counter()
         self.drafter.begin(sample, encoder_out)
         self.stats.draft_seconds += time.perf_counter() - t0
@@ -190,47 +254,29 @@ class AggressiveGenerator(nn.Module):
             t0 = time.perf_counter()
             drafts = self.drafter.propose_batch(active, [outputs[b] for b in active], caps)
             stats.draft_seconds += time.perf_counter() - t0
-            width = 1 + max(len(d) for d in drafts)
-            rows = [[last[b]] + d + [self.pad] * (width - 1 - len(d)) for b, d in zip(active, drafts)]
-            tokens = torch.tensor(rows, dtype=torch.long, device=device)
-            n_draft = torch.tensor([len(d) for d in drafts], dtype=torch.long, device=device)
-
-            feats = self.verifier.forward(state, tokens, n_draft + 1)
-            positions = state.lengths.unsqueeze(1) + torch.arange(width, device=device)
-            choice, tok_scores, n_match = self._verify(feats, tokens, n_draft, positions, max_len)
-
-            # emitted: accepted drafts + the verifier's token at the bifurcation,
-            # cut after the first EOS
-            n_emit = n_match + 1
-            steps = torch.arange(choice.size(1), device=device).unsqueeze(0)
-            is_eos = (choice == self.eos) & (steps < n_emit.unsqueeze(1))
-            done = is_eos.any(dim=1)
-            n_emit = torch.where(done, is_eos.long().argmax(dim=1) + 1, n_emit)
-            self.verifier.commit(state, n_emit)
-            if self.drafter.wants_features:  # merged verify/predict (blockwise heads)
-                t0 = time.perf_counter()
-                self.drafter.observe(active, feats, n_emit)
-                stats.draft_seconds += time.perf_counter() - t0
+            rows = [[last[b]] + d for b, d in zip(active, drafts)]
+            if native is not None:
+                emit, emit_scores, n_match, done = state.step(
+                    active, rows, max_len, self.min_len, self.unk_penalty, self.temperature)
+            else:
+                emit, emit_scores, n_match, done = self._torch_pass(state, active, rows, max_len)
 
             stats.passes += 1
             stats.sentence_passes += len(active)
-            stats.drafted += int(n_draft.sum())
-            stats.accepted += int(n_match.sum())
-            choice_l, score_l = choice.tolist(), tok_scores.tolist()
-            n_emit_l, n_match_l, done_l = n_emit.tolist(), n_match.tolist(), done.tolist()
+            stats.drafted += sum(len(d) for d in drafts)
+            stats.accepted += sum(n_match)
             keep = []
             for i, b in enumerate(active):
-                k = n_emit_l[i]
-                outputs[b].extend(choice_l[i][:k])
-                scores[b].extend(score_l[i][:k])
-                if done_l[i]:
+                outputs[b].extend(emit[i])
+                scores[b].extend(emit_scores[i])
+                if done[i]:
                     continue
                 keep.append(i)
                 last[b] = outputs[b][-1]
-                self.drafter.update(b, outputs[b], len(drafts[i]), n_match_l[i])
+                self.drafter.update(b, outputs[b], len(drafts[i]), n_match[i])
             if len(keep) < len(active):
                 active = [active[i] for i in keep]
-                if active:
+                if active and native is None:
                     state.select(torch.tensor(keep, dtype=torch.long, device=device))
 
         return [self._finalize(outputs[b], scores[b], device) for b in range(bsz)]

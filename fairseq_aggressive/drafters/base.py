@@ -24,6 +24,8 @@ class Drafter:
 
     # drafters that read the verifier's features set this and implement observe()
     wants_features = False
+    # drafters that read the verifier's encoder output in begin() set this
+    needs_encoder_out = False
 
     def observe(self, sents: List[int], feats, n_emit) -> None:
         """Called after each pass with the verifier's features (B, W, C) of the

@@ -17,12 +17,14 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from ..acceptance import build_acceptance, build_blockwise_acceptance
 from ..cpu_features import PRECISION_CHOICES, use_bf16
+from ..generator import ENGINES
 
 logger = logging.getLogger("fairseq_aggressive")
 
 DECODINGS = ["beam", "iad", "gad", "blockwise"]
 DECODING_CHOICES = ChoiceEnum(DECODINGS)
 PRECISION = ChoiceEnum(list(PRECISION_CHOICES))
+ENGINE_CHOICES = ChoiceEnum(list(ENGINES))
 
 
 @dataclass
@@ -83,6 +85,15 @@ class AggressiveTranslationConfig(TranslationConfig):
     min_block_size: int = field(
         default=1,
         metadata={"help": "blockwise: every pass emits at least this many tokens (1 = exact)"},
+    )
+    engine: ENGINE_CHOICES = field(
+        default="auto",
+        metadata={
+            "help": "verifier of --decoding iad/gad/blockwise: native = the compiled CPU engine "
+            "(fairseq_aggressive/native, built with the system C++ compiler at first use; exact "
+            "acceptance and standard Transformers only); torch = the torch verifier; auto = native "
+            "where it runs, else torch (the output is greedy's either way)"
+        },
     )
     cpu_bf16: PRECISION = field(
         default="off",
@@ -199,6 +210,7 @@ class AggressiveTranslationTask(TranslationTask):
             unk_penalty=getattr(args, "unkpen", 0),
             temperature=getattr(args, "temperature", 1.0),
             max_draft_len=self._option(args, "max_draft_len"),
+            engine=str(self._option(args, "engine")),
         )
         atexit.register(_log_summary, generator, decoding)
         return generator

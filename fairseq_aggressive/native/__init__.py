@@ -1,0 +1,6 @@
+"""The compiled CPU engine (see transformer.cpp): built at first use, loaded
+with ctypes, used by the generator for exact greedy verification."""
+from .build import NativeUnavailable, available, library
+from .engine import NativeBatch, NativeEngine, check_native
+
+__all__ = ["NativeUnavailable", "available", "library", "NativeEngine", "NativeBatch", "check_native"]

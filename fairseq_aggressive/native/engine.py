@@ -1,0 +1,220 @@
+"""The native verifier: a fairseq Transformer copied once into the compiled
+engine (``transformer.cpp``), which encodes a batch and runs whole
+verification passes (decoder over [last, draft] on the cache, projection,
+greedy choice with fairseq's adjustments, exact acceptance, scores, commit) in
+one call per pass.
+
+Models the engine does not reproduce are refused by :func:`check_native`
+(the generator then uses the torch verifier, which gives the same output).
+"""
+import ctypes
+from typing import List, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .build import NativeUnavailable, library
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int32) for n in (
+        "C", "H", "F", "enc_layers", "dec_layers", "src_vocab", "tgt_vocab", "src_positions",
+        "tgt_positions", "enc_normalize_before", "dec_normalize_before", "gelu", "pad", "unk", "eos")] + [
+        (n, ctypes.c_float) for n in ("enc_embed_scale", "dec_embed_scale", "ln_eps")]
+
+
+def _activation(layer) -> str:
+    return getattr(layer.activation_fn, "__name__", "")
+
+
+def check_native(model) -> None:
+    """Raise NativeUnavailable unless the engine computes ``model`` exactly as
+    fairseq's standard Transformer layers do."""
+    from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
+    from fairseq.modules import TransformerDecoderLayer, TransformerEncoderLayer
+
+    enc, dec = getattr(model, "encoder", None), getattr(model, "decoder", None)
+    if not isinstance(enc, TransformerEncoderBase) or not isinstance(dec, TransformerDecoderBase):
+        raise NativeUnavailable(f"{type(model).__name__} is not a standard fairseq Transformer")
+    C = dec.embed_dim
+    problems = []
+    if enc.embed_tokens.embedding_dim != C or dec.output_embed_dim != C:
+        problems.append("embedding, encoder and output dimensions differ")
+    if dec.project_in_dim is not None or dec.project_out_dim is not None:
+        problems.append("decoder input/output projections")
+    if dec.adaptive_softmax is not None or not isinstance(dec.output_projection, torch.nn.Linear):
+        problems.append("adaptive softmax")
+    if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
+        problems.append("quant-noise")
+    if enc.embed_positions is not None and dec.embed_positions is None or (
+            enc.embed_positions is None and dec.embed_positions is not None):
+        problems.append("positions in only one of encoder and decoder")
+    layers = list(enc.layers) + list(dec.layers)
+    heads = {l.self_attn.num_heads for l in layers}
+    ffn = {l.fc1.out_features for l in layers}
+    acts = {_activation(l) for l in layers}
+    norms = {l.self_attn_layer_norm.eps for l in layers}
+    if len(heads) != 1 or len(ffn) != 1:
+        problems.append("layers with different head counts or FFN sizes")
+    if not acts <= {"relu", "gelu"}:
+        problems.append(f"activation {sorted(acts)}")
+    if len(norms) != 1:
+        problems.append("layer norms with different eps")
+    for i, l in enumerate(layers):
+        if type(l) not in (TransformerEncoderLayer, TransformerDecoderLayer) and not type(l).__name__.endswith("LayerBase"):
+            problems.append(f"layer {i} is a {type(l).__name__}")
+        for name in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid"):
+            if getattr(l, name, None) is not None:
+                problems.append(f"normformer extras ({name})")
+        attns = [l.self_attn] + ([l.encoder_attn] if getattr(l, "encoder_attn", None) is not None else [])
+        for a in attns:
+            if a.bias_k is not None or a.add_zero_attn or a.embed_dim != C or a.kdim != C or a.vdim != C:
+                problems.append(f"layer {i}: non-standard attention")
+    if problems:
+        raise NativeUnavailable("the native engine does not run this model (" + "; ".join(sorted(set(problems))) + ")")
+
+
+def _f32(t):
+    return None if t is None else t.detach().to(torch.float32).contiguous()
+
+
+def _positions(emb, n: int):
+    """Position embeddings of steps 0..n-1 (n x C), as the verifier builds them."""
+    if emb is None:
+        return None
+    pad = emb.padding_idx if emb.padding_idx is not None else -1
+    with torch.no_grad():
+        dummy = torch.full((1, n), pad + 1, dtype=torch.long)
+        return emb(dummy)[0].float().contiguous()
+
+
+class NativeEngine:
+    """One model in the compiled engine; decodes batches with :meth:`begin` /
+    :meth:`step`.  Thread-safe only per instance (one batch at a time)."""
+
+    def __init__(self, model, tgt_dict, generic: bool = False):
+        check_native(model)
+        self.lib = library(generic)
+        enc, dec = model.encoder, model.decoder
+        layers = list(enc.layers) + list(dec.layers)
+        C = dec.embed_dim
+        self.src_positions = enc.max_positions() if enc.embed_positions is not None else 1 << 30
+        self.tgt_positions = dec.max_positions() if dec.embed_positions is not None else 1 << 30
+        tensors = [
+            _f32(enc.embed_tokens.weight),
+            _positions(enc.embed_positions, min(self.src_positions, 4096)),
+            *self._norm(enc.layernorm_embedding), *self._norm(enc.layer_norm),
+            _f32(dec.embed_tokens.weight),
+            _positions(dec.embed_positions, min(self.tgt_positions, 4096)),
+            *self._norm(dec.layernorm_embedding), *self._norm(dec.layer_norm),
+            _f32(dec.output_projection.weight), _f32(dec.output_projection.bias),
+        ]
+        for l in enc.layers:
+            sa = l.self_attn
+            tensors += [*self._lin(sa.q_proj), *self._lin(sa.k_proj), *self._lin(sa.v_proj), *self._lin(sa.out_proj),
+                        *self._norm(l.self_attn_layer_norm), *self._lin(l.fc1), *self._lin(l.fc2),
+                        *self._norm(l.final_layer_norm)]
+        for l in dec.layers:
+            sa, ea = l.self_attn, l.encoder_attn
+            tensors += [*self._lin(sa.q_proj), *self._lin(sa.k_proj), *self._lin(sa.v_proj), *self._lin(sa.out_proj),
+                        *self._norm(l.self_attn_layer_norm),
+                        *self._lin(ea.q_proj), *self._lin(ea.k_proj), *self._lin(ea.v_proj), *self._lin(ea.out_proj),
+                        *self._norm(l.encoder_attn_layer_norm), *self._lin(l.fc1), *self._lin(l.fc2),
+                        *self._norm(l.final_layer_norm)]
+        if tensors[1] is not None:
+            self.src_positions = tensors[1].size(0)
+        if tensors[7] is not None:
+            self.tgt_positions = tensors[7].size(0)
+        ptrs = (ctypes.c_void_p * len(tensors))(*[0 if t is None else t.data_ptr() for t in tensors])
+        cfg = _Config(
+            C=C, H=dec.layers[0].self_attn.num_heads, F=dec.layers[0].fc1.out_features,
+            enc_layers=len(enc.layers), dec_layers=len(dec.layers),
+            src_vocab=enc.embed_tokens.num_embeddings, tgt_vocab=dec.output_projection.out_features,
+            src_positions=self.src_positions if tensors[1] is not None else 0,
+            tgt_positions=self.tgt_positions if tensors[7] is not None else 0,
+            enc_normalize_before=int(enc.layers[0].normalize_before),
+            dec_normalize_before=int(dec.layers[0].normalize_before),
+            gelu=int(_activation(layers[0]) == "gelu"),
+            pad=tgt_dict.pad(), unk=tgt_dict.unk(), eos=tgt_dict.eos(),
+            enc_embed_scale=float(enc.embed_scale), dec_embed_scale=float(dec.embed_scale),
+            ln_eps=float(layers[0].self_attn_layer_norm.eps),
+        )
+        self.src_pad = enc.padding_idx
+        self.handle = self.lib.fa_model_create(ctypes.byref(cfg), ptrs)  # copies the weights
+        self.threads = 0
+        self.set_threads(torch.get_num_threads())
+
+    @staticmethod
+    def _lin(m):
+        return [_f32(m.weight), _f32(m.bias)]
+
+    @staticmethod
+    def _norm(m):
+        return [None, None] if m is None else [_f32(m.weight), _f32(m.bias)]
+
+    def set_threads(self, n: int) -> None:
+        if n != self.threads:
+            self.lib.fa_set_threads(self.handle, int(n))
+            self.threads = n
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle:
+            self.lib.fa_model_free(handle)
+            self.handle = None
+
+    def can_decode(self, src_len: int, max_len: int) -> bool:
+        """Whether the position tables cover a batch (else decode it with torch)."""
+        return src_len <= self.src_positions and max_len + 1 <= self.tgt_positions
+
+    def begin(self, src_tokens: torch.Tensor, max_len: int) -> "NativeBatch":
+        rows = src_tokens.cpu()
+        keep = rows.ne(self.src_pad)
+        lengths = keep.sum(1).to(torch.int32).numpy()
+        flat = rows[keep].to(torch.int32).numpy()
+        return NativeBatch(self, len(lengths), flat, lengths, max_len + 2)
+
+
+class NativeBatch:
+    """The encoded sentences of one batch and their decoder caches."""
+
+    def __init__(self, engine: NativeEngine, n: int, flat: np.ndarray, lengths: np.ndarray, cap: int):
+        self.engine, self.lib = engine, engine.lib
+        flat = np.ascontiguousarray(flat, dtype=np.int32)
+        lengths = np.ascontiguousarray(lengths, dtype=np.int32)
+        self.handle = self.lib.fa_begin(engine.handle, n, flat.ctypes.data, lengths.ctypes.data, cap)
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle:
+            self.lib.fa_state_free(handle)
+            self.handle = None
+
+    def step(self, sents: Sequence[int], rows: Sequence[List[int]], max_len: int, min_len: int,
+             unk_penalty: float, temperature: float) -> Tuple[list, list, list, list]:
+        """One pass; ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.
+        Returns per row the emitted tokens, their scores, the accepted draft
+        length and whether EOS was emitted."""
+        n = len(rows)
+        lens = np.fromiter((len(r) for r in rows), dtype=np.int32, count=n)
+        flat = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(lens.sum()))
+        sent = np.asarray(sents, dtype=np.int32)
+        choice = np.empty(flat.size, dtype=np.int32)
+        score = np.empty(flat.size, dtype=np.float32)
+        n_emit = np.empty(n, dtype=np.int32)
+        n_match = np.empty(n, dtype=np.int32)
+        done = np.empty(n, dtype=np.int32)
+        rc = self.lib.fa_pass(self.engine.handle, self.handle, n, sent.ctypes.data, lens.ctypes.data,
+                              flat.ctypes.data, max_len, min_len, float(unk_penalty), float(temperature),
+                              choice.ctypes.data, score.ctypes.data, n_emit.ctypes.data,
+                              n_match.ctypes.data, done.ctypes.data)
+        if rc != 0:
+            raise RuntimeError("native engine: a row does not fit its sentence's cache")
+        ch, sc = choice.tolist(), score.tolist()
+        ne = n_emit.tolist()
+        toks, scores, o = [], [], 0
+        for i in range(n):
+            toks.append(ch[o : o + ne[i]])
+            scores.append(sc[o : o + ne[i]])
+            o += int(lens[i])
+        return toks, scores, n_match.tolist(), [bool(d) for d in done.tolist()]

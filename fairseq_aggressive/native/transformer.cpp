@@ -1,0 +1,865 @@
+// A fairseq Transformer (encoder + cached decoder + exact greedy verification)
+// for CPU inference at batch 1 and batch N, called from Python through ctypes.
+//
+// Exactness: every output value is a fixed sequence of IEEE float operations
+// that does not depend on how many rows a call processes, on where a row sits in
+// a call, or on the instruction set: matrix products accumulate each output
+// sequentially over k with fused multiply-adds (AVX2 + FMA intrinsics, or the
+// same fmas one lane at a time), other reductions are sequential loops (the
+// build uses -ffp-contract=off, so the compiler fuses nothing on its own).  So a
+// pass over [last, draft] gives bit for bit the logits that one-token greedy
+// steps of this engine give, and the aggressive output equals this engine's
+// greedy output.  Against fairseq's own (MKL) greedy the logits differ by float
+// rounding only.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__AVX2__) && defined(__FMA__) && !defined(FA_GENERIC)
+#include <immintrin.h>
+#define FA_AVX2 1
+#endif
+
+namespace {
+
+constexpr int LANES = 8;  // outputs per packed weight panel
+
+// ------------------------------------------------------------------ 8 lanes
+#ifdef FA_AVX2
+struct V8 {
+  __m256 v;
+};
+static inline V8 vzero() { return {_mm256_setzero_ps()}; }
+static inline V8 vload(const float* p) { return {_mm256_loadu_ps(p)}; }
+static inline V8 vbcast(float a) { return {_mm256_set1_ps(a)}; }
+static inline V8 vfma(V8 a, V8 b, V8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+static inline void vstore(float* p, V8 a) { _mm256_storeu_ps(p, a.v); }
+static inline V8 vadd(V8 a, V8 b) { return {_mm256_add_ps(a.v, b.v)}; }
+static inline V8 vmax(V8 a, V8 b) { return {_mm256_max_ps(a.v, b.v)}; }
+// fexp (below) on 8 lanes, the same operations in the same order
+static inline V8 vexp(V8 xv) {
+  __m256 x = xv.v;
+  __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.0f));
+  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693145751953125f), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.3981999507e-3f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
+  p = _mm256_add_ps(p, _mm256_set1_ps(1.f));
+  __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  return {_mm256_blendv_ps(y, _mm256_setzero_ps(), tiny)};
+}
+#else
+struct V8 {
+  float v[LANES];
+};
+static inline V8 vzero() { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = 0.f; return r; }
+static inline V8 vload(const float* p) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = p[i]; return r; }
+static inline V8 vbcast(float a) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = a; return r; }
+static inline V8 vfma(V8 a, V8 b, V8 c) {
+  V8 r;
+  for (int i = 0; i < LANES; ++i) r.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
+  return r;
+}
+static inline void vstore(float* p, V8 a) { for (int i = 0; i < LANES; ++i) p[i] = a.v[i]; }
+static inline V8 vadd(V8 a, V8 b) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = a.v[i] + b.v[i]; return r; }
+static inline V8 vmax(V8 a, V8 b) {
+  V8 r;
+  for (int i = 0; i < LANES; ++i) r.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
+  return r;
+}
+static inline float fexp(float x);
+static inline V8 vexp(V8 x) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = fexp(x.v[i]); return r; }
+#endif
+
+// ---------------------------------------------------------------- threads
+// A small pool: run(f, n) calls f(i) for i in [0, n) on the caller and the
+// workers.  Workers spin briefly before sleeping (work items are microseconds).
+class Pool {
+ public:
+  explicit Pool(int n) { resize(n); }
+  ~Pool() { stop(); }
+  int size() const { return (int)workers_.size() + 1; }
+  void resize(int n) {
+    if (n < 1) n = 1;
+    if (n == size()) return;
+    stop();
+    quit_ = false;
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { loop(); });
+  }
+  void run(const std::function<void(int)>& f, int n) {
+    if (workers_.empty() || n <= 1) {
+      for (int i = 0; i < n; ++i) f(i);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      job_ = &f;
+      n_items_ = n;
+      next_.store(0);
+      pending_.store((int)workers_.size());
+      ++gen_;
+    }
+    cv_.notify_all();
+    work();
+    while (pending_.load(std::memory_order_acquire) > 0) {
+    }
+    job_ = nullptr;
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      int i = next_.fetch_add(1);
+      if (i >= n_items_) break;
+      (*job_)(i);
+    }
+  }
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      bool have = false;
+      for (int spin = 0; spin < 400000 && !have; ++spin) {
+        if (gen_.load(std::memory_order_acquire) != seen || quit_.load()) have = true;
+      }
+      if (!have) {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return gen_.load() != seen || quit_.load(); });
+      }
+      if (quit_.load()) return;
+      seen = gen_.load();
+      work();
+      pending_.fetch_sub(1, std::memory_order_release);
+    }
+  }
+  void stop() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      quit_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  const std::function<void(int)>* job_ = nullptr;
+  int n_items_ = 0;
+  std::atomic<int> next_{0}, pending_{0};
+  std::atomic<uint64_t> gen_{0};
+  std::atomic<bool> quit_{false};
+};
+
+// ------------------------------------------------------------------ linear
+// y = x W^T + b with W (N x K) row-major, packed once as panels of 8 outputs:
+// panel p holds W[8p + l][k] at [k * 8 + l].
+struct Linear {
+  int N = 0, K = 0, P = 0;
+  std::vector<float> w;  // P * K * 8
+  std::vector<float> b;  // N (zeros if no bias)
+  void pack(const float* W, const float* bias, int n, int k) {
+    N = n;
+    K = k;
+    P = (n + LANES - 1) / LANES;
+    w.assign((size_t)P * K * LANES, 0.f);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) w[((size_t)(r / LANES) * K + c) * LANES + r % LANES] = W[(size_t)r * k + c];
+    b.assign(n, 0.f);
+    if (bias) std::copy(bias, bias + n, b.begin());
+    has_bias = bias != nullptr;
+  }
+  bool has_bias = false;
+};
+
+template <int MR, int NR>
+static void tile(const float* x, int ldx, int K, const float* panel, size_t pstride, float* y, int ldy,
+                 int n0, int N, const float* bias, bool has_bias) {
+  V8 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = vzero();
+  for (int k = 0; k < K; ++k) {
+    V8 w[NR];
+    for (int j = 0; j < NR; ++j) w[j] = vload(panel + j * pstride + (size_t)k * LANES);
+    for (int i = 0; i < MR; ++i) {
+      V8 a = vbcast(x[(size_t)i * ldx + k]);
+      for (int j = 0; j < NR; ++j) acc[i][j] = vfma(a, w[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      float tmp[LANES];
+      vstore(tmp, acc[i][j]);
+      int c0 = n0 + j * LANES;
+      int c1 = std::min(c0 + LANES, N);
+      float* out = y + (size_t)i * ldy;
+      if (has_bias)
+        for (int c = c0; c < c1; ++c) out[c] = tmp[c - c0] + bias[c];
+      else
+        for (int c = c0; c < c1; ++c) out[c] = tmp[c - c0];
+    }
+}
+
+using TileFn = void (*)(const float*, int, int, const float*, size_t, float*, int, int, int, const float*, bool);
+
+template <int MR>
+static TileFn tile_for(int nr) {
+  switch (nr) {
+    case 1: return tile<MR, 1>;
+    case 2: return tile<MR, 2>;
+    case 3: return tile<MR, 3>;
+    case 4: return tile<MR, 4>;
+    case 5: return tile<MR, 5>;
+    case 6: return tile<MR, 6>;
+    case 7: return tile<MR, 7>;
+    default: return tile<MR, 8>;
+  }
+}
+static TileFn tile_fn(int mr, int nr) {
+  switch (mr) {
+    case 1: return tile_for<1>(nr);
+    case 2: return tile_for<2>(nr);
+    case 3: return tile_for<3>(nr);
+    case 4: return tile_for<4>(nr);
+    case 5: return tile_for<5>(nr);
+    default: return tile_for<6>(nr);
+  }
+}
+// panels per tile for a row block of mr rows (about 8-12 accumulators)
+static int panels_for(int mr) {
+  static const int t[7] = {0, 8, 6, 4, 3, 2, 2};
+  return t[mr];
+}
+
+// y (M x N, row stride ldy) = x (M x K, row stride ldx) W^T + b
+static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
+  if (M <= 0) return;
+  const size_t pstride = (size_t)L.K * LANES;
+  const int mr_full = std::min(M, 6);
+  const int group = panels_for(mr_full);
+  const int n_groups = (L.P + group - 1) / group;
+  // split the output panels across threads when there is enough work
+  const double flops = 2.0 * M * L.N * L.K;
+  const int chunks = (pool.size() > 1 && flops > 4e5) ? std::min(n_groups, pool.size() * 4) : 1;
+  auto body = [&](int c) {
+    int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
+    for (int g = g0; g < g1; ++g) {
+      int p0 = g * group, np = std::min(group, L.P - p0);
+      const float* panel = L.w.data() + (size_t)p0 * pstride;
+      for (int m0 = 0; m0 < M; m0 += 6) {
+        int mr = std::min(6, M - m0);
+        int nr = std::min(np, panels_for(mr));
+        for (int pp = 0; pp < np; pp += nr) {
+          int cnt = std::min(nr, np - pp);
+          tile_fn(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, panel + (size_t)pp * pstride, pstride,
+                           y + (size_t)m0 * ldy, ldy, (p0 + pp) * LANES, L.N, L.b.data(), L.has_bias);
+        }
+      }
+    }
+  };
+  pool.run(body, chunks);
+}
+
+// ------------------------------------------------------------- elementwise
+// exp with a fixed sequence of operations (Cody-Waite reduction, degree-6
+// polynomial); ~1 ulp, the same on every machine.
+static inline float fexp(float x) {
+  // branch-free so that loops over it vectorize; inputs below -87.3 give 0
+  // (callers pass x <= 0)
+  const bool tiny = x < -87.33654f;
+  x = std::min(std::max(x, -87.33654f), 88.0f);
+  float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(n, -0.693145751953125f, x);
+  r = std::fma(n, -1.428606765330187e-06f, r);
+  float p = 1.3981999507e-3f;
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r * r, r);
+  p = p + 1.f;
+  int32_t bits = ((int32_t)n + 127) << 23;  // 2^n, n in [-126, 127]
+  float s;
+  std::memcpy(&s, &bits, 4);
+  float y = p * s;
+  return tiny ? 0.f : y;
+}
+
+// max of x[0..n): 8 lane maxima, then the tail (max is exact in any order)
+static float max_of(const float* x, int n) {
+  V8 m = vbcast(-std::numeric_limits<float>::infinity());
+  int v = 0;
+  for (; v + LANES <= n; v += LANES) m = vmax(m, vload(x + v));
+  float t[LANES];
+  vstore(t, m);
+  float mx = t[0];
+  for (int l = 1; l < LANES; ++l) mx = std::max(mx, t[l]);
+  for (; v < n; ++v) mx = std::max(mx, x[v]);
+  return mx;
+}
+
+// log(sum(exp(x))) over n values: 8 partial sums combined in a fixed order
+static float logsumexp(const float* x, int n) {
+  const float mx = max_of(x, n);
+  if (mx == -std::numeric_limits<float>::infinity()) return mx;
+  const V8 mv = vbcast(mx), neg1 = vbcast(-1.f);
+  V8 s8 = vzero();
+  int v = 0;
+  for (; v + LANES <= n; v += LANES) s8 = vadd(s8, vexp(vfma(mv, neg1, vload(x + v))));
+  float t[LANES];
+  vstore(t, s8);
+  float sum = 0.f;
+  for (int l = 0; l < LANES; ++l) sum = sum + t[l];
+  for (; v < n; ++v) sum = sum + fexp(x[v] - mx);
+  return mx + std::log(sum);
+}
+
+// index of the first maximum of x[0..n)
+static int argmax_first(const float* x, int n) {
+  const float mx = max_of(x, n);
+  for (int u = 0; u < n; ++u)
+    if (x[u] == mx) return u;
+  return 0;  // all NaN
+}
+
+// q . k over D values: 8 partial sums (d mod 8) combined in a fixed order
+static inline float dot(const float* q, const float* k, int D) {
+  int d = 0;
+  float s = 0.f;
+  if (D >= LANES) {
+    V8 acc = vzero();
+    for (; d + LANES <= D; d += LANES) acc = vfma(vload(q + d), vload(k + d), acc);
+    float t[LANES];
+    vstore(t, acc);
+    for (int l = 0; l < LANES; ++l) s = s + t[l];
+  }
+  for (; d < D; ++d) s = std::fma(q[d], k[d], s);
+  return s;
+}
+
+static void layer_norm(const float* x, float* y, int C, const float* w, const float* b, float eps) {
+  float mean = 0.f;
+  for (int c = 0; c < C; ++c) mean += x[c];
+  mean /= (float)C;
+  float var = 0.f;
+  for (int c = 0; c < C; ++c) {
+    float d = x[c] - mean;
+    var += d * d;
+  }
+  var /= (float)C;
+  float inv = 1.f / std::sqrt(var + eps);
+  for (int c = 0; c < C; ++c) y[c] = (x[c] - mean) * inv * w[c] + b[c];
+}
+
+static void layer_norm_rows(const float* x, float* y, int M, int C, const std::vector<float>& w,
+                            const std::vector<float>& b, float eps) {
+  for (int m = 0; m < M; ++m) layer_norm(x + (size_t)m * C, y + (size_t)m * C, C, w.data(), b.data(), eps);
+}
+
+static inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
+
+// attention of one query row over keys/values [0, n) of one head (rows of
+// stride ld): scores, softmax (8-lane partial sums in a fixed order), weighted
+// sum of the values (each output accumulated over keys in order)
+static void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out,
+                   float* scratch) {
+  for (int j = 0; j < n; ++j) scratch[j] = dot(q, k + j * ld, D);
+  const float mx = max_of(scratch, n);
+  const V8 mv = vbcast(mx), neg1 = vbcast(-1.f);
+  V8 s8 = vzero();
+  int j = 0;
+  for (; j + LANES <= n; j += LANES) {
+    V8 e = vexp(vfma(mv, neg1, vload(scratch + j)));
+    vstore(scratch + j, e);
+    s8 = vadd(s8, e);
+  }
+  float t[LANES];
+  vstore(t, s8);
+  float sum = 0.f;
+  for (int l = 0; l < LANES; ++l) sum = sum + t[l];
+  for (; j < n; ++j) {
+    scratch[j] = fexp(scratch[j] - mx);
+    sum = sum + scratch[j];
+  }
+  if (D % LANES == 0) {
+    V8 acc[16];
+    const int nv = D / LANES;
+    if (nv <= 16) {
+      for (int i = 0; i < nv; ++i) acc[i] = vzero();
+      for (j = 0; j < n; ++j) {
+        const V8 p = vbcast(scratch[j] / sum);
+        const float* vj = v + j * ld;
+        for (int i = 0; i < nv; ++i) acc[i] = vfma(p, vload(vj + i * LANES), acc[i]);
+      }
+      for (int i = 0; i < nv; ++i) vstore(out + i * LANES, acc[i]);
+      return;
+    }
+  }
+  for (int d = 0; d < D; ++d) out[d] = 0.f;
+  for (j = 0; j < n; ++j) {
+    const float p = scratch[j] / sum;
+    const float* vj = v + j * ld;
+    for (int d = 0; d < D; ++d) out[d] = std::fma(p, vj[d], out[d]);
+  }
+}
+
+// ------------------------------------------------------------------ model
+struct Config {
+  int32_t C, H, F, enc_layers, dec_layers, src_vocab, tgt_vocab, src_positions, tgt_positions;
+  int32_t enc_normalize_before, dec_normalize_before, gelu, pad, unk, eos;
+  float enc_embed_scale, dec_embed_scale, ln_eps;
+};
+
+struct Norm {
+  std::vector<float> w, b;
+  bool on = false;
+  void set(const float* wp, const float* bp, int C) {
+    on = wp != nullptr;
+    if (on) {
+      w.assign(wp, wp + C);
+      b.assign(bp, bp + C);
+    }
+  }
+};
+
+struct EncLayer {
+  Linear qkv, out, fc1, fc2;
+  Norm ln_attn, ln_ffn;
+};
+struct DecLayer {
+  Linear qkv, out, cq, ckv, cout, fc1, fc2;
+  Norm ln_self, ln_cross, ln_ffn;
+};
+
+struct Model {
+  Config cfg;
+  int D = 0;
+  float scaling = 1.f;
+  std::vector<float> src_embed, tgt_embed, src_pos, tgt_pos;  // pos tables may be empty
+  Norm enc_ln_embed, enc_final, dec_ln_embed, dec_final;
+  std::vector<EncLayer> enc;
+  std::vector<DecLayer> dec;
+  Linear proj;
+  Pool pool{1};
+  // scratch
+  std::vector<float> x, h, q, kv, a, f, logits, att;
+};
+
+// rows (M x C): self-attention block + FFN block of a pre- or post-norm layer
+struct Sentence {
+  int src_len = 0, len = 0, cap = 0;
+  std::vector<float> enc_k, enc_v;  // per layer S x C
+  std::vector<float> self_k, self_v;  // per layer cap x C
+};
+
+struct State {
+  std::vector<Sentence> sents;
+};
+
+static void add_rows(float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] + y[i];
+}
+
+static void ffn(Model& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln, bool pre) {
+  const int C = m.cfg.C, F = m.cfg.F;
+  float* x = m.x.data();
+  const float* in = x;
+  if (pre) {
+    layer_norm_rows(x, m.h.data(), M, C, ln.w, ln.b, m.cfg.ln_eps);
+    in = m.h.data();
+  }
+  linear(m.pool, fc1, in, C, M, m.f.data(), F);
+  float* f = m.f.data();
+  if (m.cfg.gelu)
+    for (size_t i = 0; i < (size_t)M * F; ++i) f[i] = gelu(f[i]);
+  else
+    for (size_t i = 0; i < (size_t)M * F; ++i) f[i] = f[i] > 0.f ? f[i] : 0.f;
+  linear(m.pool, fc2, f, F, M, m.a.data(), C);
+  add_rows(x, m.a.data(), (size_t)M * C);
+  if (!pre) layer_norm_rows(x, x, M, C, ln.w, ln.b, m.cfg.ln_eps);
+}
+
+static void ensure(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+static void reserve_rows(Model& m, int M, int max_keys) {
+  const int C = m.cfg.C;
+  ensure(m.x, (size_t)M * C);
+  ensure(m.h, (size_t)M * C);
+  ensure(m.q, (size_t)M * C);
+  ensure(m.kv, (size_t)M * 3 * C);
+  ensure(m.a, (size_t)M * C);
+  ensure(m.f, (size_t)M * m.cfg.F);
+  ensure(m.att, (size_t)max_keys + 16);
+}
+
+// f(row, scratch) for rows [0, M), split across the pool when there are enough
+static void for_rows(Model& m, int M, int max_keys, const std::function<void(int, float*)>& f) {
+  const int chunks = (m.pool.size() > 1 && (int64_t)M * max_keys * m.cfg.C >= 16384) ? std::min(M, m.pool.size() * 2) : 1;
+  ensure(m.att, (size_t)chunks * (max_keys + 16));
+  float* base = m.att.data();
+  const size_t stride = (size_t)max_keys + 16;
+  m.pool.run([&](int c) {
+    const int r0 = (int)((int64_t)M * c / chunks), r1 = (int)((int64_t)M * (c + 1) / chunks);
+    for (int row = r0; row < r1; ++row) f(row, base + c * stride);
+  }, chunks);
+}
+
+// embeddings of tokens at positions pos (table row index) into m.x
+static void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool target) {
+  const int C = m.cfg.C;
+  const std::vector<float>& E = target ? m.tgt_embed : m.src_embed;
+  const std::vector<float>& P = target ? m.tgt_pos : m.src_pos;
+  float scale = target ? m.cfg.dec_embed_scale : m.cfg.enc_embed_scale;
+  for (int r = 0; r < M; ++r) {
+    float* x = m.x.data() + (size_t)r * C;
+    const float* e = E.data() + (size_t)tok[r] * C;
+    for (int c = 0; c < C; ++c) x[c] = scale * e[c];
+    if (!P.empty()) {
+      const float* p = P.data() + (size_t)pos[r] * C;
+      for (int c = 0; c < C; ++c) x[c] = x[c] + p[c];
+    }
+  }
+  const Norm& ln = target ? m.dec_ln_embed : m.enc_ln_embed;
+  if (ln.on) layer_norm_rows(m.x.data(), m.x.data(), M, C, ln.w, ln.b, m.cfg.ln_eps);
+}
+
+}  // namespace
+
+extern "C" {
+
+int fa_version() { return 1; }
+
+int fa_simd() {
+#ifdef FA_AVX2
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+// weights: see fairseq_aggressive/native/engine.py (_weights) for the order
+void* fa_model_create(const Config* cfg, const float* const* w) {
+  Model* m = new Model();
+  m->cfg = *cfg;
+  const int C = cfg->C, F = cfg->F;
+  m->D = C / cfg->H;
+  m->scaling = 1.f / std::sqrt((float)m->D);
+  // fairseq: self.scaling = self.head_dim ** -0.5 (a Python float, rounded to fp32 in the product)
+  m->scaling = (float)std::pow((double)m->D, -0.5);
+  int i = 0;
+  m->src_embed.assign(w[i], w[i] + (size_t)cfg->src_vocab * C); ++i;
+  if (w[i]) m->src_pos.assign(w[i], w[i] + (size_t)cfg->src_positions * C); ++i;
+  m->enc_ln_embed.set(w[i], w[i + 1], C); i += 2;
+  m->enc_final.set(w[i], w[i + 1], C); i += 2;
+  m->tgt_embed.assign(w[i], w[i] + (size_t)cfg->tgt_vocab * C); ++i;
+  if (w[i]) m->tgt_pos.assign(w[i], w[i] + (size_t)cfg->tgt_positions * C); ++i;
+  m->dec_ln_embed.set(w[i], w[i + 1], C); i += 2;
+  m->dec_final.set(w[i], w[i + 1], C); i += 2;
+  m->proj.pack(w[i], w[i + 1], cfg->tgt_vocab, C); i += 2;
+  std::vector<float> cat;
+  auto pack_cat = [&](Linear& L, int n_parts, int at) {  // q, k, v (weights, biases) stacked
+    cat.assign((size_t)n_parts * C * C, 0.f);
+    std::vector<float> bias((size_t)n_parts * C, 0.f);
+    for (int p = 0; p < n_parts; ++p) {
+      std::copy(w[at + 2 * p], w[at + 2 * p] + (size_t)C * C, cat.begin() + (size_t)p * C * C);
+      if (w[at + 2 * p + 1]) std::copy(w[at + 2 * p + 1], w[at + 2 * p + 1] + C, bias.begin() + (size_t)p * C);
+    }
+    L.pack(cat.data(), bias.data(), n_parts * C, C);
+  };
+  m->enc.resize(cfg->enc_layers);
+  for (auto& L : m->enc) {
+    pack_cat(L.qkv, 3, i); i += 6;
+    L.out.pack(w[i], w[i + 1], C, C); i += 2;
+    L.ln_attn.set(w[i], w[i + 1], C); i += 2;
+    L.fc1.pack(w[i], w[i + 1], F, C); i += 2;
+    L.fc2.pack(w[i], w[i + 1], C, F); i += 2;
+    L.ln_ffn.set(w[i], w[i + 1], C); i += 2;
+  }
+  m->dec.resize(cfg->dec_layers);
+  for (auto& L : m->dec) {
+    pack_cat(L.qkv, 3, i); i += 6;
+    L.out.pack(w[i], w[i + 1], C, C); i += 2;
+    L.ln_self.set(w[i], w[i + 1], C); i += 2;
+    L.cq.pack(w[i], w[i + 1], C, C); i += 2;
+    pack_cat(L.ckv, 2, i); i += 4;
+    L.cout.pack(w[i], w[i + 1], C, C); i += 2;
+    L.ln_cross.set(w[i], w[i + 1], C); i += 2;
+    L.fc1.pack(w[i], w[i + 1], F, C); i += 2;
+    L.fc2.pack(w[i], w[i + 1], C, F); i += 2;
+    L.ln_ffn.set(w[i], w[i + 1], C); i += 2;
+  }
+  return m;
+}
+
+void fa_model_free(void* mp) { delete static_cast<Model*>(mp); }
+
+void fa_set_threads(void* mp, int n) { static_cast<Model*>(mp)->pool.resize(n); }
+
+// Encode B sentences (tokens without padding, concatenated; lengths src_len)
+// and allocate decoder caches for cap positions each.
+void* fa_begin(void* mp, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
+  Model& m = *static_cast<Model*>(mp);
+  const int C = m.cfg.C, H = m.cfg.H, D = m.D;
+  State* st = new State();
+  st->sents.resize(B);
+  int M = 0, max_s = 0;
+  for (int b = 0; b < B; ++b) {
+    M += src_len[b];
+    max_s = std::max(max_s, (int)src_len[b]);
+  }
+  reserve_rows(m, M, max_s);
+  std::vector<int32_t> pos(M);
+  std::vector<int> start(B + 1, 0);
+  for (int b = 0; b < B; ++b) {
+    start[b + 1] = start[b] + src_len[b];
+    for (int t = 0; t < src_len[b]; ++t) pos[start[b] + t] = t;
+  }
+  embed(m, tokens, pos.data(), M, false);
+  const bool pre = m.cfg.enc_normalize_before;
+  float* x = m.x.data();
+  for (auto& L : m.enc) {
+    const float* in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
+    float* qkv = m.kv.data();
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < C; ++c) qkv[(size_t)r * 3 * C + c] *= m.scaling;
+    for_rows(m, M, max_s, [&](int row, float* scratch) {
+      const int b = (int)(std::upper_bound(start.begin(), start.end(), row) - start.begin()) - 1;
+      const int s0 = start[b], S = src_len[b];
+      for (int hh = 0; hh < H; ++hh)
+        attend(qkv + (size_t)row * 3 * C + hh * D, qkv + (size_t)s0 * 3 * C + C + hh * D,
+               qkv + (size_t)s0 * 3 * C + 2 * C + hh * D, (size_t)3 * C, S, D,
+               m.q.data() + (size_t)row * C + hh * D, scratch);
+    });
+    linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
+    ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
+  }
+  if (m.enc_final.on) layer_norm_rows(x, x, M, C, m.enc_final.w, m.enc_final.b, m.cfg.ln_eps);
+  // encoder-attention keys and values of every decoder layer
+  const int nl = (int)m.dec.size();
+  for (int b = 0; b < B; ++b) {
+    Sentence& s = st->sents[b];
+    s.src_len = src_len[b];
+    s.cap = cap;
+    s.enc_k.resize((size_t)nl * s.src_len * C);
+    s.enc_v.resize((size_t)nl * s.src_len * C);
+    s.self_k.assign((size_t)nl * cap * C, 0.f);
+    s.self_v.assign((size_t)nl * cap * C, 0.f);
+  }
+  for (int l = 0; l < nl; ++l) {
+    linear(m.pool, m.dec[l].ckv, x, C, M, m.kv.data(), 2 * C);
+    for (int b = 0; b < B; ++b) {
+      Sentence& s = st->sents[b];
+      for (int t = 0; t < s.src_len; ++t) {
+        const float* r = m.kv.data() + (size_t)(start[b] + t) * 2 * C;
+        std::copy(r, r + C, s.enc_k.begin() + ((size_t)l * s.src_len + t) * C);
+        std::copy(r + C, r + 2 * C, s.enc_v.begin() + ((size_t)l * s.src_len + t) * C);
+      }
+    }
+  }
+  return st;
+}
+
+void fa_state_free(void* sp) { delete static_cast<State*>(sp); }
+
+int fa_length(void* sp, int b) { return static_cast<State*>(sp)->sents[b].len; }
+
+// One verification pass.  For each of n rows: sentence sent[r], row_len[r]
+// tokens (the last emitted token followed by row_len[r] - 1 drafted tokens),
+// concatenated in tokens.  Runs the decoder over them on top of each
+// sentence's cache, chooses greedy's token at each position (fairseq's
+// adjustments: pad never, unk penalty, only EOS at max_len, no EOS before
+// min_len), accepts the leading drafted tokens that equal the choices, emits
+// them plus the choice at the first mismatch, cut after EOS, and commits the
+// cache.  Outputs per row: n_emit, n_match, done; choice and score of the
+// emitted positions at the row's offset in the concatenation.
+int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+            int max_len, int min_len, float unk_penalty, float temperature, int32_t* choice, float* score,
+            int32_t* n_emit, int32_t* n_match, int32_t* done) {
+  Model& m = *static_cast<Model*>(mp);
+  State& st = *static_cast<State*>(sp);
+  const int C = m.cfg.C, H = m.cfg.H, D = m.D, V = m.cfg.tgt_vocab;
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<int> off(n + 1, 0);
+  int max_keys = 0;
+  for (int r = 0; r < n; ++r) {
+    const Sentence& s = st.sents[sent[r]];
+    if (row_len[r] < 1 || s.len + row_len[r] > s.cap) return -1;
+    off[r + 1] = off[r] + row_len[r];
+    max_keys = std::max(max_keys, std::max(s.len + row_len[r], s.src_len));
+  }
+  const int M = off[n];
+  reserve_rows(m, M, max_keys);
+  std::vector<int32_t> pos(M);
+  for (int r = 0; r < n; ++r)
+    for (int t = 0; t < row_len[r]; ++t) pos[off[r] + t] = st.sents[sent[r]].len + t;
+  embed(m, tokens, pos.data(), M, true);
+  const bool pre = m.cfg.dec_normalize_before;
+  float* x = m.x.data();
+  for (size_t l = 0; l < m.dec.size(); ++l) {
+    DecLayer& L = m.dec[l];
+    // self-attention over the cache and the new positions (causal)
+    const float* in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
+    for (int r = 0; r < n; ++r) {
+      Sentence& s = st.sents[sent[r]];
+      float* ck = s.self_k.data() + (size_t)l * s.cap * C;
+      float* cv = s.self_v.data() + (size_t)l * s.cap * C;
+      for (int t = 0; t < row_len[r]; ++t) {
+        const float* kvr = m.kv.data() + (size_t)(off[r] + t) * 3 * C;
+        std::copy(kvr + C, kvr + 2 * C, ck + (size_t)(s.len + t) * C);
+        std::copy(kvr + 2 * C, kvr + 3 * C, cv + (size_t)(s.len + t) * C);
+      }
+    }
+    for_rows(m, M, max_keys, [&](int row, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1, t = row - off[r];
+      const Sentence& s = st.sents[sent[r]];
+      const float* ck = s.self_k.data() + (size_t)l * s.cap * C;
+      const float* cv = s.self_v.data() + (size_t)l * s.cap * C;
+      float* qr = m.kv.data() + (size_t)row * 3 * C;
+      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+      for (int hh = 0; hh < H; ++hh)
+        attend(qr + hh * D, ck + hh * D, cv + hh * D, C, s.len + t + 1, D, m.q.data() + (size_t)row * C + hh * D,
+               scratch);
+    });
+    linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+    // encoder attention
+    in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.cq, in, C, M, m.kv.data(), C);
+    for_rows(m, M, max_keys, [&](int row, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
+      const Sentence& s = st.sents[sent[r]];
+      const float* ek = s.enc_k.data() + (size_t)l * s.src_len * C;
+      const float* ev = s.enc_v.data() + (size_t)l * s.src_len * C;
+      float* qr = m.kv.data() + (size_t)row * C;
+      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+      for (int hh = 0; hh < H; ++hh)
+        attend(qr + hh * D, ek + hh * D, ev + hh * D, C, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
+               scratch);
+    });
+    linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+    ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
+  }
+  if (m.dec_final.on) layer_norm_rows(x, x, M, C, m.dec_final.w, m.dec_final.b, m.cfg.ln_eps);
+
+  // project position chunks (8, 16, 32, ...) of the rows still matching;
+  // the logits of position (r, t) are row at[off[r] + t] of m.logits
+  std::vector<int> checked(n, 0), matched(n, 0), open(n, 1), at(M, -1);
+  std::vector<int32_t> lo(n), hi(n);
+  int arena = 0;
+  int size = 8;
+  for (;;) {
+    int cnt = 0;
+    for (int r = 0; r < n; ++r) {
+      lo[r] = hi[r] = checked[r];
+      if (!open[r]) continue;
+      hi[r] = std::min((int)row_len[r], checked[r] + size);
+      cnt += hi[r] - lo[r];
+    }
+    if (cnt == 0) break;
+    ensure(m.h, (size_t)cnt * C);
+    int k = 0;
+    for (int r = 0; r < n; ++r)
+      for (int t = lo[r]; t < hi[r]; ++t, ++k) {
+        std::copy(x + (size_t)(off[r] + t) * C, x + (size_t)(off[r] + t + 1) * C, m.h.data() + (size_t)k * C);
+        at[off[r] + t] = arena + k;
+      }
+    ensure(m.logits, (size_t)(arena + cnt) * V);
+    linear(m.pool, m.proj, m.h.data(), C, cnt, m.logits.data() + (size_t)arena * V, V);
+    arena += cnt;
+    for (int r = 0; r < n; ++r) {
+      if (!open[r]) continue;
+      const Sentence& s = st.sents[sent[r]];
+      for (int t = lo[r]; t < hi[r]; ++t) {
+        float* lg = m.logits.data() + (size_t)at[off[r] + t] * V;
+        if (temperature != 1.f)
+          for (int v = 0; v < V; ++v) lg[v] = lg[v] / temperature;
+        const int p = s.len + t;
+        int best;
+        if (p >= max_len) {
+          best = m.cfg.eos;
+        } else {  // greedy's choice among the adjusted logits
+          const int special[3] = {m.cfg.pad, m.cfg.unk, m.cfg.eos};
+          float saved[3];
+          for (int i = 0; i < 3; ++i) saved[i] = lg[special[i]];
+          lg[m.cfg.unk] = lg[m.cfg.unk] - unk_penalty;
+          lg[m.cfg.pad] = ninf;
+          if (p < min_len) lg[m.cfg.eos] = ninf;
+          best = argmax_first(lg, V);
+          for (int i = 2; i >= 0; --i) lg[special[i]] = saved[i];
+        }
+        choice[off[r] + t] = best;
+        checked[r] = t + 1;
+        if (t < row_len[r] - 1 && best == tokens[off[r] + t + 1]) {
+          matched[r] = t + 1;
+        } else {
+          open[r] = 0;
+          break;
+        }
+      }
+      if (checked[r] >= row_len[r]) open[r] = 0;
+    }
+    size *= 2;
+  }
+  // emit, cut after EOS, scores of the emitted positions, commit
+  for (int r = 0; r < n; ++r) {
+    Sentence& s = st.sents[sent[r]];
+    int ne = matched[r] + 1, fin = 0;
+    for (int t = 0; t < ne; ++t)
+      if (choice[off[r] + t] == m.cfg.eos) {
+        ne = t + 1;
+        fin = 1;
+        break;
+      }
+    for (int t = 0; t < ne; ++t) {
+      const float* lg = m.logits.data() + (size_t)at[off[r] + t] * V;
+      float lse = logsumexp(lg, V);
+      int c = choice[off[r] + t];
+      float val = lg[c];
+      if (c == m.cfg.unk) val = val - unk_penalty;
+      score[off[r] + t] = val - lse;
+    }
+    n_emit[r] = ne;
+    n_match[r] = matched[r];
+    done[r] = fin;
+    s.len += ne;
+  }
+  return 0;
+}
+
+}  // extern "C"
