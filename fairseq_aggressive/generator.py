@@ -41,7 +41,9 @@ def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance):
             raise NativeUnavailable(f"{type(acceptance).__name__} is not exact greedy acceptance")
         if drafter.wants_features or drafter.needs_encoder_out:
             raise NativeUnavailable(f"{type(drafter).__name__} reads the verifier's encoder output or features")
-        return NativeEngine(model, tgt_dict)
+        native = NativeEngine(model, tgt_dict)
+        logger.info(f"verifier: the native engine ({native.isa})")
+        return native
     except NativeUnavailable as e:
         if engine == "native":
             raise ValueError(f"--engine native: {e}") from e

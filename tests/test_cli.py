@@ -27,6 +27,12 @@ def test_generate_iad_equals_greedy(trained):
     # the fixture learned what these tests rely on: it copies its input, so IAD accepts long
     # drafts (3.37 tokens per pass on an AVX2 machine; a broken training path gives ~1)
     assert float(summary.group(3)) >= 2.0, summary.group(0)
+    # the default engine (auto) is the compiled one wherever it builds
+    from fairseq_aggressive.native import available
+
+    assert ("verifier: the native engine" in proc.stderr) == (available() is None), proc.stderr[-2000:]
+    torch_iad, proc = generate(data, ckpt, "--decoding", "iad", "--engine", "torch")
+    assert torch_iad == iad and "native engine" not in proc.stderr
 
 
 def test_iad_equivalence_on_trained_model(trained):

@@ -82,10 +82,10 @@ _LOADED = {}
 
 def library(generic: bool = False) -> ctypes.CDLL:
     """The compiled engine for this CPU (built once, then cached)."""
+    name, flags = isa_flags(generic)
     with _LOCK:
         if generic in _LOADED:
             return _LOADED[generic]
-        name, flags = isa_flags(generic)
         cxx = _compiler()
         with open(SOURCE, "rb") as f:
             src = f.read()

@@ -95,6 +95,7 @@ class NativeEngine:
     def __init__(self, model, tgt_dict, generic: bool = False):
         check_native(model)
         self.lib = library(generic)
+        self.isa = "avx2" if self.lib.fa_simd() else "generic"
         enc, dec = model.encoder, model.decoder
         layers = list(enc.layers) + list(dec.layers)
         C = dec.embed_dim

@@ -1,0 +1,177 @@
+"""The native engine (fairseq_aggressive/native): exact against stock fairseq
+greedy, bit-identical between its aggressive and greedy decoding and between
+its AVX2 and generic builds, refusals and fallbacks."""
+import os
+import random
+
+import pytest
+
+from fairseq_aggressive.drafters import InputCopyDrafter
+from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.native import NativeEngine, NativeUnavailable, build
+from helpers import compare, greedy, make_model, make_sample, make_task
+from test_equivalence import SHAPES, NoisyOracleDrafter, batches, random_sources
+
+NATIVE_SHAPES = {k: v for k, v in SHAPES.items() if "normformer" not in k and "output dim" not in k}
+NATIVE_SHAPES["gelu, post-norm, 8 heads"] = dict(activation_fn="gelu", encoder_attention_heads=8,
+                                                 decoder_attention_heads=8)
+REASON = build.available()
+needs_native = pytest.mark.skipif(REASON is not None, reason=f"no native engine here: {REASON}")
+
+
+def _decode(model, task, rows, bsz, engine="native", native=None, drafter=None, **kw):
+    d = task.target_dictionary
+    gen = AggressiveGenerator([model], d, drafter or InputCopyDrafter(d, d), engine=engine, **kw)
+    if native is not None:
+        gen.native = native
+    outs = []
+    for i, chunk in enumerate(batches(rows, bsz)):
+        if drafter is not None:  # an oracle drafter indexes sentences of the whole list
+            drafter.ref_offset = i * bsz
+        outs += gen.generate([model], make_sample(chunk, d.pad()))
+    return outs, gen
+
+
+class Oracle(NoisyOracleDrafter):
+    """Greedy's continuation with corruptions, for sentences of a whole list."""
+
+    ref_offset = 0
+
+    def propose(self, sent, output, cap):
+        return super().propose(sent + self.ref_offset, output, cap)
+
+
+def _same_bits(a, b):
+    """Hypotheses identical token for token and score for score (exact floats)."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x[0]["tokens"].tolist() == y[0]["tokens"].tolist()
+        assert x[0]["positional_scores"].tolist() == y[0]["positional_scores"].tolist()
+        assert float(x[0]["score"]) == float(y[0]["score"])
+
+
+@needs_native
+@pytest.mark.parametrize("shape", list(NATIVE_SHAPES))
+@pytest.mark.parametrize("bsz", [1, 8])
+def test_native_iad_matches_fairseq_greedy(shape, bsz):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=11, **NATIVE_SHAPES[shape])
+    rng = random.Random(bsz)
+    rows = random_sources(rng, 32, len(d), d.eos()) + random_sources(rng, 16, len(d), d.eos(), repeat=True)
+    cmp, accepted = None, 0
+    for chunk in batches(rows, bsz):
+        sample = make_sample(chunk, d.pad())
+        ref = greedy(model, d, sample, max_len_b=40)
+        for drafter in (InputCopyDrafter(d, d), NoisyOracleDrafter(ref, rng, 0.1, len(d))):
+            gen = AggressiveGenerator([model], d, drafter, engine="native", max_len_b=40)
+            assert gen.native is not None
+            cmp = compare(model, sample, ref, gen.generate([model], sample), cmp)
+            accepted += gen.stats.accepted
+    assert cmp.ok(), cmp
+    assert cmp.identical + cmp.near_ties == 2 * len(rows)
+    assert accepted > 0  # drafts were verified, not just single steps
+
+
+@needs_native
+@pytest.mark.parametrize("gen_kw", [dict(max_len_a=0, max_len_b=3), dict(min_len=5, max_len_b=30),
+                                    dict(unk_penalty=-3.0, max_len_b=30),
+                                    dict(len_penalty=0.5, temperature=0.7, max_len_b=30)],
+                         ids=["max-len", "min-len", "unkpen", "lenpen-temperature"])
+def test_native_honours_generation_options(gen_kw):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=3)
+    rows = random_sources(random.Random(7), 40, len(d), d.eos())
+    for bsz in (1, 8):
+        cmp = None
+        gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", **gen_kw)
+        for chunk in batches(rows, bsz):
+            sample = make_sample(chunk, d.pad())
+            cmp = compare(model, sample, greedy(model, d, sample, **gen_kw), gen.generate([model], sample), cmp)
+        assert cmp.ok(), cmp
+
+
+@needs_native
+def test_native_aggressive_is_bit_identical_to_native_greedy():
+    """Row-independent arithmetic: a pass over [last, draft] gives the logits of
+    one-token steps bit for bit, so IAD (any draft cap, any batch) equals the
+    engine's own greedy search (empty drafts) exactly, scores included."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=5, encoder_normalize_before=True, decoder_normalize_before=True)
+    rng = random.Random(3)
+    rows = random_sources(rng, 24, len(d), d.eos()) + random_sources(rng, 24, len(d), d.eos(), repeat=True)
+    ref, g0 = _decode(model, task, rows, 1, max_len_b=40, max_draft_len=0)
+    assert g0.stats.drafted == 0
+    for bsz, lmax in ((1, None), (8, None), (8, 3)):
+        for p in (0.0, 0.2):
+            drafter = Oracle(ref, rng, p, len(d))
+            out, gen = _decode(model, task, rows, bsz, drafter=drafter, max_len_b=40, max_draft_len=lmax)
+            assert gen.stats.accepted > 0
+            _same_bits(ref, out)
+        out, gen = _decode(model, task, rows, bsz, max_len_b=40, max_draft_len=lmax)  # IAD
+        _same_bits(ref, out)
+
+
+@needs_native
+def test_generic_build_is_bit_identical():
+    """The build without AVX2 intrinsics (the one ARM and non-AVX2 CPUs get)
+    computes the same bits as the AVX2 build."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=8, encoder_attention_heads=2, decoder_attention_heads=2)
+    rows = random_sources(random.Random(9), 24, len(d), d.eos(), repeat=True)
+    generic = NativeEngine(model, d, generic=True)
+    assert generic.isa == "generic"
+    ref, gen = _decode(model, task, rows, 4, max_len_b=30)
+    out, _ = _decode(model, task, rows, 4, native=generic, max_len_b=30)
+    assert gen.native.isa == ("avx2" if "avx2" in build._cpu_flags() else "generic")
+    _same_bits(ref, out)
+
+
+def test_unsupported_model_is_refused_or_falls_back():
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=1, **SHAPES["normformer-style extras"])
+    with pytest.raises(ValueError, match="--engine native: .*normformer"):
+        AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native")
+    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="auto")
+    assert gen.native is None  # decodes with the torch verifier (tested in test_equivalence)
+    with pytest.raises(ValueError, match="--engine must be one of"):
+        AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="fast")
+
+
+def test_disabled_or_failed_build_falls_back(monkeypatch, tmp_path):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=2)
+    monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_NO_NATIVE", "1")
+    assert AggressiveGenerator([model], d, InputCopyDrafter(d, d)).native is None
+    monkeypatch.delenv("FAIRSEQ_AGGRESSIVE_NO_NATIVE")
+    # a compiler that fails: a clear error, nothing half-written in the cache
+    monkeypatch.setenv("CXX", "false")
+    monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "_LOADED", {})
+    try:
+        build.isa_flags()
+    except NativeUnavailable:
+        pytest.skip("no native engine on this CPU")
+    with pytest.raises(NativeUnavailable, match="building the native engine failed"):
+        build.library()
+    assert os.listdir(tmp_path) == []
+    assert AggressiveGenerator([model], d, InputCopyDrafter(d, d)).native is None
+    with pytest.raises(ValueError, match="--engine native: building"):
+        AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native")
+
+
+def test_bench_engine_modes():
+    import argparse
+
+    from fairseq_aggressive.bench import mode_overrides
+
+    args = argparse.Namespace(drafter_path=None)
+    assert mode_overrides("greedy-native", args) == dict(beam=1, decoding="iad", max_draft_len=0, engine="native")
+    assert mode_overrides("iad@4-torch", args) == dict(beam=1, decoding="iad", max_draft_len=4, engine="torch")
+    with pytest.raises(SystemExit, match="applies to aggressive modes"):
+        mode_overrides("beam5-native", args)
