@@ -20,6 +20,12 @@ from .drafters.base import Drafter
 from .verifier import CachedDecoderVerifier
 
 ENGINES = ("auto", "native", "torch")
+# default draft cap (Lmax) of open-ended drafters (IAD drafts the whole rest of
+# the source) with the native engine: its passes cost little more
+# than a greedy step, so positions that are verified but rarely accepted are
+# what a long draft wastes (README, "The native engine": Lmax 3-5 are best on
+# the shipped model, unlimited drafts are 1.4x slower)
+NATIVE_DRAFT_CAP = 4
 logger = logging.getLogger("fairseq_aggressive")
 
 
@@ -130,6 +136,8 @@ class AggressiveGenerator(nn.Module):
         self.first_chunk = 8  # positions projected to the vocabulary before checking
         self.model.eval()
         self.native = pick_engine(engine, self.model, tgt_dict, drafter, self.acceptance)
+        if max_draft_len is None and self.native is not None and drafter.open_ended:
+            self.max_draft_len = NATIVE_DRAFT_CAP
 
     def cuda(self):
         self.model.cuda()

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Where the time of one IAD pass goes (batch 1).
+"""Where the time of one IAD pass of the torch verifier goes (batch 1; the
+native engine, ``--engine native``, runs a whole pass in one compiled call).
 
     python scripts/profile_pass.py DATA --path CKPT [--sentences 100] [--threads 2]
 
@@ -75,7 +76,7 @@ def main(argv=None):
 
     def new_gen():
         return AggressiveGenerator([model], d, InputCopyDrafter(d, d), max_len_a=a.max_len_a,
-                                   max_len_b=a.max_len_b)
+                                   max_len_b=a.max_len_b, engine="torch")
 
     # ---- 1. IAD split into parts
     gen = new_gen()

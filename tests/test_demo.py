@@ -40,7 +40,8 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path):
     task.load_dataset("test")
     ds = task.dataset("test")
     for bsz, n in ((1, 40), (8, 80)):
-        gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), max_len_a=1.2, max_len_b=10)
+        gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), max_len_a=1.2, max_len_b=10,
+                                  max_draft_len=1024)  # uncapped: how much the model copies
         ref = SequenceGenerator([model], d, beam_size=1, max_len_a=1.2, max_len_b=10)
         cmp = None
         for i in range(0, n, bsz):

@@ -172,7 +172,7 @@ def test_iad_full_copy_finishes_in_one_pass():
             super().begin(sample)
             self.src = [list(r) for r in copy_rows]
 
-    out, gen = aggressive(model, task, sample, drafter=Copy(d, d), max_len_b=40)
+    out, gen = aggressive(model, task, sample, drafter=Copy(d, d), max_len_b=40, max_draft_len=1024)
     assert [o[0]["tokens"].tolist() for o in out] == copy_rows
     assert gen.stats.sentence_passes == len(rows)
     assert gen.stats.passes == 1

@@ -26,6 +26,9 @@ class Drafter:
     wants_features = False
     # drafters that read the verifier's encoder output in begin() set this
     needs_encoder_out = False
+    # drafters whose drafts have no natural length (IAD: the rest of the source)
+    # set this; the generator then applies a default cap with the native engine
+    open_ended = False
 
     def observe(self, sents: List[int], feats, n_emit) -> None:
         """Called after each pass with the verifier's features (B, W, C) of the

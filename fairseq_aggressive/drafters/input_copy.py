@@ -12,6 +12,8 @@ from .base import Drafter
 
 
 class InputCopyDrafter(Drafter):
+    open_ended = True
+
     def __init__(self, src_dict, tgt_dict, ngram_min: int = 1, ngram_max: int = 4):
         if ngram_min < 1 or ngram_max < ngram_min:
             raise ValueError(

@@ -123,7 +123,8 @@ def _declare(lib) -> None:
     lib.fa_length.restype = I
     lib.fa_length.argtypes = [P, I]
     lib.fa_pass.restype = I
-    lib.fa_pass.argtypes = [P, P, I, P, P, P, I, I, F, F, P, P, P, P, P]
+    IP, FP = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)
+    lib.fa_pass.argtypes = [P, P, I, IP, IP, IP, I, I, F, F, IP, FP, IP, IP, IP]
     lib.fa_simd.restype = I
 
 

@@ -184,6 +184,7 @@ class NativeBatch:
         flat = np.ascontiguousarray(flat, dtype=np.int32)
         lengths = np.ascontiguousarray(lengths, dtype=np.int32)
         self.handle = self.lib.fa_begin(engine.handle, n, flat.ctypes.data, lengths.ctypes.data, cap)
+        self._rows_cap = self._tok_cap = 0
 
     def __del__(self):
         handle = getattr(self, "handle", None)
@@ -191,31 +192,34 @@ class NativeBatch:
             self.lib.fa_state_free(handle)
             self.handle = None
 
+    def _buffers(self, n_rows: int, n_tokens: int):
+        if n_rows > self._rows_cap or n_tokens > self._tok_cap:
+            self._rows_cap, self._tok_cap = max(n_rows, self._rows_cap), max(n_tokens, 2 * self._tok_cap)
+            I, F = ctypes.c_int32, ctypes.c_float
+            self._sent, self._lens, self._n_emit, self._n_match, self._done = (
+                (I * self._rows_cap)() for _ in range(5))
+            self._tok, self._choice = (I * self._tok_cap)(), (I * self._tok_cap)()
+            self._score = (F * self._tok_cap)()
+
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], max_len: int, min_len: int,
              unk_penalty: float, temperature: float) -> Tuple[list, list, list, list]:
         """One pass; ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.
         Returns per row the emitted tokens, their scores, the accepted draft
         length and whether EOS was emitted."""
         n = len(rows)
-        lens = np.fromiter((len(r) for r in rows), dtype=np.int32, count=n)
-        flat = np.fromiter((t for r in rows for t in r), dtype=np.int32, count=int(lens.sum()))
-        sent = np.asarray(sents, dtype=np.int32)
-        choice = np.empty(flat.size, dtype=np.int32)
-        score = np.empty(flat.size, dtype=np.float32)
-        n_emit = np.empty(n, dtype=np.int32)
-        n_match = np.empty(n, dtype=np.int32)
-        done = np.empty(n, dtype=np.int32)
-        rc = self.lib.fa_pass(self.engine.handle, self.handle, n, sent.ctypes.data, lens.ctypes.data,
-                              flat.ctypes.data, max_len, min_len, float(unk_penalty), float(temperature),
-                              choice.ctypes.data, score.ctypes.data, n_emit.ctypes.data,
-                              n_match.ctypes.data, done.ctypes.data)
+        lens = [len(r) for r in rows]
+        flat = rows[0] if n == 1 else [t for r in rows for t in r]
+        self._buffers(n, len(flat))
+        self._sent[:n], self._lens[:n], self._tok[: len(flat)] = sents, lens, flat
+        rc = self.lib.fa_pass(self.engine.handle, self.handle, n, self._sent, self._lens, self._tok, max_len,
+                              min_len, unk_penalty, temperature, self._choice, self._score, self._n_emit,
+                              self._n_match, self._done)
         if rc != 0:
             raise RuntimeError("native engine: a row does not fit its sentence's cache")
-        ch, sc = choice.tolist(), score.tolist()
-        ne = n_emit.tolist()
+        n_emit = self._n_emit[:n]
         toks, scores, o = [], [], 0
-        for i in range(n):
-            toks.append(ch[o : o + ne[i]])
-            scores.append(sc[o : o + ne[i]])
-            o += int(lens[i])
-        return toks, scores, n_match.tolist(), [bool(d) for d in done.tolist()]
+        for k, ne in zip(lens, n_emit):
+            toks.append(self._choice[o : o + ne])
+            scores.append(self._score[o : o + ne])
+            o += k
+        return toks, scores, self._n_match[:n], self._done[:n]

@@ -261,14 +261,18 @@ static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, 
     for (int g = g0; g < g1; ++g) {
       int p0 = g * group, np = std::min(group, L.P - p0);
       const float* panel = L.w.data() + (size_t)p0 * pstride;
-      for (int m0 = 0; m0 < M; m0 += 6) {
-        int mr = std::min(6, M - m0);
+      // row blocks of at most 6, as even as possible (a lone last row would
+      // run a latency-bound 1-row tile)
+      const int nb = (M + 5) / 6;
+      for (int bi = 0, m0 = 0; bi < nb; ++bi) {
+        const int mr = (M * (bi + 1)) / nb - (M * bi) / nb;
         int nr = std::min(np, panels_for(mr));
         for (int pp = 0; pp < np; pp += nr) {
           int cnt = std::min(nr, np - pp);
           tile_fn(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, panel + (size_t)pp * pstride, pstride,
                            y + (size_t)m0 * ldy, ldy, (p0 + pp) * LANES, L.N, L.b.data(), L.has_bias);
         }
+        m0 += mr;
       }
     }
   };

@@ -41,7 +41,8 @@ class AggressiveTranslationConfig(TranslationConfig):
     )
     max_draft_len: Optional[int] = field(
         default=None,
-        metadata={"help": "longest draft verified in one pass (Lmax); default unlimited"},
+        metadata={"help": "longest draft verified in one pass (Lmax); default: 4 with the native "
+                  "engine, unlimited with the torch verifier"},
     )
     iad_ngram_min: int = field(
         default=1,
