@@ -25,7 +25,10 @@ same warm-up batches first, then every batch timed one by one around
 ``translate_batch``; the length cap is fairseq's (``--max-len-a/-b``).
 
 The torch modes decode every batch back to back (interleaved), so machine
-noise hits them alike; a warm-up precedes timing, and timing covers
+noise hits them alike; then the modes on the native engine (``--engine``)
+the same way in a block of their own (torch's idle OpenMP threads and the
+engine's worker thread would compete for the cores if the two were
+interleaved); a warm-up precedes each block, and timing covers
 decoding only (data loading and model loading are excluded).  The table and
 the JSON name the machine: CPU model, torch's CPU capability, native bf16,
 threads, torch and fairseq versions.
@@ -174,37 +177,42 @@ def run(cfg, bench) -> Dict:
         ids.sort(key=lambda i: dataset.src_sizes[i])
     batches = [dataset.collater([dataset[i] for i in ids[j : j + bsz]]) for j in range(0, n, bsz)]
 
-    for sample in batches[: bench.warmup]:
-        for mdl, g in gens.values():
-            g.generate([mdl], sample)
-    for _, g in gens.values():
-        if hasattr(g, "stats"):
-            g.stats.__init__()
-
+    # modes run in blocks, one engine at a time: the torch modes interleaved batch by batch,
+    # then the native-engine modes interleaved (torch's idle OpenMP threads and the native
+    # engine's worker would otherwise compete for the cores), then CTranslate2 (own process)
+    blocks = [[m for m in gens if getattr(gens[m][1], "native", None) is None],
+              [m for m in gens if getattr(gens[m][1], "native", None) is not None]]
     per_sent = {i: {"id": i} for i in ids}
     totals = {m: 0.0 for m in modes}
     steps = {m: 0 for m in modes}  # batched decoder steps of the stock generators
-    for sample in progress_bar.progress_bar(batches, log_format="tqdm", prefix="bench"):
-        sids = sample["id"].tolist()
-        for m in gens:
-            t0 = time.perf_counter()
-            mdl, gen = gens[m]
-            hypos = gen.generate([mdl], sample)
-            dt = time.perf_counter() - t0
-            totals[m] += dt
-            steps[m] += max(len(h[0]["tokens"]) for h in hypos)
+    for block in [b for b in blocks if b]:
+        for sample in batches[: bench.warmup]:
+            for m in block:
+                gens[m][1].generate([gens[m][0]], sample)
+        for m in block:
+            if hasattr(gens[m][1], "stats"):
+                gens[m][1].stats.__init__()
+        for sample in progress_bar.progress_bar(batches, log_format="tqdm", prefix="bench"):
+            sids = sample["id"].tolist()
+            for m in block:
+                t0 = time.perf_counter()
+                mdl, gen = gens[m]
+                hypos = gen.generate([mdl], sample)
+                dt = time.perf_counter() - t0
+                totals[m] += dt
+                steps[m] += max(len(h[0]["tokens"]) for h in hypos)
+                for k, sid in enumerate(sids):
+                    toks = hypos[k][0]["tokens"]
+                    per_sent[sid][m] = {"ms": 1000 * dt / len(sids), "tokens": toks.tolist(),
+                                        "text": tgt_dict.string(toks, bpe)}
             for k, sid in enumerate(sids):
-                toks = hypos[k][0]["tokens"]
-                per_sent[sid][m] = {"ms": 1000 * dt / len(sids), "tokens": toks.tolist(),
-                                    "text": tgt_dict.string(toks, bpe)}
-        for k, sid in enumerate(sids):
-            rec = per_sent[sid]
-            src = utils.strip_pad(sample["net_input"]["src_tokens"][k], src_dict.pad()).tolist()
-            rec["src_text"] = src_dict.string(torch.tensor(src), bpe)
-            rec["src_tokens"] = src
-            if sample.get("target") is not None:
-                ref = utils.strip_pad(sample["target"][k], tgt_dict.pad())
-                rec["ref_text"] = tgt_dict.string(ref, bpe)
+                rec = per_sent[sid]
+                src = utils.strip_pad(sample["net_input"]["src_tokens"][k], src_dict.pad()).tolist()
+                rec["src_text"] = src_dict.string(torch.tensor(src), bpe)
+                rec["src_tokens"] = src
+                if sample.get("target") is not None:
+                    ref = utils.strip_pad(sample["target"][k], tgt_dict.pad())
+                    rec["ref_text"] = tgt_dict.string(ref, bpe)
     for m in ct2_modes:
         run_ct2(m, ct2_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps)
     for rec in per_sent.values():

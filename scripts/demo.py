@@ -152,12 +152,17 @@ def main(argv=None):
         sys.exit(f"the model is not usable: IAD accepted {tpp:.2f} tokens per pass (a GEC model that "
                  f"copies its input accepts >= {MIN_TOKENS_PER_PASS}); not benchmarking it")
 
-    print(f"== 3/3 beam 5 vs greedy vs IAD, batch 1, {args.threads} threads (fairseq-aggressive-bench)")
+    import importlib.util
+
+    has_ct2 = importlib.util.find_spec("ctranslate2") is not None  # make setup installs it
+    print(f"== 3/3 beam 5 vs greedy vs IAD{' vs CTranslate2 greedy' if has_ct2 else ''}, batch 1, "
+          f"{args.threads} threads (fairseq-aggressive-bench)")
     js = work / "bench.json"
     proc = sh([tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
                "--source-lang", "src", "--target-lang", "tgt", "--gen-subset", "test", "--remove-bpe",
                "--batch-size", "1", "--threads", str(args.threads), *LEN,
                *(["--bench-max-sentences", str(args.sentences)] if args.sentences else []),
+               "--bench-modes", "beam5,greedy,iad" + (",ct2" if has_ct2 else ""),
                "--bench-json", str(js), "--bench-plot", str(work / "bench.png")])
     print(proc.stdout.rstrip())
     res = json.loads(js.read_text())
@@ -168,6 +173,10 @@ def main(argv=None):
           f"{r['greedy']['mean_passes_per_sentence']:.2f}), {r['iad']['mean_tokens_per_pass']:.2f} tokens per pass")
     print(f"speedup over beam 5: greedy {r['greedy']['speedup_vs_beam5']:.2f}x, IAD "
           f"{r['iad']['speedup_vs_beam5']:.2f}x; IAD over greedy {r['iad']['speedup_vs_greedy']:.2f}x")
+    if has_ct2:
+        print(f"CTranslate2 greedy on the same checkpoint: {r['ct2']['mean_ms_per_sentence']:.1f} ms per sentence, "
+              f"IAD {r['iad']['mean_ms_per_sentence']:.1f}: IAD is "
+              f"{r['ct2']['mean_ms_per_sentence'] / r['iad']['mean_ms_per_sentence']:.2f}x CTranslate2's speed")
     print(f"(per-sentence JSON and the speedup-vs-edit-ratio plot: {js}, {work / 'bench.png'})")
     if same != n:
         sys.exit(f"error: IAD differed from greedy on {n - same} of {n} sentences")

@@ -115,6 +115,34 @@ def test_native_aggressive_is_bit_identical_to_native_greedy():
 
 
 @needs_native
+def test_float16_valued_weights_are_stored_as_float16():
+    """A model whose weights are float16 values (fairseq --fp16 checkpoints,
+    float16 exports such as the shipped model) is stored as float16 in the
+    engine: same arithmetic, so still exact, and the generic build's software
+    half conversion gives the same bits as F16C."""
+    import torch
+
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=12, encoder_normalize_before=True, decoder_normalize_before=True)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.half().float())
+        model.decoder.layers[0].fc1.weight[0, 0] += 2 ** -20  # not a float16 value any more
+    rows = random_sources(random.Random(4), 32, len(d), d.eos(), repeat=True)
+    out, gen = _decode(model, task, rows, 8, max_len_b=40)
+    # 2 encoder + 2 decoder layers: 4 + 7 + 7 + (1 projection) linear groups, fc1 of decoder layer 0 excluded
+    assert gen.native.half_linears == 2 * 4 + 2 * 7 + 1 - 1
+    cmp = None
+    for chunk, o in zip(batches(rows, 8), batches(out, 8)):
+        sample = make_sample(chunk, d.pad())
+        cmp = compare(model, sample, greedy(model, d, sample, max_len_b=40), o, cmp)
+    assert cmp.ok() and cmp.identical == len(rows), cmp
+    generic, _ = _decode(model, task, rows, 8, native=NativeEngine(model, d, generic=True), max_len_b=40)
+    _same_bits(out, generic)
+
+
+@needs_native
 def test_generic_build_is_bit_identical():
     """The build without AVX2 intrinsics (the one ARM and non-AVX2 CPUs get)
     computes the same bits as the AVX2 build."""

@@ -7,7 +7,7 @@ and cached under ``$FAIRSEQ_AGGRESSIVE_CACHE`` (default
 compiler.  It is a plain shared library loaded with :mod:`ctypes` (no torch
 headers, builds in about 10 seconds).
 
-Instruction sets: x86-64 with AVX2 and FMA uses 8-lane intrinsics; other
+Instruction sets: x86-64 with AVX2, FMA and F16C uses 8-lane intrinsics; other
 64-bit ARM and x86 CPUs with hardware FMA use the same arithmetic one lane at
 a time (bit-identical results); x86 CPUs without FMA get no native engine
 (software fma would be slower than torch) and decode on the torch path, with
@@ -54,8 +54,8 @@ def isa_flags(generic: bool = False) -> Tuple[str, List[str]]:
         flags = _cpu_flags()
         if "fma" not in flags:
             raise NativeUnavailable("this x86 CPU has no FMA instructions")
-        if "avx2" in flags and not generic:
-            return "avx2", ["-mavx2", "-mfma"]
+        if {"avx2", "f16c"} <= flags and not generic:
+            return "avx2", ["-mavx2", "-mfma", "-mf16c"]
         return "generic-fma", ["-DFA_GENERIC", "-mfma"]
     if machine in ("aarch64", "arm64"):
         return "generic-fma", ["-DFA_GENERIC"]
@@ -114,7 +114,9 @@ def library(generic: bool = False) -> ctypes.CDLL:
 def _declare(lib) -> None:
     P, I, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.fa_model_create.restype = P
-    lib.fa_model_create.argtypes = [P, P]
+    lib.fa_model_create.argtypes = [P, P, P]
+    lib.fa_half_linears.restype = I
+    lib.fa_half_linears.argtypes = [P]
     lib.fa_model_free.argtypes = [P]
     lib.fa_set_threads.argtypes = [P, I]
     lib.fa_begin.restype = P

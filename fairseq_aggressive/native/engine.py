@@ -78,6 +78,12 @@ def _f32(t):
     return None if t is None else t.detach().to(torch.float32).contiguous()
 
 
+def _exact_half(t):
+    """``t`` as float16 if that loses nothing, else None."""
+    h = t.to(torch.float16)
+    return h.contiguous() if torch.equal(h.to(torch.float32), t) else None
+
+
 def _positions(emb, n: int):
     """Position embeddings of steps 0..n-1 (n x C), as the verifier builds them."""
     if emb is None:
@@ -99,6 +105,7 @@ class NativeEngine:
         enc, dec = model.encoder, model.decoder
         layers = list(enc.layers) + list(dec.layers)
         C = dec.embed_dim
+        self._linear_weights = []
         self.src_positions = enc.max_positions() if enc.embed_positions is not None else 1 << 30
         self.tgt_positions = dec.max_positions() if dec.embed_positions is not None else 1 << 30
         tensors = [
@@ -108,7 +115,7 @@ class NativeEngine:
             _f32(dec.embed_tokens.weight),
             _positions(dec.embed_positions, min(self.tgt_positions, 4096)),
             *self._norm(dec.layernorm_embedding), *self._norm(dec.layer_norm),
-            _f32(dec.output_projection.weight), _f32(dec.output_projection.bias),
+            *self._lin(dec.output_projection),
         ]
         for l in enc.layers:
             sa = l.self_attn
@@ -127,6 +134,11 @@ class NativeEngine:
         if tensors[7] is not None:
             self.tgt_positions = tensors[7].size(0)
         ptrs = (ctypes.c_void_p * len(tensors))(*[0 if t is None else t.data_ptr() for t in tensors])
+        # weights whose every value is a float16 value (fairseq --fp16 checkpoints, float16
+        # exports) are kept as float16: half the bytes per pass, the same arithmetic
+        linear_ids = {id(t) for t in self._linear_weights}
+        halves = [_exact_half(t) if t is not None and id(t) in linear_ids else None for t in tensors]
+        hptrs = (ctypes.c_void_p * len(tensors))(*[0 if h is None else h.data_ptr() for h in halves])
         cfg = _Config(
             C=C, H=dec.layers[0].self_attn.num_heads, F=dec.layers[0].fc1.out_features,
             enc_layers=len(enc.layers), dec_layers=len(dec.layers),
@@ -141,13 +153,15 @@ class NativeEngine:
             ln_eps=float(layers[0].self_attn_layer_norm.eps),
         )
         self.src_pad = enc.padding_idx
-        self.handle = self.lib.fa_model_create(ctypes.byref(cfg), ptrs)  # copies the weights
+        self.handle = self.lib.fa_model_create(ctypes.byref(cfg), ptrs, hptrs)  # copies the weights
+        self.half_linears = self.lib.fa_half_linears(self.handle)
         self.threads = 0
         self.set_threads(torch.get_num_threads())
 
-    @staticmethod
-    def _lin(m):
-        return [_f32(m.weight), _f32(m.bias)]
+    def _lin(self, m):
+        w = _f32(m.weight)
+        self._linear_weights.append(w)
+        return [w, _f32(m.bias)]
 
     @staticmethod
     def _norm(m):

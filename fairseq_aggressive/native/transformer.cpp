@@ -39,6 +39,7 @@ struct V8 {
 };
 static inline V8 vzero() { return {_mm256_setzero_ps()}; }
 static inline V8 vload(const float* p) { return {_mm256_loadu_ps(p)}; }
+static inline V8 vload(const uint16_t* p) { return {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p))}; }
 static inline V8 vbcast(float a) { return {_mm256_set1_ps(a)}; }
 static inline V8 vfma(V8 a, V8 b, V8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
 static inline void vstore(float* p, V8 a) { _mm256_storeu_ps(p, a.v); }
@@ -70,6 +71,8 @@ struct V8 {
 };
 static inline V8 vzero() { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = 0.f; return r; }
 static inline V8 vload(const float* p) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = p[i]; return r; }
+static inline float half_to_float(uint16_t h);
+static inline V8 vload(const uint16_t* p) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = half_to_float(p[i]); return r; }
 static inline V8 vbcast(float a) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = a; return r; }
 static inline V8 vfma(V8 a, V8 b, V8 c) {
   V8 r;
@@ -86,6 +89,30 @@ static inline V8 vmax(V8 a, V8 b) {
 static inline float fexp(float x);
 static inline V8 vexp(V8 x) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = fexp(x.v[i]); return r; }
 #endif
+
+// IEEE half -> float (exact; the generic build's F16C replacement)
+static inline float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+  if (e == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int s = 0;
+      while (!(man & 0x400u)) {
+        man <<= 1;
+        ++s;
+      }
+      bits = sign | ((uint32_t)(127 - 14 - s) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (e == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((e - 15 + 127) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 // ---------------------------------------------------------------- threads
 // A small pool: run(f, n) calls f(i) for i in [0, n) on the caller and the
@@ -171,24 +198,38 @@ class Pool {
 // panel p holds W[8p + l][k] at [k * 8 + l].
 struct Linear {
   int N = 0, K = 0, P = 0;
-  std::vector<float> w;  // P * K * 8
-  std::vector<float> b;  // N (zeros if no bias)
-  void pack(const float* W, const float* bias, int n, int k) {
+  bool half = false;      // weights stored as float16 (only when every weight is a float16 value)
+  std::vector<float> w;   // P * K * 8
+  std::vector<uint16_t> wh;
+  std::vector<float> b;   // N (zeros if no bias)
+  bool has_bias = false;
+  template <typename T>
+  static void pack_into(std::vector<T>& dst, const T* W, int n, int k, int P) {
+    dst.assign((size_t)P * k * LANES, T(0));
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) dst[((size_t)(r / LANES) * k + c) * LANES + r % LANES] = W[(size_t)r * k + c];
+  }
+  // W as float, or as float16 bits (Wh) when given
+  void pack(const float* W, const uint16_t* Wh, const float* bias, int n, int k) {
     N = n;
     K = k;
     P = (n + LANES - 1) / LANES;
-    w.assign((size_t)P * K * LANES, 0.f);
-    for (int r = 0; r < n; ++r)
-      for (int c = 0; c < k; ++c) w[((size_t)(r / LANES) * K + c) * LANES + r % LANES] = W[(size_t)r * k + c];
+    half = Wh != nullptr;
+    if (half) {
+      pack_into(wh, Wh, n, k, P);
+      w.clear();
+    } else {
+      pack_into(w, W, n, k, P);
+      wh.clear();
+    }
     b.assign(n, 0.f);
     if (bias) std::copy(bias, bias + n, b.begin());
     has_bias = bias != nullptr;
   }
-  bool has_bias = false;
 };
 
-template <int MR, int NR>
-static void tile(const float* x, int ldx, int K, const float* panel, size_t pstride, float* y, int ldy,
+template <int MR, int NR, typename WT>
+static void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float* y, int ldy,
                  int n0, int N, const float* bias, bool has_bias) {
   V8 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
@@ -215,29 +256,31 @@ static void tile(const float* x, int ldx, int K, const float* panel, size_t pstr
     }
 }
 
-using TileFn = void (*)(const float*, int, int, const float*, size_t, float*, int, int, int, const float*, bool);
+template <typename WT>
+using TileFn = void (*)(const float*, int, int, const WT*, size_t, float*, int, int, int, const float*, bool);
 
-template <int MR>
-static TileFn tile_for(int nr) {
+template <int MR, typename WT>
+static TileFn<WT> tile_for(int nr) {
   switch (nr) {
-    case 1: return tile<MR, 1>;
-    case 2: return tile<MR, 2>;
-    case 3: return tile<MR, 3>;
-    case 4: return tile<MR, 4>;
-    case 5: return tile<MR, 5>;
-    case 6: return tile<MR, 6>;
-    case 7: return tile<MR, 7>;
-    default: return tile<MR, 8>;
+    case 1: return tile<MR, 1, WT>;
+    case 2: return tile<MR, 2, WT>;
+    case 3: return tile<MR, 3, WT>;
+    case 4: return tile<MR, 4, WT>;
+    case 5: return tile<MR, 5, WT>;
+    case 6: return tile<MR, 6, WT>;
+    case 7: return tile<MR, 7, WT>;
+    default: return tile<MR, 8, WT>;
   }
 }
-static TileFn tile_fn(int mr, int nr) {
+template <typename WT>
+static TileFn<WT> tile_fn(int mr, int nr) {
   switch (mr) {
-    case 1: return tile_for<1>(nr);
-    case 2: return tile_for<2>(nr);
-    case 3: return tile_for<3>(nr);
-    case 4: return tile_for<4>(nr);
-    case 5: return tile_for<5>(nr);
-    default: return tile_for<6>(nr);
+    case 1: return tile_for<1, WT>(nr);
+    case 2: return tile_for<2, WT>(nr);
+    case 3: return tile_for<3, WT>(nr);
+    case 4: return tile_for<4, WT>(nr);
+    case 5: return tile_for<5, WT>(nr);
+    default: return tile_for<6, WT>(nr);
   }
 }
 // panels per tile for a row block of mr rows (about 8-12 accumulators)
@@ -247,7 +290,9 @@ static int panels_for(int mr) {
 }
 
 // y (M x N, row stride ldy) = x (M x K, row stride ldx) W^T + b
-static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
+template <typename WT>
+static void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, int ldx, int M, float* y,
+                     int ldy) {
   if (M <= 0) return;
   const size_t pstride = (size_t)L.K * LANES;
   const int mr_full = std::min(M, 6);
@@ -260,7 +305,7 @@ static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, 
     int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
     for (int g = g0; g < g1; ++g) {
       int p0 = g * group, np = std::min(group, L.P - p0);
-      const float* panel = L.w.data() + (size_t)p0 * pstride;
+      const WT* panel = weights + (size_t)p0 * pstride;
       // row blocks of at most 6, as even as possible (a lone last row would
       // run a latency-bound 1-row tile)
       const int nb = (M + 5) / 6;
@@ -269,7 +314,7 @@ static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, 
         int nr = std::min(np, panels_for(mr));
         for (int pp = 0; pp < np; pp += nr) {
           int cnt = std::min(nr, np - pp);
-          tile_fn(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, panel + (size_t)pp * pstride, pstride,
+          tile_fn<WT>(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, panel + (size_t)pp * pstride, pstride,
                            y + (size_t)m0 * ldy, ldy, (p0 + pp) * LANES, L.N, L.b.data(), L.has_bias);
         }
         m0 += mr;
@@ -277,6 +322,13 @@ static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, 
     }
   };
   pool.run(body, chunks);
+}
+
+static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
+  if (L.half)
+    linear_t(pool, L, L.wh.data(), x, ldx, M, y, ldy);
+  else
+    linear_t(pool, L, L.w.data(), x, ldx, M, y, ldy);
 }
 
 // ------------------------------------------------------------- elementwise
@@ -550,6 +602,14 @@ extern "C" {
 
 int fa_version() { return 1; }
 
+int fa_half_linears(void* mp) {
+  Model& m = *static_cast<Model*>(mp);
+  int n = m.proj.half;
+  for (auto& L : m.enc) n += L.qkv.half + L.out.half + L.fc1.half + L.fc2.half;
+  for (auto& L : m.dec) n += L.qkv.half + L.out.half + L.cq.half + L.ckv.half + L.cout.half + L.fc1.half + L.fc2.half;
+  return n;
+}
+
 int fa_simd() {
 #ifdef FA_AVX2
   return 1;
@@ -559,7 +619,9 @@ int fa_simd() {
 }
 
 // weights: see fairseq_aggressive/native/engine.py (_weights) for the order
-void* fa_model_create(const Config* cfg, const float* const* w) {
+// wh[i]: the same weight as float16 bits when every value of w[i] is a float16
+// value (then stored and streamed at half the bytes, with identical results), else null
+void* fa_model_create(const Config* cfg, const float* const* w, const uint16_t* const* wh) {
   Model* m = new Model();
   m->cfg = *cfg;
   const int C = cfg->C, F = cfg->F;
@@ -576,37 +638,42 @@ void* fa_model_create(const Config* cfg, const float* const* w) {
   if (w[i]) m->tgt_pos.assign(w[i], w[i] + (size_t)cfg->tgt_positions * C); ++i;
   m->dec_ln_embed.set(w[i], w[i + 1], C); i += 2;
   m->dec_final.set(w[i], w[i + 1], C); i += 2;
-  m->proj.pack(w[i], w[i + 1], cfg->tgt_vocab, C); i += 2;
+  m->proj.pack(w[i], wh[i], w[i + 1], cfg->tgt_vocab, C); i += 2;
   std::vector<float> cat;
+  std::vector<uint16_t> cath;
   auto pack_cat = [&](Linear& L, int n_parts, int at) {  // q, k, v (weights, biases) stacked
+    bool half = true;
+    for (int p = 0; p < n_parts; ++p) half = half && wh[at + 2 * p] != nullptr;
     cat.assign((size_t)n_parts * C * C, 0.f);
+    cath.assign(half ? (size_t)n_parts * C * C : 0, 0);
     std::vector<float> bias((size_t)n_parts * C, 0.f);
     for (int p = 0; p < n_parts; ++p) {
       std::copy(w[at + 2 * p], w[at + 2 * p] + (size_t)C * C, cat.begin() + (size_t)p * C * C);
+      if (half) std::copy(wh[at + 2 * p], wh[at + 2 * p] + (size_t)C * C, cath.begin() + (size_t)p * C * C);
       if (w[at + 2 * p + 1]) std::copy(w[at + 2 * p + 1], w[at + 2 * p + 1] + C, bias.begin() + (size_t)p * C);
     }
-    L.pack(cat.data(), bias.data(), n_parts * C, C);
+    L.pack(cat.data(), half ? cath.data() : nullptr, bias.data(), n_parts * C, C);
   };
   m->enc.resize(cfg->enc_layers);
   for (auto& L : m->enc) {
     pack_cat(L.qkv, 3, i); i += 6;
-    L.out.pack(w[i], w[i + 1], C, C); i += 2;
+    L.out.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
     L.ln_attn.set(w[i], w[i + 1], C); i += 2;
-    L.fc1.pack(w[i], w[i + 1], F, C); i += 2;
-    L.fc2.pack(w[i], w[i + 1], C, F); i += 2;
+    L.fc1.pack(w[i], wh[i], w[i + 1], F, C); i += 2;
+    L.fc2.pack(w[i], wh[i], w[i + 1], C, F); i += 2;
     L.ln_ffn.set(w[i], w[i + 1], C); i += 2;
   }
   m->dec.resize(cfg->dec_layers);
   for (auto& L : m->dec) {
     pack_cat(L.qkv, 3, i); i += 6;
-    L.out.pack(w[i], w[i + 1], C, C); i += 2;
+    L.out.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
     L.ln_self.set(w[i], w[i + 1], C); i += 2;
-    L.cq.pack(w[i], w[i + 1], C, C); i += 2;
+    L.cq.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
     pack_cat(L.ckv, 2, i); i += 4;
-    L.cout.pack(w[i], w[i + 1], C, C); i += 2;
+    L.cout.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
     L.ln_cross.set(w[i], w[i + 1], C); i += 2;
-    L.fc1.pack(w[i], w[i + 1], F, C); i += 2;
-    L.fc2.pack(w[i], w[i + 1], C, F); i += 2;
+    L.fc1.pack(w[i], wh[i], w[i + 1], F, C); i += 2;
+    L.fc2.pack(w[i], wh[i], w[i + 1], C, F); i += 2;
     L.ln_ffn.set(w[i], w[i + 1], C); i += 2;
   }
   return m;
