@@ -20,12 +20,12 @@ def bench(data, ckpt, out, modes, n, bsz):
 def test_bench_ct2_modes(trained, tmp_path):
     data, ckpt = trained
     js = tmp_path / "b1.json"
-    proc = bench(data, ckpt, js, "greedy,iad,iad@3,ct2,ct2-int8", 30, 1)
+    proc = bench(data, ckpt, js, "greedy,iad,iad@3,iad@1024,ct2,ct2-int8", 30, 1)
     res = json.loads(js.read_text())
     # iad@L: drafts of at most L tokens, still greedy's output
-    capped, iad = res["modes"]["iad@3"], res["modes"]["iad"]
-    assert capped["identical_to_greedy"] == 30 and iad["identical_to_greedy"] == 30
-    assert capped["drafted"] <= 3 * capped["decoder_passes"] < iad["drafted"]
+    capped, iad, uncapped = res["modes"]["iad@3"], res["modes"]["iad"], res["modes"]["iad@1024"]
+    assert capped["identical_to_greedy"] == iad["identical_to_greedy"] == uncapped["identical_to_greedy"] == 30
+    assert capped["drafted"] <= 3 * capped["decoder_passes"] < uncapped["drafted"]
     ct2, int8 = res["modes"]["ct2"], res["modes"]["ct2-int8"]
     # CTranslate2 float32 greedy is fairseq greedy (other kernels: a near tie may flip one)
     assert ct2["identical_to_greedy"] >= 29, ct2

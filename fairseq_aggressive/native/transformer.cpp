@@ -13,6 +13,7 @@
 // rounding only.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
@@ -160,9 +161,16 @@ class Pool {
   void loop() {
     uint64_t seen = 0;
     for (;;) {
+      // spin about 100 microseconds (the gaps between the calls of one pass, and
+      // between passes), yielding the core to anyone runnable, then sleep
       bool have = false;
-      for (int spin = 0; spin < 400000 && !have; ++spin) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int spin = 0; !have; ++spin) {
         if (gen_.load(std::memory_order_acquire) != seen || quit_.load()) have = true;
+        else if ((spin & 63) == 63) {
+          std::this_thread::yield();
+          if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(100)) break;
+        }
       }
       if (!have) {
         std::unique_lock<std::mutex> lk(mu_);
