@@ -51,26 +51,29 @@ def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None, agg_kw=None
     ``agg_kw`` are options of the aggressive generator only."""
     d = task.target_dictionary
     gen_kw = gen_kw or {}
-    cmp = None
+    cmp, accepted = None, 0
     for chunk in batches(rows, bsz):
         sample = make_sample(chunk, d.pad())
         ref = greedy(model, d, sample, **gen_kw)
         drafter = drafter_factory(ref) if drafter_factory else None
-        out, _ = aggressive(model, task, sample, drafter=drafter, **gen_kw, **(agg_kw or {}))
+        out, gen = aggressive(model, task, sample, drafter=drafter, **gen_kw, **(agg_kw or {}))
         cmp = compare(model, sample, ref, out, cmp)
+        accepted += gen.stats.accepted
     assert cmp.ok(), cmp
+    cmp.accepted = accepted  # drafted tokens accepted over all batches
     return cmp
 
 
 @pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("bsz", [1, 8])
-def test_iad_matches_greedy_random_models(shape, bsz):
+@pytest.mark.parametrize("engine", ["auto", "torch"])  # auto: the native engine where it runs
+def test_iad_matches_greedy_random_models(shape, bsz, engine):
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=len(shape), **SHAPES[shape])
     rng = random.Random(hash((shape, bsz)) % 1000)
     rows = random_sources(rng, 48, len(d), d.eos()) + random_sources(rng, 24, len(d), d.eos(), repeat=True)
-    cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40))
+    cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40), agg_kw=dict(engine=engine))
     assert cmp.identical + cmp.near_ties == len(rows)
 
 
@@ -141,16 +144,19 @@ class NoisyOracleDrafter(Drafter):
         pass
 
 
-@pytest.mark.parametrize("p_corrupt", [0.0, 0.05, 0.3])
+@pytest.mark.parametrize("p_corrupt,engine", [(0.0, "auto"), (0.05, "auto"), (0.3, "auto"),
+                                              (0.05, "torch"), (0.3, "torch")])
 @pytest.mark.parametrize("bsz", [1, 8])
-def test_core_with_noisy_oracle_drafts(p_corrupt, bsz):
+def test_core_with_noisy_oracle_drafts(p_corrupt, engine, bsz):
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=11, decoder_layers=3)
     rng = random.Random(int(p_corrupt * 100) + bsz)
     rows = random_sources(rng, 64, len(d), d.eos())
     factory = lambda ref: NoisyOracleDrafter(ref, rng, p_corrupt, len(d))  # noqa: E731
-    check(model, task, rows, bsz, gen_kw=dict(max_len_b=50), drafter_factory=factory)
+    cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=50), drafter_factory=factory,
+                agg_kw=dict(engine=engine))
+    assert cmp.accepted > 0  # long accepted runs were verified, not only single steps
 
 
 def test_iad_full_copy_finishes_in_one_pass():
