@@ -70,10 +70,17 @@ def _compiler() -> str:
 
 
 def _cache_dir() -> str:
+    """The cache directory; a temporary one if the home directory is not writable."""
     d = os.environ.get("FAIRSEQ_AGGRESSIVE_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "fairseq_aggressive")
-    os.makedirs(d, exist_ok=True)
-    return d
+    for cand in (d, os.path.join(tempfile.gettempdir(), f"fairseq_aggressive-{os.getuid()}")):
+        try:
+            os.makedirs(cand, exist_ok=True)
+            if os.access(cand, os.W_OK):
+                return cand
+        except OSError:
+            pass
+    raise NativeUnavailable(f"no writable cache directory for the native engine ({d})")
 
 
 _LOCK = threading.Lock()
