@@ -570,7 +570,6 @@ static void reserve_rows(Model& m, int M, int max_keys) {
   ensure(m.kv, (size_t)M * 3 * C);
   ensure(m.a, (size_t)M * C);
   ensure(m.f, (size_t)M * m.cfg.F);
-  ensure(m.att, (size_t)max_keys + 16);
 }
 
 // f(row, scratch) for rows [0, M), split across the pool when there are enough
@@ -634,7 +633,6 @@ void* fa_model_create(const Config* cfg, const float* const* w, const uint16_t* 
   m->cfg = *cfg;
   const int C = cfg->C, F = cfg->F;
   m->D = C / cfg->H;
-  m->scaling = 1.f / std::sqrt((float)m->D);
   // fairseq: self.scaling = self.head_dim ** -0.5 (a Python float, rounded to fp32 in the product)
   m->scaling = (float)std::pow((double)m->D, -0.5);
   int i = 0;
@@ -662,27 +660,30 @@ void* fa_model_create(const Config* cfg, const float* const* w, const uint16_t* 
     }
     L.pack(cat.data(), half ? cath.data() : nullptr, bias.data(), n_parts * C, C);
   };
+  // the parts every layer has, in the order engine.py lays them out
+  auto self_attention = [&](Linear& qkv, Linear& out, Norm& ln) {  // q, k, v, out, norm
+    pack_cat(qkv, 3, i); i += 6;
+    out.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
+    ln.set(w[i], w[i + 1], C); i += 2;
+  };
+  auto feed_forward = [&](Linear& fc1, Linear& fc2, Norm& ln) {  // fc1, fc2, norm
+    fc1.pack(w[i], wh[i], w[i + 1], F, C); i += 2;
+    fc2.pack(w[i], wh[i], w[i + 1], C, F); i += 2;
+    ln.set(w[i], w[i + 1], C); i += 2;
+  };
   m->enc.resize(cfg->enc_layers);
   for (auto& L : m->enc) {
-    pack_cat(L.qkv, 3, i); i += 6;
-    L.out.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
-    L.ln_attn.set(w[i], w[i + 1], C); i += 2;
-    L.fc1.pack(w[i], wh[i], w[i + 1], F, C); i += 2;
-    L.fc2.pack(w[i], wh[i], w[i + 1], C, F); i += 2;
-    L.ln_ffn.set(w[i], w[i + 1], C); i += 2;
+    self_attention(L.qkv, L.out, L.ln_attn);
+    feed_forward(L.fc1, L.fc2, L.ln_ffn);
   }
   m->dec.resize(cfg->dec_layers);
   for (auto& L : m->dec) {
-    pack_cat(L.qkv, 3, i); i += 6;
-    L.out.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
-    L.ln_self.set(w[i], w[i + 1], C); i += 2;
-    L.cq.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
+    self_attention(L.qkv, L.out, L.ln_self);
+    L.cq.pack(w[i], wh[i], w[i + 1], C, C); i += 2;  // encoder attention: q, k + v, out, norm
     pack_cat(L.ckv, 2, i); i += 4;
     L.cout.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
     L.ln_cross.set(w[i], w[i + 1], C); i += 2;
-    L.fc1.pack(w[i], wh[i], w[i + 1], F, C); i += 2;
-    L.fc2.pack(w[i], wh[i], w[i + 1], C, F); i += 2;
-    L.ln_ffn.set(w[i], w[i + 1], C); i += 2;
+    feed_forward(L.fc1, L.fc2, L.ln_ffn);
   }
   return m;
 }
