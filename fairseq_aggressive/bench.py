@@ -15,6 +15,12 @@ modes (a ``transformer_blockwise`` checkpoint): ``blockwise`` (exact),
 ``iad@L`` is IAD with drafts of at most L tokens (``--max-draft-len L``; the
 SAD paper's Lmax).
 
+``-int8`` after any other mode (``greedy-int8``, ``iad-int8``,
+``greedy-native-int8``, ``beam5-int8``) decodes a copy of the model with int8
+linear layers (``--inference-precision int8``); its ``=greedy`` column counts
+outputs identical to ``greedy-int8`` (the same int8 model) when that mode runs,
+and ``=fp32`` those identical to float32 ``greedy`` (the quality change).
+
 CTranslate2 modes (``pip install 'fairseq-aggressive[ct2]'``): ``ct2`` and
 ``ct2-int8`` decode the same batches greedily with CTranslate2 (float32 and
 int8 compute), converted once from the checkpoint with CTranslate2's fairseq
@@ -68,6 +74,8 @@ def mode_overrides(name: str, args) -> Dict:
     An aggressive mode may end in ``-native`` or ``-torch`` (the verifier engine,
     default ``--engine``); ``greedy-native`` is greedy search in the native
     engine (IAD with empty drafts)."""
+    if name.endswith("-int8") and name not in COMPUTE_TYPES:
+        return dict(mode_overrides(name[: -len("-int8")], args), inference_precision="int8")
     for engine in ("native", "torch"):
         if name.endswith("-" + engine) and name != "greedy-torch":
             base = name[: -len(engine) - 1]
@@ -93,7 +101,8 @@ def mode_overrides(name: str, args) -> Dict:
         raise SystemExit(
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
             "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad@LMAX, ct2, ct2-int8; "
-            "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native"
+            "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native; any mode takes "
+            "a final -int8 (e.g. iad-int8)"
         )
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
@@ -111,7 +120,9 @@ def add_bench_args(parser):
                    help="comma-separated modes among: " + ", ".join(MODES) + ", gad, gad++ "
                    "(GAD with --drafter-path; gad@K sets the block size), iad@L (drafts of at most "
                    "L tokens), blockwise, "
-                   "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own)")
+                   "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own); "
+                   "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's "
+                   "greedy); a final -int8 decodes an int8 copy of the model (iad-int8, greedy-int8)")
     g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     g.add_argument("--bench-max-sentences", type=int, default=None,
                    help="decode only the first N sentences of the subset")
@@ -159,7 +170,15 @@ def run(cfg, bench) -> Dict:
         except ct2_baseline.CT2Error as e:
             raise SystemExit(f"error: {e}")
     # (name, model, generation overrides) of the modes decoded in this process
-    specs = [(m, model, overrides[m]) for m in modes if m not in COMPUTE_TYPES]
+    int8_model = None
+    if any(ov.get("inference_precision") == "int8" for ov in overrides.values()):
+        import copy
+
+        from fairseq_aggressive.quantization import quantize_int8
+
+        int8_model = quantize_int8(copy.deepcopy(model)).eval()
+    specs = [(m, int8_model if overrides[m].get("inference_precision") == "int8" else model, overrides[m])
+             for m in modes if m not in COMPUTE_TYPES]
     if bench.baseline_path:
         base, _ = checkpoint_utils.load_model_ensemble([bench.baseline_path], task=task)
         specs.insert(0, ("base_beam5", base[0].eval(), MODES["beam5"]))
@@ -282,8 +301,11 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
             row["batched_passes"] = steps[m]
             row["mean_tokens_per_pass"] = 1.0
             row["mean_passes_per_sentence"] = n_steps / max(len(recs), 1)
-        if "greedy" in modes:
-            row["identical_to_greedy"] = sum(r[m]["tokens"] == r["greedy"]["tokens"] for r in recs)
+        ref = "greedy-int8" if m.endswith("-int8") and m not in COMPUTE_TYPES and "greedy-int8" in modes else "greedy"
+        if ref in modes:  # greedy of the same model (an int8 mode's: greedy-int8)
+            row["identical_to_greedy"] = sum(r[m]["tokens"] == r[ref]["tokens"] for r in recs)
+        if "greedy" in modes:  # greedy of the float32 model
+            row["identical_to_fp32_greedy"] = sum(r[m]["tokens"] == r["greedy"]["tokens"] for r in recs)
         if has_ref:
             hyps = [r[m]["text"] for r in recs]
             refs = [r["ref_text"] for r in recs]
@@ -296,7 +318,8 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
 
 def print_table(res, file=sys.stdout):
     has_base = "base_beam5" in res["modes"]
-    cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy", "passes/sent", "tok/pass", "draft time", "=greedy", "BLEU", "exact"]
+    has_int8 = any(m.endswith("-int8") for m in res["modes"])
+    cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy", "passes/sent", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
     print(f"machine: {describe_machine(res['machine'])}", file=file)
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, {res['threads']} threads", file=file)
     print("| " + " | ".join(cols) + " |", file=file)
@@ -309,6 +332,7 @@ def print_table(res, file=sys.stdout):
             f"{r['mean_passes_per_sentence']:.2f}", f"{r['mean_tokens_per_pass']:.2f}",
             f"{100 * r['draft_time_share']:.0f}%" if "draft_time_share" in r else "-",
             f"{r.get('identical_to_greedy', '-')}/{res['sentences']}",
+        ] + ([f"{r.get('identical_to_fp32_greedy', '-')}/{res['sentences']}"] if has_int8 else []) + [
             f"{r['bleu']:.2f}" if "bleu" in r else "-",
             f"{100 * r['exact_match']:.1f}%" if "exact_match" in r else "-",
         ]

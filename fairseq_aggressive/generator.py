@@ -48,8 +48,8 @@ def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance):
         if drafter.wants_features or drafter.needs_encoder_out:
             raise NativeUnavailable(f"{type(drafter).__name__} reads the verifier's encoder output or features")
         native = NativeEngine(model, tgt_dict)
-        logger.info(f"verifier: the native engine ({native.isa}; {native.half_linears} linear layers "
-                    "stored as float16, their values are float16 values)")
+        logger.info(f"verifier: the native engine ({native.isa}; {native.int8_linears} int8 linear layers, "
+                    f"{native.half_linears} stored as float16, their values are float16 values)")
         return native
     except NativeUnavailable as e:
         if engine == "native":

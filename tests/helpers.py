@@ -113,7 +113,19 @@ def _top2_gap(model, sample, i, prefix, eos):
     return float(top[0] - top[1])
 
 
-def compare(model, sample, ref, out, cmp=None):
+# int8 models (fairseq_aggressive/quantization.py): the native engine and torch
+# round the float parts (norms, attention) differently in the last bit, and a
+# last-bit change next to an activation's rounding boundary moves that int8
+# value by one step, so logits of the two implementations may differ by about
+# one quantization step (amax_x * amax_w / 127 ** 2 per flipped product), not
+# by float noise.  Their near-tie and score tolerances are that much wider.
+INT8_NEAR_TIE = 0.2
+INT8_SCORE_TOL = 0.2
+
+
+def compare(model, sample, ref, out, cmp=None, near_tie=None, score_tol=None):
+    near_tie = NEAR_TIE if near_tie is None else near_tie
+    score_tol = SCORE_TOL if score_tol is None else score_tol
     cmp = cmp or Comparison()
     eos = model.decoder.dictionary.eos()
     for i, (r, o) in enumerate(zip(ref, out)):
@@ -122,14 +134,14 @@ def compare(model, sample, ref, out, cmp=None):
         if rt == ot:
             ds = float((r[0]["positional_scores"] - o[0]["positional_scores"]).abs().max()) if rt else 0.0
             dscore = abs(float(r[0]["score"]) - float(o[0]["score"]))
-            if ds > SCORE_TOL or dscore > SCORE_TOL:
+            if ds > score_tol or dscore > score_tol:
                 cmp.failures.append((i, "scores differ", ds, dscore))
             else:
                 cmp.identical += 1
             continue
         k = next((j for j, (a, b) in enumerate(zip(rt, ot)) if a != b), min(len(rt), len(ot)))
         gap = _top2_gap(model, sample, i, rt[:k], eos)
-        if gap < NEAR_TIE:
+        if gap < near_tie:
             cmp.near_ties += 1
         else:
             cmp.failures.append((i, "tokens differ", k, gap, rt, ot))

@@ -121,9 +121,11 @@ def library(generic: bool = False) -> ctypes.CDLL:
 def _declare(lib) -> None:
     P, I, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
     lib.fa_model_create.restype = P
-    lib.fa_model_create.argtypes = [P, P, P]
+    lib.fa_model_create.argtypes = [P, P, P, P, P]
     lib.fa_half_linears.restype = I
     lib.fa_half_linears.argtypes = [P]
+    lib.fa_int8_linears.restype = I
+    lib.fa_int8_linears.argtypes = [P]
     lib.fa_model_free.argtypes = [P]
     lib.fa_set_threads.argtypes = [P, I]
     lib.fa_begin.restype = P

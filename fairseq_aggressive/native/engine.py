@@ -13,6 +13,7 @@ from typing import List, Sequence, Tuple
 import numpy as np
 import torch
 
+from ..quantization import Int8Linear
 from .build import NativeUnavailable, library
 
 
@@ -42,7 +43,7 @@ def check_native(model) -> None:
         problems.append("embedding, encoder and output dimensions differ")
     if dec.project_in_dim is not None or dec.project_out_dim is not None:
         problems.append("decoder input/output projections")
-    if dec.adaptive_softmax is not None or not isinstance(dec.output_projection, torch.nn.Linear):
+    if dec.adaptive_softmax is not None or not isinstance(dec.output_projection, (torch.nn.Linear, Int8Linear)):
         problems.append("adaptive softmax")
     if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
         problems.append("quant-noise")
@@ -133,12 +134,20 @@ class NativeEngine:
             self.src_positions = tensors[1].size(0)
         if tensors[7] is not None:
             self.tgt_positions = tensors[7].size(0)
-        ptrs = (ctypes.c_void_p * len(tensors))(*[0 if t is None else t.data_ptr() for t in tensors])
         # weights whose every value is a float16 value (fairseq --fp16 checkpoints, float16
         # exports) are kept as float16: half the bytes per pass, the same arithmetic
         linear_ids = {id(t) for t in self._linear_weights}
         halves = [_exact_half(t) if t is not None and id(t) in linear_ids else None for t in tensors]
-        hptrs = (ctypes.c_void_p * len(tensors))(*[0 if h is None else h.data_ptr() for h in halves])
+        # int8 layers (--inference-precision int8): their weight slot holds the Int8Linear
+        q8 = [t if isinstance(t, Int8Linear) else None for t in tensors]
+        tensors = [None if isinstance(t, Int8Linear) else t for t in tensors]
+
+        def pointers(ts):
+            return (ctypes.c_void_p * len(ts))(*[0 if t is None else t.data_ptr() for t in ts])
+
+        ptrs, hptrs = pointers(tensors), pointers(halves)
+        qptrs = pointers([None if q is None else q.qweight for q in q8])
+        sptrs = pointers([None if q is None else q.scale for q in q8])
         cfg = _Config(
             C=C, H=dec.layers[0].self_attn.num_heads, F=dec.layers[0].fc1.out_features,
             enc_layers=len(enc.layers), dec_layers=len(dec.layers),
@@ -153,12 +162,15 @@ class NativeEngine:
             ln_eps=float(layers[0].self_attn_layer_norm.eps),
         )
         self.src_pad = enc.padding_idx
-        self.handle = self.lib.fa_model_create(ctypes.byref(cfg), ptrs, hptrs)  # copies the weights
+        self.handle = self.lib.fa_model_create(ctypes.byref(cfg), ptrs, hptrs, qptrs, sptrs)  # copies the weights
         self.half_linears = self.lib.fa_half_linears(self.handle)
+        self.int8_linears = self.lib.fa_int8_linears(self.handle)
         self.threads = 0
         self.set_threads(torch.get_num_threads())
 
     def _lin(self, m):
+        if isinstance(m, Int8Linear):
+            return [m, _f32(m.bias)]
         w = _f32(m.weight)
         self._linear_weights.append(w)
         return [w, _f32(m.bias)]

@@ -207,10 +207,34 @@ class Pool {
 struct Linear {
   int N = 0, K = 0, P = 0;
   bool half = false;      // weights stored as float16 (only when every weight is a float16 value)
+  bool q8 = false;        // int8 weights and activations (--inference-precision int8)
   std::vector<float> w;   // P * K * 8
   std::vector<uint16_t> wh;
+  std::vector<int8_t> wq;  // int8: panel p, k pair j, lane l, k parity h at ((p * K2 + j) * 8 + l) * 2 + h
+  std::vector<float> ws;   // int8: per output row scale (P * 8)
   std::vector<float> b;   // N (zeros if no bias)
   bool has_bias = false;
+  int K2() const { return (K + 1) / 2; }
+  // int8 weights Wq (n x k) with per-row scales
+  void pack_q8(const int8_t* Wq, const float* scale, const float* bias, int n, int k) {
+    N = n;
+    K = k;
+    P = (n + LANES - 1) / LANES;
+    q8 = true;
+    half = false;
+    w.clear();
+    wh.clear();
+    const int k2 = K2();
+    wq.assign((size_t)P * k2 * LANES * 2, 0);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c)
+        wq[(((size_t)(r / LANES) * k2 + c / 2) * LANES + r % LANES) * 2 + c % 2] = Wq[(size_t)r * k + c];
+    ws.assign((size_t)P * LANES, 0.f);
+    std::copy(scale, scale + n, ws.begin());
+    b.assign(n, 0.f);
+    if (bias) std::copy(bias, bias + n, b.begin());
+    has_bias = bias != nullptr;
+  }
   template <typename T>
   static void pack_into(std::vector<T>& dst, const T* W, int n, int k, int P) {
     dst.assign((size_t)P * k * LANES, T(0));
@@ -332,8 +356,142 @@ static void linear_t(Pool& pool, const Linear& L, const WT* weights, const float
   pool.run(body, chunks);
 }
 
+// ------------------------------------------------------------ int8 linear
+// Per input row: qx = round(x * (127 / amax)) (half to even), sx = amax / 127;
+// acc = sum_k qx[k] * qw[n][k] in int32 (exact, so any order);
+// y = float(acc) * (sx * sw[n]) + b[n].  The same definition as
+// fairseq_aggressive/quantization.py, which the tests compare bit for bit.
+static void quantize_rows(const float* x, int ldx, int M, int K, int16_t* q, int ldq, float* sx) {
+  for (int m = 0; m < M; ++m) {
+    const float* r = x + (size_t)m * ldx;
+    float amax = 0.f;
+    for (int k = 0; k < K; ++k) amax = std::max(amax, std::fabs(r[k]));
+    const float inv = 127.f / (amax == 0.f ? 1.f : amax);
+    int16_t* qr = q + (size_t)m * ldq;
+    for (int k = 0; k < K; ++k) {
+      float v = std::nearbyint(r[k] * inv);
+      v = std::min(std::max(v, -127.f), 127.f);
+      qr[k] = (int16_t)v;
+    }
+    for (int k = K; k < ldq; ++k) qr[k] = 0;
+    sx[m] = amax / 127.f;
+  }
+}
+
+template <int MR, int NR>
+static void tile_q8(const int16_t* xq, int ldq, int K2, const int8_t* panel, size_t pstride, const float* sx,
+                    float* y, int ldy, int n0, int N, const float* ws, const float* bias, bool has_bias) {
+  int32_t res[MR][NR][LANES];
+#ifdef FA_AVX2
+  __m256i acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_si256();
+  for (int k = 0; k < K2; ++k) {
+    __m256i w[NR];
+    for (int j = 0; j < NR; ++j)
+      w[j] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)(panel + j * pstride + (size_t)k * 2 * LANES)));
+    for (int i = 0; i < MR; ++i) {
+      int32_t pair;
+      std::memcpy(&pair, xq + (size_t)i * ldq + 2 * k, 4);
+      const __m256i a = _mm256_set1_epi32(pair);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(a, w[j]));
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) _mm256_storeu_si256((__m256i*)res[i][j], acc[i][j]);
+#else
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j)
+      for (int l = 0; l < LANES; ++l) res[i][j][l] = 0;
+  for (int k = 0; k < K2; ++k)
+    for (int j = 0; j < NR; ++j) {
+      const int8_t* wk = panel + j * pstride + (size_t)k * 2 * LANES;
+      for (int i = 0; i < MR; ++i) {
+        const int32_t a0 = xq[(size_t)i * ldq + 2 * k], a1 = xq[(size_t)i * ldq + 2 * k + 1];
+        for (int l = 0; l < LANES; ++l) res[i][j][l] += a0 * wk[2 * l] + a1 * wk[2 * l + 1];
+      }
+    }
+#endif
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      const int c0 = n0 + j * LANES, c1 = std::min(c0 + LANES, N);
+      float* out = y + (size_t)i * ldy;
+      for (int c = c0; c < c1; ++c) {
+        const float comb = sx[i] * ws[c];
+        float v = (float)res[i][j][c - c0] * comb;
+        if (has_bias) v = v + bias[c];
+        out[c] = v;
+      }
+    }
+}
+
+using TileQ8Fn = void (*)(const int16_t*, int, int, const int8_t*, size_t, const float*, float*, int, int, int,
+                          const float*, const float*, bool);
+template <int MR>
+static TileQ8Fn tile_q8_for(int nr) {
+  switch (nr) {
+    case 1: return tile_q8<MR, 1>;
+    case 2: return tile_q8<MR, 2>;
+    case 3: return tile_q8<MR, 3>;
+    case 4: return tile_q8<MR, 4>;
+    case 5: return tile_q8<MR, 5>;
+    case 6: return tile_q8<MR, 6>;
+    case 7: return tile_q8<MR, 7>;
+    default: return tile_q8<MR, 8>;
+  }
+}
+static TileQ8Fn tile_q8_fn(int mr, int nr) {
+  switch (mr) {
+    case 1: return tile_q8_for<1>(nr);
+    case 2: return tile_q8_for<2>(nr);
+    case 3: return tile_q8_for<3>(nr);
+    case 4: return tile_q8_for<4>(nr);
+    case 5: return tile_q8_for<5>(nr);
+    default: return tile_q8_for<6>(nr);
+  }
+}
+
+static void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
+  if (M <= 0) return;
+  thread_local std::vector<int16_t> xq;
+  thread_local std::vector<float> sx;
+  const int K2 = L.K2(), ldq = 2 * K2;
+  if (xq.size() < (size_t)M * ldq) xq.resize((size_t)M * ldq);
+  if (sx.size() < (size_t)M) sx.resize(M);
+  quantize_rows(x, ldx, M, L.K, xq.data(), ldq, sx.data());
+  const int16_t* q = xq.data();
+  const float* s = sx.data();
+  const size_t pstride = (size_t)K2 * 2 * LANES;
+  const int group = panels_for(std::min(M, 6));
+  const int n_groups = (L.P + group - 1) / group;
+  const double ops = 2.0 * M * L.N * L.K;
+  const int chunks = (pool.size() > 1 && ops > 4e5) ? std::min(n_groups, pool.size() * 4) : 1;
+  auto body = [&](int c) {
+    int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
+    for (int g = g0; g < g1; ++g) {
+      int p0 = g * group, np = std::min(group, L.P - p0);
+      const int8_t* panel = L.wq.data() + (size_t)p0 * pstride;
+      const int nb = (M + 5) / 6;
+      for (int bi = 0, m0 = 0; bi < nb; ++bi) {
+        const int mr = (M * (bi + 1)) / nb - (M * bi) / nb;
+        int nr = std::min(np, panels_for(mr));
+        for (int pp = 0; pp < np; pp += nr) {
+          int cnt = std::min(nr, np - pp);
+          tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, K2, panel + (size_t)pp * pstride, pstride, s + m0,
+                              y + (size_t)m0 * ldy, ldy, (p0 + pp) * LANES, L.N, L.ws.data(), L.b.data(),
+                              L.has_bias);
+        }
+        m0 += mr;
+      }
+    }
+  };
+  pool.run(body, chunks);
+}
+
 static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
-  if (L.half)
+  if (L.q8)
+    linear_q8(pool, L, x, ldx, M, y, ldy);
+  else if (L.half)
     linear_t(pool, L, L.wh.data(), x, ldx, M, y, ldy);
   else
     linear_t(pool, L, L.w.data(), x, ldx, M, y, ldy);
@@ -625,10 +783,21 @@ int fa_simd() {
 #endif
 }
 
-// weights: see fairseq_aggressive/native/engine.py (_weights) for the order
-// wh[i]: the same weight as float16 bits when every value of w[i] is a float16
-// value (then stored and streamed at half the bytes, with identical results), else null
-void* fa_model_create(const Config* cfg, const float* const* w, const uint16_t* const* wh) {
+int fa_int8_linears(void* mp) {
+  Model& m = *static_cast<Model*>(mp);
+  int n = m.proj.q8;
+  for (auto& L : m.enc) n += L.qkv.q8 + L.out.q8 + L.fc1.q8 + L.fc2.q8;
+  for (auto& L : m.dec) n += L.qkv.q8 + L.out.q8 + L.cq.q8 + L.ckv.q8 + L.cout.q8 + L.fc1.q8 + L.fc2.q8;
+  return n;
+}
+
+// weights: see fairseq_aggressive/native/engine.py for the order.  For a linear
+// layer at slot i (weight) and i + 1 (bias):
+// wh[i]: the weight as float16 bits when every value of w[i] is a float16 value
+//   (then stored and streamed at half the bytes, with identical results), else null;
+// wq[i], ws[i]: int8 weights and per-row scales of an int8 layer (then w[i] is null)
+void* fa_model_create(const Config* cfg, const float* const* w, const uint16_t* const* wh,
+                      const int8_t* const* wq, const float* const* ws) {
   Model* m = new Model();
   m->cfg = *cfg;
   const int C = cfg->C, F = cfg->F;
@@ -644,31 +813,50 @@ void* fa_model_create(const Config* cfg, const float* const* w, const uint16_t* 
   if (w[i]) m->tgt_pos.assign(w[i], w[i] + (size_t)cfg->tgt_positions * C); ++i;
   m->dec_ln_embed.set(w[i], w[i + 1], C); i += 2;
   m->dec_final.set(w[i], w[i + 1], C); i += 2;
-  m->proj.pack(w[i], wh[i], w[i + 1], cfg->tgt_vocab, C); i += 2;
-  std::vector<float> cat;
-  std::vector<uint16_t> cath;
-  auto pack_cat = [&](Linear& L, int n_parts, int at) {  // q, k, v (weights, biases) stacked
-    bool half = true;
-    for (int p = 0; p < n_parts; ++p) half = half && wh[at + 2 * p] != nullptr;
-    cat.assign((size_t)n_parts * C * C, 0.f);
-    cath.assign(half ? (size_t)n_parts * C * C : 0, 0);
-    std::vector<float> bias((size_t)n_parts * C, 0.f);
+  // n_parts linear layers (weight, bias slots from `at`), each n x k, stacked into one
+  auto pack = [&](Linear& L, int n_parts, int at, int n, int k) {
+    bool q8 = true, half = true;
     for (int p = 0; p < n_parts; ++p) {
-      std::copy(w[at + 2 * p], w[at + 2 * p] + (size_t)C * C, cat.begin() + (size_t)p * C * C);
-      if (half) std::copy(wh[at + 2 * p], wh[at + 2 * p] + (size_t)C * C, cath.begin() + (size_t)p * C * C);
-      if (w[at + 2 * p + 1]) std::copy(w[at + 2 * p + 1], w[at + 2 * p + 1] + C, bias.begin() + (size_t)p * C);
+      q8 = q8 && wq[at + 2 * p] != nullptr;
+      half = half && wh[at + 2 * p] != nullptr;
     }
-    L.pack(cat.data(), half ? cath.data() : nullptr, bias.data(), n_parts * C, C);
+    const size_t sz = (size_t)n * k;
+    std::vector<float> bias((size_t)n_parts * n, 0.f);
+    bool has_bias = false;
+    for (int p = 0; p < n_parts; ++p)
+      if (w[at + 2 * p + 1]) {
+        has_bias = true;
+        std::copy(w[at + 2 * p + 1], w[at + 2 * p + 1] + n, bias.begin() + (size_t)p * n);
+      }
+    const float* bp = has_bias ? bias.data() : nullptr;
+    if (q8) {
+      std::vector<int8_t> cat((size_t)n_parts * sz);
+      std::vector<float> scale((size_t)n_parts * n);
+      for (int p = 0; p < n_parts; ++p) {
+        std::copy(wq[at + 2 * p], wq[at + 2 * p] + sz, cat.begin() + p * sz);
+        std::copy(ws[at + 2 * p], ws[at + 2 * p] + n, scale.begin() + (size_t)p * n);
+      }
+      L.pack_q8(cat.data(), scale.data(), bp, n_parts * n, k);
+    } else {
+      std::vector<float> cat((size_t)n_parts * sz);
+      std::vector<uint16_t> cath(half ? (size_t)n_parts * sz : 0);
+      for (int p = 0; p < n_parts; ++p) {
+        std::copy(w[at + 2 * p], w[at + 2 * p] + sz, cat.begin() + p * sz);
+        if (half) std::copy(wh[at + 2 * p], wh[at + 2 * p] + sz, cath.begin() + p * sz);
+      }
+      L.pack(cat.data(), half ? cath.data() : nullptr, bp, n_parts * n, k);
+    }
   };
+  pack(m->proj, 1, i, cfg->tgt_vocab, C); i += 2;
   // the parts every layer has, in the order engine.py lays them out
   auto self_attention = [&](Linear& qkv, Linear& out, Norm& ln) {  // q, k, v, out, norm
-    pack_cat(qkv, 3, i); i += 6;
-    out.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
+    pack(qkv, 3, i, C, C); i += 6;
+    pack(out, 1, i, C, C); i += 2;
     ln.set(w[i], w[i + 1], C); i += 2;
   };
   auto feed_forward = [&](Linear& fc1, Linear& fc2, Norm& ln) {  // fc1, fc2, norm
-    fc1.pack(w[i], wh[i], w[i + 1], F, C); i += 2;
-    fc2.pack(w[i], wh[i], w[i + 1], C, F); i += 2;
+    pack(fc1, 1, i, F, C); i += 2;
+    pack(fc2, 1, i, C, F); i += 2;
     ln.set(w[i], w[i + 1], C); i += 2;
   };
   m->enc.resize(cfg->enc_layers);
@@ -679,9 +867,9 @@ void* fa_model_create(const Config* cfg, const float* const* w, const uint16_t* 
   m->dec.resize(cfg->dec_layers);
   for (auto& L : m->dec) {
     self_attention(L.qkv, L.out, L.ln_self);
-    L.cq.pack(w[i], wh[i], w[i + 1], C, C); i += 2;  // encoder attention: q, k + v, out, norm
-    pack_cat(L.ckv, 2, i); i += 4;
-    L.cout.pack(w[i], wh[i], w[i + 1], C, C); i += 2;
+    pack(L.cq, 1, i, C, C); i += 2;  // encoder attention: q, k + v, out, norm
+    pack(L.ckv, 2, i, C, C); i += 4;
+    pack(L.cout, 1, i, C, C); i += 2;
     L.ln_cross.set(w[i], w[i + 1], C); i += 2;
     feed_forward(L.fc1, L.fc2, L.ln_ffn);
   }

@@ -18,6 +18,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from ..acceptance import build_acceptance, build_blockwise_acceptance
 from ..cpu_features import PRECISION_CHOICES, use_bf16
 from ..generator import ENGINES
+from ..quantization import PRECISIONS, quantize_int8
 
 logger = logging.getLogger("fairseq_aggressive")
 
@@ -25,6 +26,7 @@ DECODINGS = ["beam", "iad", "gad", "blockwise"]
 DECODING_CHOICES = ChoiceEnum(DECODINGS)
 PRECISION = ChoiceEnum(list(PRECISION_CHOICES))
 ENGINE_CHOICES = ChoiceEnum(list(ENGINES))
+INFERENCE_PRECISION = ChoiceEnum(list(PRECISIONS))
 
 
 @dataclass
@@ -96,6 +98,15 @@ class AggressiveTranslationConfig(TranslationConfig):
             "where it runs, else torch (the output is greedy's either way)"
         },
     )
+    inference_precision: INFERENCE_PRECISION = field(
+        default="float32",
+        metadata={
+            "help": "int8 = decode with int8 linear layers (weights per output row, activations "
+            "per position, exact integer products; fairseq_aggressive/quantization.py): every "
+            "--decoding, beam and greedy included, runs the same int8 model, so aggressive "
+            "decoding still gives that model's greedy output; embeddings and layer norms stay float32"
+        },
+    )
     cpu_bf16: PRECISION = field(
         default="off",
         metadata={
@@ -164,6 +175,9 @@ class AggressiveTranslationTask(TranslationTask):
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         decoding = str(self._option(args, "decoding"))
+        if str(self._option(args, "inference_precision")) == "int8":
+            for model in models:
+                quantize_int8(model)
         if decoding == "beam" or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         if decoding not in DECODINGS:
