@@ -328,7 +328,8 @@ def print_table(res, file=sys.stdout):
         cells = [
             m, f"{r['total_s']:.2f}", f"{r['mean_ms_per_sentence']:.1f}",
         ] + ([f"{r['speedup_vs_base_beam5']:.2f}"] if has_base else []) + [
-            f"{r.get('speedup_vs_beam5', float('nan')):.2f}", f"{r.get('speedup_vs_greedy', float('nan')):.2f}",
+            f"{r['speedup_vs_beam5']:.2f}" if "speedup_vs_beam5" in r else "-",
+            f"{r['speedup_vs_greedy']:.2f}" if "speedup_vs_greedy" in r else "-",
             f"{r['mean_passes_per_sentence']:.2f}", f"{r['mean_tokens_per_pass']:.2f}",
             f"{100 * r['draft_time_share']:.0f}%" if "draft_time_share" in r else "-",
             f"{r.get('identical_to_greedy', '-')}/{res['sentences']}",
