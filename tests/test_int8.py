@@ -100,6 +100,18 @@ def test_int8_aggressive_matches_fairseq_greedy_of_the_int8_model(engine, bsz):
 
 
 @needs_native
+def test_native_refuses_a_partly_int8_model():
+    from fairseq_aggressive.native import NativeUnavailable
+    from fairseq_aggressive.quantization import Int8Linear
+
+    task = make_task()
+    model = make_model(task, seed=6)
+    model.decoder.layers[0].fc1 = Int8Linear(model.decoder.layers[0].fc1)
+    with pytest.raises(NativeUnavailable, match="int8 and .* float linear layers"):
+        NativeEngine(model, task.target_dictionary)
+
+
+@needs_native
 def test_native_int8_is_bit_exact():
     """Integer products are exact and each position is quantized on its own:
     the engine's int8 aggressive decoding equals its int8 greedy bit for bit,
@@ -139,6 +151,10 @@ def test_inference_precision_option_quantizes_for_every_decoding():
     model = make_model(task, seed=4)
     task.build_generator([model], argparse.Namespace(beam=1, nbest=1, decoding="iad", max_len_b=30))
     assert not is_int8(model)  # float32 is the default
+    # an int8 model asked for float32 (a hub model quantized by an earlier call): refused
+    int8_model = quantize_int8(make_model(task, seed=4))
+    with pytest.raises(ValueError, match="quantized in place .* load it again"):
+        task.build_generator([int8_model], argparse.Namespace(beam=1, nbest=1, decoding="beam", max_len_b=30))
     args = argparse.Namespace(drafter_path=None)
     assert mode_overrides("iad-int8", args) == dict(beam=1, decoding="iad", inference_precision="int8")
     assert mode_overrides("greedy-native-int8", args) == dict(

@@ -140,6 +140,9 @@ class NativeEngine:
         halves = [_exact_half(t) if t is not None and id(t) in linear_ids else None for t in tensors]
         # int8 layers (--inference-precision int8): their weight slot holds the Int8Linear
         q8 = [t if isinstance(t, Int8Linear) else None for t in tensors]
+        n_q8 = sum(q is not None for q in q8)
+        if n_q8 and self._linear_weights:
+            raise NativeUnavailable(f"{n_q8} int8 and {len(self._linear_weights)} float linear layers in one model")
         tensors = [None if isinstance(t, Int8Linear) else t for t in tensors]
 
         def pointers(ts):

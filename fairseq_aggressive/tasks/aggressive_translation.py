@@ -18,7 +18,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from ..acceptance import build_acceptance, build_blockwise_acceptance
 from ..cpu_features import PRECISION_CHOICES, use_bf16
 from ..generator import ENGINES
-from ..quantization import PRECISIONS, quantize_int8
+from ..quantization import PRECISIONS, is_int8, quantize_int8
 
 logger = logging.getLogger("fairseq_aggressive")
 
@@ -178,6 +178,10 @@ class AggressiveTranslationTask(TranslationTask):
         if str(self._option(args, "inference_precision")) == "int8":
             for model in models:
                 quantize_int8(model)
+        elif any(is_int8(model) for model in models):
+            raise ValueError("this model was quantized in place by an earlier --inference-precision int8 "
+                             "(e.g. a hub model's translate(inference_precision='int8')); load it again "
+                             "to decode in float32")
         if decoding == "beam" or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         if decoding not in DECODINGS:
