@@ -321,39 +321,42 @@ static int panels_for(int mr) {
   return t[mr];
 }
 
-// y (M x N, row stride ldy) = x (M x K, row stride ldx) W^T + b
-template <typename WT>
-static void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, int ldx, int M, float* y,
-                     int ldy) {
+// The tiles of an M x N product: output panels split into groups across the
+// pool's threads (when there is enough work), rows in blocks of at most 6, as
+// even as possible (a lone last row would run a latency-bound 1-row tile);
+// tile(mr, m0, p, cnt) computes rows [m0, m0 + mr) of panels [p, p + cnt).
+template <typename TileCall>
+static void for_tiles(Pool& pool, const Linear& L, int M, const TileCall& tile) {
   if (M <= 0) return;
-  const size_t pstride = (size_t)L.K * LANES;
-  const int mr_full = std::min(M, 6);
-  const int group = panels_for(mr_full);
+  const int group = panels_for(std::min(M, 6));
   const int n_groups = (L.P + group - 1) / group;
-  // split the output panels across threads when there is enough work
   const double flops = 2.0 * M * L.N * L.K;
   const int chunks = (pool.size() > 1 && flops > 4e5) ? std::min(n_groups, pool.size() * 4) : 1;
+  const int nb = (M + 5) / 6;
   auto body = [&](int c) {
     int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
     for (int g = g0; g < g1; ++g) {
-      int p0 = g * group, np = std::min(group, L.P - p0);
-      const WT* panel = weights + (size_t)p0 * pstride;
-      // row blocks of at most 6, as even as possible (a lone last row would
-      // run a latency-bound 1-row tile)
-      const int nb = (M + 5) / 6;
+      const int p0 = g * group, np = std::min(group, L.P - p0);
       for (int bi = 0, m0 = 0; bi < nb; ++bi) {
         const int mr = (M * (bi + 1)) / nb - (M * bi) / nb;
-        int nr = std::min(np, panels_for(mr));
-        for (int pp = 0; pp < np; pp += nr) {
-          int cnt = std::min(nr, np - pp);
-          tile_fn<WT>(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, panel + (size_t)pp * pstride, pstride,
-                           y + (size_t)m0 * ldy, ldy, (p0 + pp) * LANES, L.N, L.b.data(), L.has_bias);
-        }
+        const int nr = std::min(np, panels_for(mr));
+        for (int pp = 0; pp < np; pp += nr) tile(mr, m0, p0 + pp, std::min(nr, np - pp));
         m0 += mr;
       }
     }
   };
   pool.run(body, chunks);
+}
+
+// y (M x N, row stride ldy) = x (M x K, row stride ldx) W^T + b
+template <typename WT>
+static void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, int ldx, int M, float* y,
+                     int ldy) {
+  const size_t pstride = (size_t)L.K * LANES;
+  for_tiles(pool, L, M, [&](int mr, int m0, int p, int cnt) {
+    tile_fn<WT>(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, weights + (size_t)p * pstride, pstride,
+                         y + (size_t)m0 * ldy, ldy, p * LANES, L.N, L.b.data(), L.has_bias);
+  });
 }
 
 // ------------------------------------------------------------ int8 linear
@@ -462,30 +465,10 @@ static void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int 
   const int16_t* q = xq.data();
   const float* s = sx.data();
   const size_t pstride = (size_t)K2 * 2 * LANES;
-  const int group = panels_for(std::min(M, 6));
-  const int n_groups = (L.P + group - 1) / group;
-  const double ops = 2.0 * M * L.N * L.K;
-  const int chunks = (pool.size() > 1 && ops > 4e5) ? std::min(n_groups, pool.size() * 4) : 1;
-  auto body = [&](int c) {
-    int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
-    for (int g = g0; g < g1; ++g) {
-      int p0 = g * group, np = std::min(group, L.P - p0);
-      const int8_t* panel = L.wq.data() + (size_t)p0 * pstride;
-      const int nb = (M + 5) / 6;
-      for (int bi = 0, m0 = 0; bi < nb; ++bi) {
-        const int mr = (M * (bi + 1)) / nb - (M * bi) / nb;
-        int nr = std::min(np, panels_for(mr));
-        for (int pp = 0; pp < np; pp += nr) {
-          int cnt = std::min(nr, np - pp);
-          tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, K2, panel + (size_t)pp * pstride, pstride, s + m0,
-                              y + (size_t)m0 * ldy, ldy, (p0 + pp) * LANES, L.N, L.ws.data(), L.b.data(),
-                              L.has_bias);
-        }
-        m0 += mr;
-      }
-    }
-  };
-  pool.run(body, chunks);
+  for_tiles(pool, L, M, [&](int mr, int m0, int p, int cnt) {
+    tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, K2, L.wq.data() + (size_t)p * pstride, pstride, s + m0,
+                        y + (size_t)m0 * ldy, ldy, p * LANES, L.N, L.ws.data(), L.b.data(), L.has_bias);
+  });
 }
 
 static void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
