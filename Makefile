@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 WORK   ?= work
 
-.PHONY: setup demo demo-train test gad-ende blockwise-ende clean
+.PHONY: setup demo demo-train test test-fast gad-ende blockwise-ende clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -35,6 +35,10 @@ blockwise-ende: setup
 
 test: setup
 	$(BIN)/python -m pytest -q --durations=15 tests
+
+# everything but the tests that train models or run whole pipelines (a few minutes)
+test-fast: setup
+	$(BIN)/python -m pytest -q --durations=10 -m "not slow" tests
 
 clean:
 	rm -rf $(WORK)

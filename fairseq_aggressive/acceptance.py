@@ -1,18 +1,32 @@
 """Acceptance rules: given the verifier's scores at some positions and the
 drafted tokens there, decide which drafted tokens pass.
 
-A rule is called with ``scores`` (B, W, V), ``draft`` (B, W) and ``n_valid``
-(B,): position ``t`` predicts the token after ``draft[:, t-1]`` and is checked
-against ``draft[:, t]`` where ``t < n_valid``.  It returns ``(choice,
-n_match)``: ``choice[b, t]`` is the token emitted at position ``t`` if it is
-reached, ``n_match[b]`` how many leading valid draft tokens pass.  The
-generator emits the accepted draft tokens plus the verifier's own choice at the
-first rejected position (the bifurcation), so every pass makes progress.
+Every rule is an :class:`AcceptanceRule` with one call signature:
+``rule(scores, draft, n_valid, offset)``.  ``scores`` (B, W, V) are the
+verifier's adjusted scores at W consecutive draft slots, ``draft`` (B, W) the
+drafted tokens there, ``n_valid`` (B,) how many of the W slots hold a real
+drafted token, and ``offset`` the index of the first of the W slots within the
+pass's draft (the generator checks a long draft chunk by chunk: 0, 8, 24, ...).
+Slot ``t`` predicts the token after ``draft[:, t-1]`` and is checked against
+``draft[:, t]``.  A rule returns ``(choice, n_match)``: ``choice[b, t]`` is the
+token emitted at slot ``t`` if it is reached, ``n_match[b]`` how many leading
+valid draft tokens pass.  The generator emits the accepted draft tokens plus
+the verifier's own choice at the first rejected slot (the bifurcation), so
+every pass makes progress.
+
+Rules declare capabilities as attributes, as fairseq's ``Search`` strategies
+do: ``exact_greedy`` (the output is greedy decoding's; the native engine
+implements only such rules) and ``first_chunk_min`` (the first call must cover
+at least that many slots; a later chunk is only used for rows whose every
+earlier slot passed).
 """
+import math
 from typing import Tuple
 
 import torch
 from torch import Tensor
+
+from .options import check_positive_int
 
 
 def leading_true(mask: Tensor) -> Tensor:
@@ -27,34 +41,40 @@ def valid_mask(n_valid: Tensor, width: int) -> Tensor:
     return torch.arange(width, device=n_valid.device).unsqueeze(0) < n_valid.unsqueeze(1)
 
 
-class ExactAcceptance:
+class AcceptanceRule:
+    """The contract of every rule (see the module docstring)."""
+
+    exact_greedy = False  # capability: output identical to greedy decoding
+    first_chunk_min = 1  # slots the first call of a pass must cover
+
+    def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
+        raise NotImplementedError
+
+
+class ExactAcceptance(AcceptanceRule):
     """Accept a drafted token iff it is the verifier's top-1 (greedy) choice.
     Output is token-for-token that of greedy decoding."""
 
-    exact_greedy = True  # capability: the native engine implements this rule
+    exact_greedy = True
 
-    def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor) -> Tuple[Tensor, Tensor]:
+    def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         choice = scores.argmax(dim=-1)
         ok = (choice == draft) & valid_mask(n_valid, draft.size(1))
         return choice, leading_true(ok)
 
 
-class TopBetaTauAcceptance:
-    """GAD++ (Xia et al. 2023, Eq. 8-9): accept a drafted token if it is among
-    the verifier's top-``beta`` and its log-probability is within ``tau`` of the
-    top-1's.  Ties with the ``beta``-th score count as inside the top-``beta``
-    (rank = number of strictly better tokens).  ``beta == 1`` is exact
-    acceptance.  Accepted positions emit the drafted token, the bifurcation
-    emits the verifier's top-1."""
+class RankAcceptance(AcceptanceRule):
+    """Accept a drafted token if it is among the verifier's top-``beta`` and
+    its log-probability is within ``tau`` of the top-1's.  Ties with the
+    ``beta``-th score count as inside the top-``beta`` (rank = number of
+    strictly better tokens).  Accepted slots emit the drafted token, the
+    bifurcation emits the verifier's top-1.  Arguments are not checked: build
+    the rules below."""
 
     def __init__(self, beta: int, tau: float):
-        if int(beta) != beta or beta < 1:
-            raise ValueError(f"--gad-beta must be an integer >= 1, got {beta}")
-        if not tau >= 0 or tau == float("inf"):
-            raise ValueError(f"--gad-tau must be a finite number >= 0, got {tau}")
-        self.beta, self.tau = int(beta), float(tau)
+        self.beta, self.tau = beta, tau
 
-    def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor) -> Tuple[Tensor, Tensor]:
+    def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         top1, best = scores.max(dim=-1)
         d = draft.clamp(min=0, max=scores.size(-1) - 1)
         d_score = scores.gather(-1, d.unsqueeze(-1)).squeeze(-1)
@@ -71,41 +91,49 @@ class TopBetaTauAcceptance:
         return choice, n_match
 
 
-def build_acceptance(beta: int = 1, tau: float = 0.0):
+class TopBetaTauAcceptance(RankAcceptance):
+    """GAD++ (Xia et al. 2023, Eq. 8-9): top-``beta`` within ``tau`` of the
+    top-1's log-probability.  ``beta == 1`` is exact acceptance."""
+
+    def __init__(self, beta: int, tau: float):
+        if not tau >= 0 or tau == math.inf:
+            raise ValueError(f"--gad-tau must be a finite number >= 0, got {tau}")
+        super().__init__(check_positive_int(beta, "--gad-beta"), float(tau))
+
+
+class TopKAcceptance(RankAcceptance):
+    """Blockwise parallel decoding's approximate rule (Stern et al. 2018,
+    sec. 5.2): accept a drafted token that is among the verifier's top-K."""
+
+    def __init__(self, topk: int):
+        super().__init__(check_positive_int(topk, "--blockwise-topk"), math.inf)
+
+
+def build_acceptance(beta: int = 1, tau: float = 0.0) -> AcceptanceRule:
     """Exact acceptance for ``beta == 1``, GAD++ otherwise (arguments checked)."""
     rule = TopBetaTauAcceptance(beta, tau)
     return ExactAcceptance() if rule.beta == 1 else rule
 
 
-class TopKAcceptance(TopBetaTauAcceptance):
-    """Blockwise parallel decoding's approximate rule (Stern et al. 2018,
-    sec. 5.2): accept a drafted token that is among the verifier's top-K."""
-
-    def __init__(self, topk: int):
-        if int(topk) != topk or topk < 1:
-            raise ValueError(f"--blockwise-topk must be an integer >= 1, got {topk}")
-        self.beta, self.tau = int(topk), float("inf")
-
-
-class MinBlockAcceptance:
+class MinBlockAcceptance(AcceptanceRule):
     """Wraps a rule so every pass emits at least ``min_block`` tokens (when that
     many are drafted): the first ``min_block - 1`` drafted tokens pass whatever
     the verifier says, the verifier adds one (Stern et al. 2018, sec. 5.3).
     Tokens the length rules forbid (e.g. anything but EOS at the maximum
     length) are never forced."""
 
-    uses_offset = True  # called chunk by chunk with the chunk's first position
-
-    def __init__(self, rule, min_block: int, block_size: int = None):
-        if int(min_block) != min_block or min_block < 1:
-            raise ValueError(f"--min-block-size must be an integer >= 1, got {min_block}")
+    def __init__(self, rule: AcceptanceRule, min_block: int, block_size: int = None):
+        min_block = check_positive_int(min_block, "--min-block-size")
         if block_size is not None and min_block > block_size:
             raise ValueError(f"--min-block-size {min_block} is larger than the block size k={block_size}")
-        self.rule, self.forced = rule, int(min_block) - 1
+        self.rule, self.forced = rule, min_block - 1
+        # the forced slots and the one after them are decided in one call: the
+        # rule's own prefix match counts only where it passed from slot 0
+        self.first_chunk_min = max(rule.first_chunk_min, min_block)
 
     def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
-        choice, n_match = self.rule(scores, draft, n_valid)
-        n_forced = self.forced - offset  # the generator checks positions in chunks
+        choice, n_match = self.rule(scores, draft, n_valid, offset)
+        n_forced = self.forced - offset  # slots before ``offset`` were checked in earlier chunks
         if n_forced <= 0:
             return choice, n_match
         d = draft.clamp(min=0, max=scores.size(-1) - 1)
@@ -116,7 +144,7 @@ class MinBlockAcceptance:
         return choice, torch.maximum(n_match, forced)
 
 
-def build_blockwise_acceptance(topk: int = 1, min_block: int = 1, block_size: int = None):
+def build_blockwise_acceptance(topk: int = 1, min_block: int = 1, block_size: int = None) -> AcceptanceRule:
     """Exact, top-K and/or minimum-block-size acceptance for blockwise decoding."""
     rule = TopKAcceptance(topk)
     rule = ExactAcceptance() if rule.beta == 1 else rule

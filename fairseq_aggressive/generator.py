@@ -15,8 +15,9 @@ from typing import Dict, List, Optional
 import torch
 from torch import Tensor, nn
 
-from .acceptance import ExactAcceptance
+from .acceptance import AcceptanceRule, ExactAcceptance
 from .drafters.base import Drafter
+from .options import check_max_draft_len, check_single_model, check_temperature
 from .verifier import CachedDecoderVerifier
 
 ENGINES = ("auto", "native", "torch")
@@ -29,7 +30,7 @@ NATIVE_DRAFT_CAP = 4
 logger = logging.getLogger("fairseq_aggressive")
 
 
-def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance):
+def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule):
     """The compiled native engine (:mod:`fairseq_aggressive.native`) or None
     for the torch verifier.  ``auto`` takes the native one where it runs: a CPU
     model it supports, exact acceptance, a drafter that needs neither the
@@ -43,7 +44,7 @@ def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance):
     try:
         if next(model.parameters()).device.type != "cpu":
             raise NativeUnavailable("the model is not on the CPU")
-        if not getattr(acceptance, "exact_greedy", False):
+        if not acceptance.exact_greedy:
             raise NativeUnavailable(f"{type(acceptance).__name__} is not exact greedy acceptance")
         if drafter.wants_features or drafter.needs_encoder_out:
             raise NativeUnavailable(f"{type(drafter).__name__} reads the verifier's encoder output or features")
@@ -98,7 +99,7 @@ class AggressiveGenerator(nn.Module):
         models,
         tgt_dict,
         drafter: Drafter,
-        acceptance=None,
+        acceptance: Optional[AcceptanceRule] = None,
         max_len_a: float = 0,
         max_len_b: int = 200,
         max_len: int = 0,
@@ -111,18 +112,15 @@ class AggressiveGenerator(nn.Module):
         engine: str = "auto",
     ):
         super().__init__()
-        if len(models) != 1:
-            raise ValueError(
-                f"aggressive decoding verifies with a single model, got an ensemble of {len(models)}"
-            )
-        if temperature <= 0:
-            raise ValueError(f"--temperature must be greater than 0, got {temperature}")
-        if max_draft_len is not None and max_draft_len < 0:
-            raise ValueError(f"--max-draft-len must be >= 0, got {max_draft_len}")
+        check_single_model(models)
+        check_temperature(temperature)
+        max_draft_len = check_max_draft_len(max_draft_len)
         self.model = models[0]
         self.verifier = CachedDecoderVerifier(self.model)
         self.drafter = drafter
         self.acceptance = acceptance or ExactAcceptance()
+        if not isinstance(self.acceptance, AcceptanceRule):
+            raise TypeError(f"acceptance must be an AcceptanceRule, got {type(self.acceptance).__name__}")
         self.pad, self.unk, self.eos = tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos()
         self.vocab_size = len(tgt_dict)
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
@@ -180,15 +178,12 @@ class AggressiveGenerator(nn.Module):
         draft = torch.cat([tokens[:, 1:], tokens.new_full((B, 1), self.pad)], dim=1)
         choices, scores = [], []
         n_match = torch.zeros_like(n_draft)
-        lo, size = 0, self.first_chunk
+        lo, size = 0, max(self.first_chunk, self.acceptance.first_chunk_min)
         while lo < T:
             hi = min(T, lo + size)
             adjusted, lse = self._scores(feats[:, lo:hi], positions[:, lo:hi], max_len)
             n_valid = (n_draft - lo).clamp(min=0)
-            if getattr(self.acceptance, "uses_offset", False):
-                choice, m = self.acceptance(adjusted, draft[:, lo:hi], n_valid, offset=lo)
-            else:
-                choice, m = self.acceptance(adjusted, draft[:, lo:hi], n_valid)
+            choice, m = self.acceptance(adjusted, draft[:, lo:hi], n_valid, lo)
             choices.append(choice)
             scores.append(adjusted.gather(2, choice.unsqueeze(2)).squeeze(2) - lse.squeeze(2))
             n_match = torch.where(n_match == lo, n_match + m, n_match)

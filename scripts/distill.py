@@ -34,21 +34,15 @@ def detect_langs(data: str):
     return m.group(1), m.group(2)
 
 
-def parse_generate(path: str, n_expected=None):
+def parse_generate(path: str):
     """id -> (source, hypothesis) from fairseq-generate output (BPE kept)."""
-    src, hyp = {}, {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith("S-"):
-                i, text = line.rstrip("\n").split("\t", 1)
-                src[int(i[2:])] = text
-            elif line.startswith("H-"):
-                i, _score, text = line.rstrip("\n").split("\t", 2)
-                hyp[int(i[2:])] = text
-    missing = set(src) - set(hyp)
+    from fairseq_aggressive.evaluation.generate_output import read_generate_output
+
+    entries = {i: e for i, e in read_generate_output(path).items() if "S" in e}
+    missing = [i for i, e in entries.items() if "H" not in e]
     if missing:
         raise SystemExit(f"error: {len(missing)} sources without hypotheses in {path}")
-    return {i: (src[i], hyp[i]) for i in src}
+    return {i: (e["S"], e["H"]) for i, e in entries.items()}
 
 
 def main(argv=None):

@@ -293,16 +293,9 @@ class Pipeline:
 
 def read_generate(path):
     """Hypotheses and references of a fairseq-generate output, in sentence-id order."""
-    hyps, refs = {}, {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            tag, _, rest = line.rstrip("\n").partition("\t")
-            if tag.startswith("H-"):
-                hyps[int(tag[2:])] = rest.split("\t", 1)[1] if "\t" in rest else ""
-            elif tag.startswith("T-"):
-                refs[int(tag[2:])] = rest
-    ids = sorted(hyps)
-    return [hyps[i] for i in ids], [refs.get(i, "") for i in ids]
+    from fairseq_aggressive.evaluation.generate_output import hypotheses_and_references
+
+    return hypotheses_and_references(path)
 
 
 def write_results(work, cfg, decode, bench):

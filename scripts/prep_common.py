@@ -64,6 +64,37 @@ def write_lines(path, lines):
     return count
 
 
+def split_file(split, side, kind=None):
+    """``{split}.{side}`` or ``{split}.{kind}.{side}`` (kind: raw, tok)."""
+    return ".".join(filter(None, (split, kind, side)))
+
+
+def write_splits(out, splits, sides, kind=None):
+    """``out/{split}[.{kind}].{side}`` from {split: [(side 0 text, side 1 text, ...)]}."""
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for split, pairs in splits.items():
+        for i, side in enumerate(sides):
+            write_lines(Path(out) / split_file(split, side, kind), [pair[i] for pair in pairs])
+
+
+def map_splits(function, splits, sides):
+    """{split: pairs} with ``function(lines, side)`` (a list of lines -> a list of
+    lines) applied to each side of every split."""
+    result = {}
+    for split, pairs in splits.items():
+        columns = [function([pair[i] for pair in pairs], side) for i, side in enumerate(sides)]
+        result[split] = list(zip(*columns)) if pairs else []
+    return result
+
+
+def learn_and_apply_bpe(splits, sides, codes_path, operations):
+    """Learn joint BPE codes on the train split's sides (interleaved pair by pair)
+    and segment every split with them."""
+    train_text = [text for pair in splits["train"] for text in pair[:len(sides)]]
+    learn_bpe(train_text, codes_path, operations)
+    return map_splits(lambda lines, side: apply_bpe(codes_path, lines), splits, sides)
+
+
 # --------------------------------------------------------------------------
 # Parallel map with bounded memory
 

@@ -57,54 +57,19 @@ TRAIN_SOURCES = ("lang8", "nucle", "fce", "wi_train")
 # M2 reading
 
 
-def read_m2(lines):
-    """[(source tokens, [(start, end, correction tokens, annotator), ...]), ...].
-
-    Minimal M2 reader: ``S`` lines start a sentence, ``A start end|||type|||
-    correction|||required|||comment|||annotator`` lines add an edit; noop
-    edits (type ``noop`` or span -1 -1) are skipped; ``-NONE-`` (or an empty
-    correction) is a deletion.
-    """
-    sentences = []
-    for number, line in enumerate(lines, 1):
-        line = line.rstrip("\n")
-        if line.startswith("S ") or line == "S":
-            sentences.append((line[2:].split(), []))
-        elif line.startswith("A "):
-            if not sentences:
-                raise ValueError(f"line {number}: an A line before any S line")
-            fields = line[2:].split("|||")
-            try:
-                start, end = map(int, fields[0].split())
-                error_type, correction = fields[1], fields[2]
-                annotator = int(fields[5]) if len(fields) > 5 else 0
-            except (ValueError, IndexError):
-                raise ValueError(f"line {number}: malformed A line: {line!r}") from None
-            if error_type == "noop" or start < 0:
-                continue
-            tokens = [] if correction.strip() in ("-NONE-", "") else correction.split()
-            sentences[-1][1].append((start, end, tokens, annotator))
-    return sentences
-
-
-def apply_edits(tokens, edits, annotator=0):
-    """The corrected tokens: `tokens` with `annotator`'s edits applied."""
-    result, offset = list(tokens), 0
-    mine = sorted((e for e in edits if e[3] == annotator), key=lambda e: (e[0], e[1]))
-    for start, end, correction, _ in mine:
-        result[start + offset:end + offset] = correction
-        offset += len(correction) - (end - start)
-    return result
-
-
 def m2_pairs(path, annotator=0):
-    """[(source, target)] tokenized text of an M2 file."""
+    """[(source, target)] tokenized text of an M2 file: the source with
+    `annotator`'s edits applied (the first alternative of an ``a||b``
+    correction), read by the M2 scorer's own reader
+    (:mod:`fairseq_aggressive.evaluation.m2`, which checks spans)."""
+    from fairseq_aggressive.evaluation.m2 import apply_edits, parse_m2
+
     try:
-        sentences = read_m2(prep_common.iter_lines(path))
-    except ValueError as error:
+        sentences = parse_m2(prep_common.iter_lines(path))
+        return [(" ".join(s.source), " ".join(apply_edits(s.source, s.edits.get(annotator, []))))
+                for s in sentences]
+    except ValueError as error:  # M2FormatError, overlapping edits
         sys.exit(f"error: {path}: {error}")
-    return [(" ".join(tokens), " ".join(apply_edits(tokens, edits, annotator)))
-            for tokens, edits in sentences]
 
 
 # --------------------------------------------------------------------------

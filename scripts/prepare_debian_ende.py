@@ -685,34 +685,9 @@ def parse_args(argv=None, source_names=()):
 # Text files, tokenization, BPE, binarization
 
 
-def write_splits(out, splits, kind=None):
-    """``{split}.{kind}.{en,de}`` (or ``{split}.{en,de}``) from {split: [(en, de, ...)]}."""
-    for split, pairs in splits.items():
-        for i, lang in enumerate(LANGS):
-            write_lines(out / ".".join(filter(None, (split, kind, lang))),
-                        [pair[i] for pair in pairs])
-
-
-def map_sides(function, splits):
-    """{split: [(en, de)]} with `function` (a list of lines -> a list of lines)
-    applied to each language's side of every split; `function` gets the language too."""
-    result = {}
-    for split, pairs in splits.items():
-        sides = [function([pair[i] for pair in pairs], lang) for i, lang in enumerate(LANGS)]
-        result[split] = list(zip(*sides)) if pairs else []
-    return result
-
-
 def tokenize_splits(splits, workers):
-    return map_sides(lambda lines, lang: prep_common.tokenize(lines, lang, workers=workers,
-                                                              escape=False), splits)
-
-
-def learn_and_apply_bpe(splits, codes_path, operations):
-    """Learn joint BPE codes on train en+de and segment every split."""
-    train_text = [text for pair in splits["train"] for text in pair[:2]]
-    prep_common.learn_bpe(train_text, codes_path, operations)
-    return map_sides(lambda lines, lang: prep_common.apply_bpe(codes_path, lines), splits)
+    return prep_common.map_splits(lambda lines, lang: prep_common.tokenize(
+        lines, lang, workers=workers, escape=False), splits, LANGS)
 
 
 def binarize(out, workers):
@@ -806,7 +781,7 @@ def main(argv=None):
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.out, prefix=".build-") as scratch:
         staging = Path(scratch)
-        write_splits(staging, splits, "raw")
+        prep_common.write_splits(staging, splits, LANGS, "raw")
         for split, split_pairs in splits.items():
             write_lines(staging / f"{split}.origin", [source for _, _, source in split_pairs])
         write_lines(staging / "packages.tsv", ["source\tpackage\tversion\tdeb"] + [
@@ -818,12 +793,12 @@ def main(argv=None):
 
         step = time.time()
         tokenized = tokenize_splits(splits, args.workers)
-        write_splits(staging, tokenized, "tok")
+        prep_common.write_splits(staging, tokenized, LANGS, "tok")
         print(f"Tokenized ({time.time() - step:.0f}s); learning {args.bpe_ops} joint BPE "
               "operations")
         step = time.time()
-        write_splits(staging, learn_and_apply_bpe(tokenized, staging / "bpe.codes",
-                                                  args.bpe_ops))
+        segmented = prep_common.learn_and_apply_bpe(tokenized, LANGS, staging / "bpe.codes", args.bpe_ops)
+        prep_common.write_splits(staging, segmented, LANGS)
         print(f"BPE done ({time.time() - step:.0f}s)")
         if not args.no_binarize:
             step = time.time()

@@ -293,21 +293,9 @@ def take_sample(splits, sample):
 # Text files
 
 
-def file_name(split, side, kind=None):
-    """``{split}.{side}`` or ``{split}.{kind}.{side}`` (kind: raw, tok)."""
-    return ".".join(filter(None, (split, kind, side)))
-
-
-def write_splits(out, splits, kind=None):
-    out.mkdir(parents=True, exist_ok=True)
-    for split, pairs in splits.items():
-        for i, side in enumerate(SIDES):
-            prep_common.write_lines(out / file_name(split, side, kind), [pair[i] for pair in pairs])
-
-
 def read_splits(directory, kind):
     """Read ``directory/{split}.{kind}.{src,tgt}`` back into {split: pairs}."""
-    paths = {(split, side): directory / file_name(split, side, kind)
+    paths = {(split, side): directory / prep_common.split_file(split, side, kind)
              for split in SPLITS for side in SIDES}
     missing = [str(p) for p in paths.values() if not p.is_file()]
     if missing:
@@ -322,18 +310,9 @@ def read_splits(directory, kind):
     return splits
 
 
-def map_splits(function, splits):
-    """Apply `function` (a list of lines -> a list of lines) to both sides of every split."""
-    result = {}
-    for split, pairs in splits.items():
-        sides = [function([pair[i] for pair in pairs]) for i in range(len(SIDES))]
-        result[split] = list(zip(*sides)) if pairs else []
-    return result
-
-
 def tokenize_splits(splits):
-    return map_splits(lambda lines: prep_common.tokenize(
-        lines, "uk", escape=False, protected_patterns=[APOSTROPHE_WORD]), splits)
+    return prep_common.map_splits(lambda lines, side: prep_common.tokenize(
+        lines, "uk", escape=False, protected_patterns=[APOSTROPHE_WORD]), splits, SIDES)
 
 
 def print_stats(splits, examples):
@@ -352,13 +331,6 @@ def print_stats(splits, examples):
 # BPE and binarization
 
 
-def learn_and_apply_bpe(splits, codes_path, operations):
-    """Learn joint BPE codes on train source+target and segment every split."""
-    train_text = [text for pair in splits["train"] for text in pair]
-    prep_common.learn_bpe(train_text, codes_path, operations)
-    return map_splits(lambda lines: prep_common.apply_bpe(codes_path, lines), splits)
-
-
 def binarize(out, workers):
     """Run fairseq-preprocess on ``out/{split}.{src,tgt}`` into ``out/bin``."""
     prep_common.binarize(out, "src", "tgt", workers, verbose=True)
@@ -375,14 +347,15 @@ def main(argv=None):
         tokenized = take_sample(read_splits(args.from_text, "tok"), args.sample)
     else:
         raw = take_sample(read_corpus(args.layer, args.seed, args.max_words), args.sample)
-        write_splits(args.out, raw, "raw")
+        prep_common.write_splits(args.out, raw, SIDES, "raw")
         tokenized = tokenize_splits(raw)
-    write_splits(args.out, tokenized, "tok")
+    prep_common.write_splits(args.out, tokenized, SIDES, "tok")
     print("Tokenized data:")
     print_stats(tokenized, args.examples)
 
     print(f"Learning {args.bpe_ops} joint BPE operations")
-    write_splits(args.out, learn_and_apply_bpe(tokenized, args.out / "bpe.codes", args.bpe_ops))
+    prep_common.write_splits(args.out, prep_common.learn_and_apply_bpe(
+        tokenized, SIDES, args.out / "bpe.codes", args.bpe_ops), SIDES)
     if not args.no_binarize:
         binarize(args.out, args.workers)
     print(f"Done in {time.time() - started:.0f}s; output in {args.out}")

@@ -23,8 +23,27 @@ def pytest_terminal_summary(terminalreporter):
         )
 
 
-# ---------------------------------------------- models trained on the sample
+# ---------------------------------------------- fast and slow tests
 import pytest  # noqa: E402
+
+# tests that train models with fairseq-train or run whole pipelines: minutes each.
+# `pytest -m "not slow"` (make test-fast) runs the rest, every random-weight
+# equivalence test included, in a few minutes; `make test` runs everything.
+SLOW_FIXTURES = {"trained", "trained_drafter", "trained_blockwise"}
+SLOW_MODULES = {"test_pipeline.py", "test_demo.py"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: trains a model or runs a whole pipeline (minutes)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if SLOW_FIXTURES & set(item.fixturenames) or item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
+
+
+# ---------------------------------------------- models trained on the sample
 
 
 TINY = ["--encoder-layers", "2", "--decoder-layers", "1",

@@ -1,5 +1,6 @@
 """Shared test helpers: tiny dictionaries, random-weight Transformers, stock greedy."""
 import argparse
+import random
 
 import torch
 from fairseq.data import Dictionary
@@ -19,6 +20,18 @@ def make_dict(n_symbols=40):
         d.add_symbol(f"w{i}")
     d.finalize(padding_factor=1)
     return d
+
+
+def random_rows(d, n, lo, hi, seed):
+    """``n`` random sentences of ``lo``..``hi`` ordinary symbols of ``d`` plus EOS."""
+    rng = random.Random(seed)
+    return [[rng.randint(d.nspecial, len(d) - 1) for _ in range(rng.randint(lo, hi))] + [d.eos()]
+            for _ in range(n)]
+
+
+def crafted(rows):
+    """(1, W, V) log-probabilities from rows of logits: scores to test rules on."""
+    return torch.tensor(rows, dtype=torch.float).log_softmax(-1).unsqueeze(0)
 
 
 def make_task(src_dict=None, tgt_dict=None, **cfg):
@@ -166,15 +179,22 @@ def run(cmd, **kw):
     return proc
 
 
+def sample_test_size() -> int:
+    """Sentences in the shipped UA-GEC sample's test split (every one is decoded)."""
+    with open(os.path.join(ROOT, "data", "uagec-sample", "test.tok.src"), encoding="utf-8") as f:
+        return sum(1 for _ in f)
+
+
 def tool(name):
     return os.path.join(BIN, name)
 
 
 def generate(data, ckpt, *extra):
     """fairseq-generate --beam 1 on the test split: ({id: hypothesis}, process)."""
-    import re
+    from fairseq_aggressive.evaluation.generate_output import parse_generate_lines
 
     proc = run([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
                 "--task", "aggressive_translation", "--gen-subset", "test", "--beam", "1",
                 "--batch-size", "16", "--remove-bpe", *extra])
-    return dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", proc.stdout, re.M)), proc
+    entries = parse_generate_lines(proc.stdout.splitlines())
+    return {i: e["H"] for i, e in entries.items() if "H" in e}, proc

@@ -1,26 +1,15 @@
 """Blockwise parallel decoding on random-weight transformer_blockwise models:
-exact mode equals greedy whatever the heads propose; top-K and min-block rules
-on crafted scores; merged predict/verify (one invocation per iteration); errors."""
+exact mode equals greedy whatever the heads propose (the top-K and min-block
+rules on crafted scores: test_acceptance.py); merged predict/verify (one invocation per iteration); errors."""
 import argparse
 import random
 
 import pytest
 import torch
 
-from helpers import aggressive, compare, greedy, make_model, make_sample, make_task
-from fairseq_aggressive.acceptance import (
-    ExactAcceptance,
-    MinBlockAcceptance,
-    TopKAcceptance,
-    build_blockwise_acceptance,
-)
+from helpers import aggressive, compare, greedy, make_model, make_sample, make_task, random_rows
+from fairseq_aggressive.acceptance import build_blockwise_acceptance
 from fairseq_aggressive.drafters import BlockwiseHeadsDrafter
-
-
-def random_rows(d, n, lo, hi, seed):
-    rng = random.Random(seed)
-    return [[rng.randint(d.nspecial, len(d) - 1) for _ in range(rng.randint(lo, hi))] + [d.eos()]
-            for _ in range(n)]
 
 
 SHAPES = [
@@ -96,23 +85,37 @@ def test_exact_blockwise_long_accepted_blocks(wrong_every):
 
 
 def test_merged_predict_verify_one_invocation_per_iteration():
-    """Every pass after the first drafts k-1 tokens (the proposals came with the
-    previous pass; no separate prediction call), so passes = iterations."""
+    """The proposals of pass n+1 come from pass n's features: per iteration one
+    verifier pass and one application of the heads to features it already has,
+    no separate prediction run of the model; every pass after the first drafts
+    k-1 tokens (until the length cap)."""
+    from fairseq_aggressive.generator import AggressiveGenerator
+
     task = make_task()
     d = task.target_dictionary
     m = make_model(task, arch="transformer_blockwise", seed=2, blockwise_k=4)
     rows = random_rows(d, 1, 10, 20, seed=3)
     sample = make_sample(rows, d.pad())
-    calls = {"decoder": 0}
-    orig = m.decoder.forward
-    m.decoder.forward = lambda *a, **k: (calls.__setitem__("decoder", calls["decoder"] + 1), orig(*a, **k))[1]
-    out, gen = aggressive(m, task, sample, drafter=BlockwiseHeadsDrafter(m, d), max_len_b=30)
-    assert calls["decoder"] == 0  # the verifier runs the decoder's modules, not decoder.forward
+    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), max_len_b=30)
+    calls = {"decoder.forward": 0, "verifier": 0, "heads": 0, "encoder": 0}
+
+    def counted(name, fn):
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+        return wrapper
+
+    m.decoder.forward = counted("decoder.forward", m.decoder.forward)
+    m.encoder.forward = counted("encoder", m.encoder.forward)
+    m.head_logits = counted("heads", m.head_logits)
+    gen.verifier.forward = counted("verifier", gen.verifier.forward)
+    out = gen.generate([m], sample)
+    passes = gen.stats.passes
+    assert calls == {"decoder.forward": 0, "verifier": passes, "heads": passes, "encoder": 1}, calls
     n_tok = len(out[0][0]["tokens"])
-    assert gen.stats.passes == gen.stats.sentence_passes
-    # first pass drafts nothing, every later pass drafts k-1 = 3 tokens (capped at max length)
-    assert gen.stats.drafted >= 3 * (gen.stats.passes - 1) - 3
-    assert gen.stats.passes <= n_tok
+    # the first pass drafts nothing, later ones k-1 = 3 tokens (the length cap may cut the last)
+    assert 3 * (passes - 1) - 3 <= gen.stats.drafted <= 3 * (passes - 1)
+    assert 1 < passes < n_tok  # blocks were accepted
 
 
 def test_blockwise_beam_decoding_is_base_model():
@@ -125,36 +128,6 @@ def test_blockwise_beam_decoding_is_base_model():
     sample = make_sample(random_rows(d, 4, 3, 20, seed=1), d.pad())
     a, b = greedy(m, d, sample), greedy(base, d, sample)
     assert [h[0]["tokens"].tolist() for h in a] == [h[0]["tokens"].tolist() for h in b]
-
-
-# ---------------------------------------------------------------- the rules
-def crafted(rows):
-    return torch.tensor(rows, dtype=torch.float).log_softmax(-1).unsqueeze(0)
-
-
-def test_topk_and_min_block_rules():
-    scores = crafted([[0.0, 2.0, 0.5, 1.9, 0.1],
-                      [9.0, 0.0, 0.0, 0.0, 3.0],
-                      [0.0, 1.0, 0.8, 0.9, 0.0],
-                      [0.0, 1.0, 0.0, 0.0, 0.0]])
-    draft = torch.tensor([[3, 4, 2, 0]])
-    n = torch.tensor([4])
-    assert ExactAcceptance()(scores, draft, n)[1].tolist() == [0]
-    assert TopKAcceptance(2)(scores, draft, n)[1].tolist() == [2]  # 3 2nd, 4 2nd, 2 3rd
-    assert TopKAcceptance(3)(scores, draft, n)[1].tolist() == [4]  # 0 is tied 2nd (1 better)
-    # min block 3: the first 2 drafted tokens pass whatever the verifier says
-    choice, m = MinBlockAcceptance(ExactAcceptance(), 3)(scores, draft, n)
-    assert m.tolist() == [2] and choice[0, :2].tolist() == [3, 4] and choice[0, 2].item() == 1
-    # fewer drafted tokens than the minimum: only those pass
-    assert MinBlockAcceptance(ExactAcceptance(), 4)(scores, draft, torch.tensor([1]))[1].tolist() == [1]
-    # offsets: positions before the chunk already counted
-    assert MinBlockAcceptance(ExactAcceptance(), 3)(scores, draft, n, offset=2)[1].tolist() == [0]
-    # a token the length rules forbid (-inf) is never forced
-    masked = scores.clone()
-    masked[0, 1, 4] = -float("inf")
-    assert MinBlockAcceptance(ExactAcceptance(), 4)(masked, draft, n)[1].tolist() == [1]
-    # min block composes with top-k
-    assert MinBlockAcceptance(TopKAcceptance(2), 2)(scores, draft, n)[1].tolist() == [2]
 
 
 def test_blockwise_errors():

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from helpers import ROOT, USER_DIR, generate, run, tool
+from helpers import ROOT, USER_DIR, generate, run, sample_test_size, tool
 
 
 def test_generate_iad_equals_greedy(trained):
@@ -16,8 +16,7 @@ def test_generate_iad_equals_greedy(trained):
     iad, proc = generate(data, ckpt, "--decoding", "iad", "--max-draft-len", "1024")  # uncapped: how much it copies
     # every test sentence is decoded: stock fairseq drops a last batch that is not a multiple
     # of --required-batch-size-multiple (300 = 18 x 16 + 8 + 4: 4 lost); our task keeps it
-    n_test = len(open(os.path.join(ROOT, "data", "uagec-sample", "test.tok.src")).read().splitlines())
-    assert len(greedy) == n_test == 300 and set(greedy) == set(iad)
+    assert len(greedy) == sample_test_size() == 300 and set(greedy) == set(iad)
     same = sum(greedy[k] == iad[k] for k in greedy)
     assert same == len(greedy), f"{len(greedy) - same} of {len(greedy)} IAD hypotheses differ from greedy"
     summary = re.search(r"aggressive decoding \(iad\): (\d+) sentences, (\d+) decoder passes.*?"

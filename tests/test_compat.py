@@ -1,5 +1,6 @@
 """Stock fairseq checkpoint loading works under torch >= 2.6 once the plugin is imported."""
 import argparse
+import pickle
 
 import pytest
 import torch
@@ -22,7 +23,7 @@ def test_fairseq_checkpoint_loads_without_env(tmp_path, monkeypatch):
     }
     torch.save(state, path)
     # the failure we fix: torch's default weights_only loading refuses these objects
-    with pytest.raises(Exception):
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         torch.load(path)
 
     import fairseq_aggressive  # noqa: F401
@@ -31,5 +32,5 @@ def test_fairseq_checkpoint_loads_without_env(tmp_path, monkeypatch):
     loaded = checkpoint_utils.load_checkpoint_to_cpu(str(path))
     assert torch.equal(loaded["model"]["w"], torch.ones(2))
     # plain torch.load elsewhere keeps torch's safe default
-    with pytest.raises(Exception):
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         torch.load(path)

@@ -103,6 +103,7 @@ def test_cpu_bf16_on_runs_bfloat16(monkeypatch, fresh_warnings):
 
 def test_drafter_bf16_auto_falls_back(monkeypatch, fresh_warnings, tmp_path):
     """GAD's --drafter-bf16 (auto) loads the drafter in float32 where bf16 is not native."""
+    from fairseq_aggressive.decoding import build_gad_drafter
     from fairseq_aggressive.tasks import aggressive_translation as at
 
     monkeypatch.setenv(NO_NATIVE_BF16_ENV, "1")
@@ -120,7 +121,7 @@ def test_drafter_bf16_auto_falls_back(monkeypatch, fresh_warnings, tmp_path):
     for mode, want in (("auto", None), ("on", torch.bfloat16), ("off", None)):
         task.cfg.drafter_bf16 = mode
         with pytest.raises(Loaded):
-            task._build_nar_drafter([make_model(task)], None)
+            build_gad_drafter(task, [make_model(task)], lambda name: task._option(None, name))
         assert calls[-1] == want, mode
 
 

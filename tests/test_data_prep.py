@@ -302,3 +302,15 @@ def test_prepare_uagec_from_text(tmp_path):
             assert [prep_common.remove_bpe(x) for x in lines(out / f"{split}.{side}")] == \
                 lines(sample / f"{split}.tok.{side}")
     assert decode_bin(out / "bin", "train", "src", "tgt", "src") == lines(out / "train.src")
+
+
+def test_m2_pairs_alternatives_and_bad_spans(tmp_path):
+    """prepare_bea19 reads M2 with the scorer's reader: the first of ``a||b``
+    alternatives is applied; an edit outside its sentence is a clear error."""
+    bea = load_script("prepare_bea19")
+    path = tmp_path / "alt.m2"
+    path.write_text("S He go home\nA 1 2|||R:VERB|||goes||went|||REQUIRED|||-NONE-|||0\n\n")
+    assert bea.m2_pairs(path) == [("He go home", "He goes home")]
+    path.write_text("S He go home\nA 1 7|||R:VERB|||goes|||REQUIRED|||-NONE-|||0\n\n")
+    with pytest.raises(SystemExit, match="outside the sentence"):
+        bea.m2_pairs(path)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from helpers import ROOT, USER_DIR, compare, generate, run, tool
+from helpers import ROOT, USER_DIR, compare, generate, run, sample_test_size, tool
 
 
 def losses(log, key):
@@ -39,7 +39,7 @@ def test_generate_gad_equals_greedy(trained, trained_drafter):
     drafter, _ = trained_drafter
     greedy, _ = generate(data, ckpt)
     gad, proc = generate(data, ckpt, "--decoding", "gad", "--drafter-path", str(drafter))
-    assert len(greedy) >= 290 and set(greedy) == set(gad)
+    assert len(greedy) == sample_test_size() and set(greedy) == set(gad)
     same = sum(greedy[k] == gad[k] for k in greedy)
     assert same == len(greedy), f"{len(greedy) - same} of {len(greedy)} GAD hypotheses differ from greedy"
     n, per_pass, accepted = summary(proc)

@@ -22,6 +22,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_l
 from fairseq.dataclass import FairseqDataclass
 from torch import Tensor
 
+from ..options import check_block_size
+
 DEFAULT_BLOCK_SIZE = 25
 
 
@@ -88,9 +90,7 @@ class GlatBlockLoss(FairseqCriterion):
         self.glat_start, self.glat_end = glat_start, glat_end
         self.glat_anneal_updates = glat_anneal_updates
         k = getattr(getattr(task, "cfg", None), "block_size", None)
-        self.block_size = k if k is not None else DEFAULT_BLOCK_SIZE
-        if self.block_size < 1:
-            raise ValueError(f"--block-size must be >= 1, got {self.block_size}")
+        self.block_size = check_block_size(k) or DEFAULT_BLOCK_SIZE
 
     def glat_ratio(self, num_updates: int) -> float:
         if self.glat_anneal_updates == 0:

@@ -9,43 +9,14 @@ from typing import List, Optional
 
 import torch
 
+from ..options import check_positive_int
 from .base import Drafter
-
-
-class DrafterMismatchError(ValueError):
-    pass
-
-
-def check_drafter(drafter_model, verifier_model, tgt_dict) -> None:
-    """Clear errors for a drafter that cannot draft for this verifier."""
-    name = type(drafter_model).__name__
-    if not getattr(drafter_model, "is_block_drafter", False):
-        raise DrafterMismatchError(
-            f"--drafter-path must be a block_nat drafter (trained with --arch block_nat "
-            f"--criterion glat_block_loss), got a {name}"
-        )
-    v_drafter = drafter_model.decoder.output_projection.out_features
-    v_verifier = len(tgt_dict)
-    if v_drafter != v_verifier:
-        raise DrafterMismatchError(
-            f"drafter and verifier dictionaries differ: the drafter predicts {v_drafter} "
-            f"target symbols, the verifier's dictionary has {v_verifier}; train both on the "
-            "same binarized data (same dict.*.txt)"
-        )
-    v_src = drafter_model.encoder.embed_tokens.num_embeddings
-    v_src_verifier = verifier_model.encoder.embed_tokens.num_embeddings
-    if v_src != v_src_verifier:
-        raise DrafterMismatchError(
-            f"drafter and verifier source dictionaries differ ({v_src} vs {v_src_verifier} symbols)"
-        )
 
 
 class NARBlockDrafter(Drafter):
     def __init__(self, model, tgt_dict, block_size: int, fast: bool = True):
-        if int(block_size) != block_size or block_size < 1:
-            raise ValueError(f"--block-size must be an integer >= 1, got {block_size}")
+        self.k = check_positive_int(block_size, "--block-size")
         self.model = model.eval()
-        self.k = int(block_size)
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
         self.bos = self.eos
         self.slot_id = tgt_dict.unk()  # any non-pad id: slot embeddings are replaced

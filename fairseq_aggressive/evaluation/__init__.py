@@ -11,11 +11,13 @@ Sub-modules (import them explicitly; this package imports nothing heavy):
   (console script ``fairseq-aggressive-gleu``).
 * :mod:`fairseq_aggressive.evaluation.bleu` -- sacreBLEU / WMT14 compound-split
   BLEU (console script ``fairseq-aggressive-bleu``).
+* :mod:`fairseq_aggressive.evaluation.generate_output` -- reads
+  ``fairseq-generate`` output (S-/T-/H- lines by sentence id).
 * :mod:`fairseq_aggressive.evaluation.errant_eval` -- optional ERRANT (BEA-19)
   wrapper, needs the ``gec`` extra (``pip install fairseq-aggressive[gec]``).
 """
 
-__all__ = ["m2", "gleu", "bleu", "parallel_to_m2", "m2_to_parallel", "errant_eval"]
+__all__ = ["m2", "gleu", "bleu", "parallel_to_m2", "m2_to_parallel", "errant_eval", "generate_output"]
 
 
 def read_lines(path):

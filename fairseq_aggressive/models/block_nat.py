@@ -13,14 +13,11 @@ Decoder input layout (one row): ``[bos, y_1 .. y_p, M x k, pad ...]`` with a
 bool ``slots`` mask marking the ``M`` positions; slot ``i`` predicts
 ``y_{p+1+i}``.  The ids at slot positions are ignored (any non-pad id).
 """
-import logging
 import math
-import os
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from fairseq import checkpoint_utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerConfig,
@@ -31,7 +28,7 @@ from fairseq.models.transformer import (
 )
 from torch import Tensor, nn
 
-logger = logging.getLogger(__name__)
+from .partial_checkpoint import load_partial
 
 
 class BlockNATDecoder(TransformerDecoderBase):
@@ -152,9 +149,7 @@ class BlockNATModel(TransformerModel):
         model = super().build_model(args, task)
         path = getattr(args, "init_encoder_from", None)
         if path:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"--init-encoder-from: no checkpoint at {path}")
-            init_encoder_from(model, path)
+            load_partial(model.encoder, path, "--init-encoder-from", prefix="encoder.")
             # the weights now live in this model's checkpoints: do not reload at decoding time
             args.encoder_initialized_from = path
             args.init_encoder_from = None
@@ -172,24 +167,6 @@ class BlockNATModel(TransformerModel):
     def set_num_updates(self, num_updates):
         self.num_updates = num_updates
         super().set_num_updates(num_updates)
-
-
-def init_encoder_from(model: BlockNATModel, path: str) -> None:
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
-    enc_state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
-    if not enc_state:
-        raise ValueError(f"--init-encoder-from: {path} has no encoder weights")
-    own = model.encoder.state_dict()
-    bad = [k for k, v in enc_state.items() if k in own and own[k].shape != v.shape]
-    missing = [k for k in own if k not in enc_state and not k.endswith("_float_tensor")]
-    if bad or missing:
-        raise ValueError(
-            f"--init-encoder-from: the encoder of {path} does not fit this model "
-            f"(shape mismatch: {bad[:3]}, missing: {missing[:3]}); use the same encoder "
-            "architecture and dictionary"
-        )
-    model.encoder.load_state_dict({k: v for k, v in enc_state.items() if k in own}, strict=False)
-    logger.info(f"initialised the drafter's encoder from {path}")
 
 
 def _block_nat_defaults(args):

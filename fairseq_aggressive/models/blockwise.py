@@ -8,11 +8,8 @@ identity: exact blockwise decoding is greedy decoding of the base model);
 heads 2..k predict the tokens at t+2..t+k.  ``forward`` is the base model's,
 so fairseq's own generators (``--decoding beam``) decode it as the base model.
 """
-import logging
-import os
 
 import torch.nn.functional as F
-from fairseq import checkpoint_utils
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import (
     TransformerModel,
@@ -21,7 +18,8 @@ from fairseq.models.transformer import (
 )
 from torch import Tensor, nn
 
-logger = logging.getLogger(__name__)
+from .partial_checkpoint import load_partial
+
 
 
 class BlockwiseHeads(nn.Module):
@@ -75,9 +73,7 @@ class BlockwiseTransformerModel(TransformerModel):
         model = super().build_model(args, task)
         path = getattr(args, "init_from_ar", None)
         if path:
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"--init-from-ar: no checkpoint at {path}")
-            load_base_from(model, path)
+            load_partial(model, path, "--init-from-ar", skip=lambda name: name.startswith("blockwise_heads."))
             args.initialized_from_ar = path
             args.init_from_ar = None  # the weights now live in this model's checkpoints
         if getattr(args, "freeze_base", False):
@@ -98,22 +94,6 @@ class BlockwiseTransformerModel(TransformerModel):
                 if name != "blockwise_heads":
                     m.eval()
         return self
-
-
-def load_base_from(model: BlockwiseTransformerModel, path: str) -> None:
-    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
-    own = model.state_dict()
-    base_keys = [k for k in own if not k.startswith("blockwise_heads.")]
-    missing = [k for k in base_keys if k not in state and not k.endswith("_float_tensor")
-               and not k.endswith(".version")]
-    bad = [k for k in base_keys if k in state and state[k].shape != own[k].shape]
-    if missing or bad:
-        raise ValueError(
-            f"--init-from-ar: {path} does not fit this model (missing: {missing[:3]}, shape "
-            f"mismatch: {bad[:3]}); use the same architecture and dictionaries as the AR model"
-        )
-    model.load_state_dict({k: v for k, v in state.items() if k in own}, strict=False)
-    logger.info(f"initialised the base Transformer from {path}")
 
 
 def _blockwise_defaults(args):

@@ -1,0 +1,89 @@
+"""What ``--decoding`` builds: the drafter and acceptance rule of each
+aggressive decoding and the :class:`AggressiveGenerator` around them.
+
+``option(name)`` reads one decoding option; the task passes its own, where
+per-call generation arguments (hub API) win over the task configuration."""
+import atexit
+import logging
+from typing import Callable
+
+import torch
+
+from .acceptance import build_acceptance, build_blockwise_acceptance
+from .cpu_features import use_bf16
+from .options import check_generation_args, check_single_model
+
+logger = logging.getLogger("fairseq_aggressive")
+
+DECODINGS = ["beam", "iad", "gad", "blockwise"]  # beam = fairseq's own SequenceGenerator
+
+
+def build_drafter_and_rule(decoding: str, task, models, option: Callable[[str], object]):
+    """(drafter, acceptance rule) of an aggressive ``decoding``."""
+    if decoding == "iad":
+        from .drafters import InputCopyDrafter
+
+        drafter = InputCopyDrafter(task.source_dictionary, task.target_dictionary,
+                                   ngram_min=option("iad_ngram_min"), ngram_max=option("iad_ngram_max"))
+        return drafter, build_acceptance()
+    if decoding == "blockwise":
+        from .drafters import BlockwiseHeadsDrafter
+
+        drafter = BlockwiseHeadsDrafter(models[0], task.target_dictionary)
+        rule = build_blockwise_acceptance(option("blockwise_topk"), option("min_block_size"),
+                                          block_size=models[0].blockwise_k)
+        return drafter, rule
+    if decoding == "gad":
+        return build_gad_drafter(task, models, option), build_acceptance(option("gad_beta"), option("gad_tau"))
+    raise ValueError(f"unknown --decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
+
+
+def build_gad_drafter(task, models, option):
+    """GAD's NAR block drafter from ``--drafter-path``, checked against the verifier."""
+    from .drafters import NARBlockDrafter, check_drafter
+
+    path = option("drafter_path")
+    if not path:
+        raise ValueError("--decoding gad needs a drafter: pass --drafter-path DRAFTER.pt")
+    dtype = torch.bfloat16 if use_bf16(option("drafter_bf16"), "--drafter-bf16") else None
+    drafter_model, trained_k = task.load_drafter(path, like=models[0], dtype=dtype)
+    check_drafter(drafter_model, models[0], task.target_dictionary)
+    k = option("block_size")
+    if k is None:
+        k = trained_k or 25
+    return NARBlockDrafter(drafter_model, task.target_dictionary, k)
+
+
+def build_aggressive_generator(task, models, args, decoding: str, option: Callable[[str], object], **kwargs):
+    """The generator of an aggressive ``decoding`` (not ``beam``) for ``fairseq-generate``'s ``args``."""
+    if decoding not in DECODINGS:
+        raise ValueError(f"unknown --decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
+    check_generation_args(args, decoding)
+    check_single_model(models)
+    if kwargs.get("prefix_allowed_tokens_fn") is not None:
+        raise ValueError(f"prefix_allowed_tokens_fn is not supported with --decoding {decoding}")
+    from .generator import AggressiveGenerator
+
+    drafter, acceptance = build_drafter_and_rule(decoding, task, models, option)
+    generator = AggressiveGenerator(
+        models,
+        task.target_dictionary,
+        drafter,
+        acceptance=acceptance,
+        max_len_a=getattr(args, "max_len_a", 0),
+        max_len_b=getattr(args, "max_len_b", 200),
+        min_len=getattr(args, "min_len", 1),
+        normalize_scores=not getattr(args, "unnormalized", False),
+        len_penalty=getattr(args, "lenpen", 1),
+        unk_penalty=getattr(args, "unkpen", 0),
+        temperature=getattr(args, "temperature", 1.0),
+        max_draft_len=option("max_draft_len"),
+        engine=str(option("engine")),
+    )
+    atexit.register(_log_summary, generator, decoding)
+    return generator
+
+
+def _log_summary(generator, decoding):
+    if generator.stats.sentences:
+        logger.info(f"aggressive decoding ({decoding}): {generator.stats.summary()}")

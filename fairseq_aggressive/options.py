@@ -1,0 +1,80 @@
+"""Checks of the plugin's options, each written once.
+
+The task checks its configuration when it is built (``fairseq-train`` and
+``fairseq-generate`` stop before loading anything); the generator, drafters and
+criteria call the same functions for the values they are given directly (hub
+API, tests, scripts).  Messages name the command-line flag."""
+import numbers
+from typing import Optional
+
+
+def check_positive_int(value, flag: str) -> int:
+    """``value`` as an int, or a ValueError naming ``flag``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 1:
+        raise ValueError(f"{flag} must be an integer >= 1, got {value}")
+    return int(value)
+
+
+def check_max_draft_len(value: Optional[int]) -> Optional[int]:
+    """Lmax: None (unlimited / the engine's default) or an integer >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 0:
+        raise ValueError(f"--max-draft-len must be >= 0 (or unset for unlimited), got {value}")
+    return int(value)
+
+
+def check_block_size(value: Optional[int]) -> Optional[int]:
+    """GAD's k: None (the drafter's training value) or an integer >= 1."""
+    return None if value is None else check_positive_int(value, "--block-size")
+
+
+def check_single_model(models) -> None:
+    if len(models) != 1:
+        raise ValueError(f"aggressive decoding verifies with a single model, got an ensemble of {len(models)}")
+
+
+def check_temperature(value: float) -> float:
+    if not value > 0:
+        raise ValueError(f"--temperature must be greater than 0, got {value}")
+    return value
+
+
+# generation options that change greedy's choices and that aggressive decoding
+# does not reproduce: (option, value that means "off", how the user spells it)
+UNSUPPORTED_GENERATION = [
+    ("sampling", False, "--sampling"),
+    ("no_repeat_ngram_size", 0, "--no-repeat-ngram-size"),
+    ("prefix_size", 0, "--prefix-size"),
+    ("constraints", None, "--constraints"),
+    ("match_source_len", False, "--match-source-len"),
+    ("lm_path", None, "--lm-path"),
+    ("diverse_beam_groups", -1, "--diverse-beam-groups"),
+    ("diversity_rate", -1, "--diversity-rate"),
+    ("print_alignment", None, "--print-alignment"),
+    ("retain_dropout", False, "--retain-dropout"),
+]
+
+
+def check_generation_args(args, decoding: str) -> None:
+    """Refuse generation options aggressive decoding cannot honour exactly."""
+    beam = getattr(args, "beam", 5)
+    if beam != 1:
+        raise ValueError(f"--decoding {decoding} reproduces greedy search: pass --beam 1 (got --beam {beam})")
+    nbest = getattr(args, "nbest", 1)
+    if nbest != 1:
+        raise ValueError(f"--decoding {decoding} returns one hypothesis: pass --nbest 1 (got {nbest})")
+    for name, off, flag in UNSUPPORTED_GENERATION:
+        value = getattr(args, name, off)
+        if value not in (off, None, False, 0, -1, ""):
+            raise ValueError(f"{flag} is not supported with --decoding {decoding}; use --decoding beam")
+
+
+def check_task_options(cfg) -> None:
+    """Every decoding option of the task's configuration, at task creation."""
+    from .acceptance import build_acceptance, build_blockwise_acceptance
+
+    check_max_draft_len(cfg.max_draft_len)
+    check_block_size(cfg.block_size)
+    build_acceptance(cfg.gad_beta, cfg.gad_tau)
+    build_blockwise_acceptance(cfg.blockwise_topk, cfg.min_block_size)

@@ -1,0 +1,107 @@
+"""Options of the ``aggressive_translation`` task: fairseq's translation
+options plus the decoding, precision and engine choices of this plugin."""
+from dataclasses import dataclass, field
+from typing import Optional
+
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks.translation import TranslationConfig
+
+from ..cpu_features import PRECISION_CHOICES
+from ..decoding import DECODINGS
+from ..generator import ENGINES
+from ..quantization import PRECISIONS
+
+DECODING_CHOICES = ChoiceEnum(DECODINGS)
+PRECISION = ChoiceEnum(list(PRECISION_CHOICES))
+ENGINE_CHOICES = ChoiceEnum(list(ENGINES))
+INFERENCE_PRECISION = ChoiceEnum(list(PRECISIONS))
+
+
+@dataclass
+class AggressiveTranslationConfig(TranslationConfig):
+    decoding: DECODING_CHOICES = field(
+        default="beam",
+        metadata={
+            "help": "decoder: beam = fairseq's SequenceGenerator (beam search / greedy); "
+            "iad = input-guided aggressive decoding; gad = a block_nat drafter "
+            "(--drafter-path) proposes --block-size tokens per pass (both greedy-exact "
+            "unless --gad-beta > 1, need --beam 1); blockwise = the proposal heads of a "
+            "transformer_blockwise model (exact unless --blockwise-topk/--min-block-size)"
+        },
+    )
+    max_draft_len: Optional[int] = field(
+        default=None,
+        metadata={"help": "longest draft verified in one pass (Lmax); default: 4 with the native "
+                  "engine, unlimited with the torch verifier"},
+    )
+    iad_ngram_min: int = field(
+        default=1,
+        metadata={"help": "IAD: shortest output suffix used to re-find the place in the source"},
+    )
+    iad_ngram_max: int = field(
+        default=4,
+        metadata={"help": "IAD: longest output suffix used to re-find the place in the source"},
+    )
+    drafter_path: Optional[str] = field(
+        default=None, metadata={"help": "GAD: checkpoint of the block_nat drafter"}
+    )
+    block_size: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "block_nat: tokens drafted per block (k); training default 25, "
+            "decoding default = the drafter's training value"
+        },
+    )
+    drafter_bf16: PRECISION = field(
+        default="off",
+        metadata={
+            "help": "GAD: run the drafter in bfloat16: auto (the bare flag) = only where the CPU "
+            "has native bf16 (AVX-512 BF16, AMX), else float32 with a warning; on = always; "
+            "off. The verifier stays fp32, so exact GAD still equals greedy",
+            "argparse_const": "auto",
+        },
+    )
+    gad_beta: int = field(
+        default=1,
+        metadata={"help": "GAD++: accept a drafted token in the verifier's top-beta (1 = exact)"},
+    )
+    gad_tau: float = field(
+        default=0.0,
+        metadata={"help": "GAD++: ... whose log-prob is within tau of the top-1's"},
+    )
+    blockwise_topk: int = field(
+        default=1,
+        metadata={"help": "blockwise: accept a proposed token in the verifier's top-K (1 = exact)"},
+    )
+    min_block_size: int = field(
+        default=1,
+        metadata={"help": "blockwise: every pass emits at least this many tokens (1 = exact)"},
+    )
+    engine: ENGINE_CHOICES = field(
+        default="auto",
+        metadata={
+            "help": "verifier of --decoding iad/gad/blockwise: native = the compiled CPU engine "
+            "(fairseq_aggressive/native, built with the system C++ compiler at first use; exact "
+            "acceptance and standard Transformers only); torch = the torch verifier; auto = native "
+            "where it runs, else torch (the output is greedy's either way)"
+        },
+    )
+    inference_precision: INFERENCE_PRECISION = field(
+        default="float32",
+        metadata={
+            "help": "int8 = decode with int8 linear layers (weights per output row, activations "
+            "per position, exact integer products; fairseq_aggressive/quantization.py): every "
+            "--decoding, beam and greedy included, runs the same int8 model, so aggressive "
+            "decoding still gives that model's greedy output; embeddings and layer norms stay float32"
+        },
+    )
+    cpu_bf16: PRECISION = field(
+        default="off",
+        metadata={
+            "help": "train and validate under torch.autocast('cpu', bfloat16) (fairseq's --bf16 "
+            "takes a TPU path on CPU): auto (the bare flag) = only where the CPU has native "
+            "bf16, else float32 with a warning; on = always (emulated bf16 is ~75x slower); "
+            "off (default). Decoding stays fp32",
+            "argparse_const": "auto",
+        },
+    )
