@@ -1,4 +1,6 @@
-"""Text processing of scripts/prepare_debian_ende.py (no network, no .deb files)."""
+"""The Debian en-de corpus builder (scripts/prepare_debian_ende.py and its
+modules debian_text.py, debian_packages.py): text processing and .deb reading
+on hand-made inputs (no network, no downloaded .deb files)."""
 
 import importlib.util
 import io
@@ -11,7 +13,9 @@ import pytest
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "prepare_debian_ende.py"
 spec = importlib.util.spec_from_file_location("prepare_debian_ende", SCRIPT)
 pde = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pde)
+spec.loader.exec_module(pde)  # puts scripts/ on sys.path
+import debian_packages as debs  # noqa: E402
+import debian_text as dtext  # noqa: E402
 
 
 def make_mo(entries):
@@ -55,7 +59,7 @@ def test_ding_pairs_takes_corresponding_example_sentences():
         "Joint spending will save money.",
         "Lass es doch sein! [ugs.] :: Forget it now!; Skip it!",
     ]
-    assert list(pde.ding_pairs(lines)) == [
+    assert list(dtext.ding_pairs(lines)) == [
         ("Can I have some quiet, please?", "Darf ich um Ruhe bitten?"),
         ("There fell a deep silence.", "Es trat eine tiefe Stille ein."),
         ("Forget it now!", "Lass es doch sein!"),
@@ -63,7 +67,7 @@ def test_ding_pairs_takes_corresponding_example_sentences():
 
 
 def test_clean_ding_removes_annotations_inside_alternatives():
-    assert pde.clean_ding("to ken {kenned, kent; kenned} sb. [Sc.]; to know") == "to ken sb."
+    assert dtext.clean_ding("to ken {kenned, kent; kenned} sb. [Sc.]; to know") == "to ken sb."
 
 
 # --------------------------------------------------------------------------
@@ -85,7 +89,7 @@ def test_help_pairs_align_by_id_and_strip_markup():
         '<p id="bm_id3">Lesezeichen</p>'
         '<p id="par_id5">Zweimal, erstens.</p><p id="par_id5">Zweimal, zweitens.</p>'),
         "text/b.html": '<p id="par_id1">Nur Deutsch.</p>'}
-    assert sorted(pde.help_pairs(english, german)) == sorted([
+    assert sorted(dtext.help_pairs(english, german)) == sorted([
         ("Title", "Titel"),
         ('Click here to save the file, then "OK".',
          'Klicken Sie hier, um die Datei zu speichern, dann "OK".'),
@@ -100,7 +104,7 @@ def test_ordered_paragraph_pairs_skip_pages_with_other_structure():
     german = {"a.html": "<p>Eins.</p><div><p>Zwei<br>Zeilen.</p></div>",
               "b.html": "<p>Absatz.</p>"}
     stats = {"pages skipped (paragraph counts differ)": 0}
-    assert list(pde.ordered_paragraph_pairs(english, german, stats)) == [
+    assert list(dtext.ordered_paragraph_pairs(english, german, stats)) == [
         ("One.", "Eins."), ("Two lines.", "Zwei Zeilen.")]
     assert stats["pages skipped (paragraph counts differ)"] == 1
 
@@ -114,12 +118,12 @@ def test_read_mo_round_trip():
                ("Hello world", "Hallo Welt"),
                ("ctx\x04Open file", "Datei öffnen"),
                ("One unit\x00%d units", "Eine Einheit\x00%d Einheiten")]
-    assert sorted(pde.read_mo(make_mo(entries))) == sorted(entries)
+    assert sorted(dtext.read_mo(make_mo(entries))) == sorted(entries)
 
 
 def test_read_mo_rejects_other_files():
     with pytest.raises(ValueError):
-        pde.read_mo(b"\0" * 40)
+        dtext.read_mo(b"\0" * 40)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -142,7 +146,7 @@ def test_read_mo_rejects_other_files():
     ("%(count)s files", None),
 ])
 def test_clean_message(text, expected):
-    assert pde.clean_message(text) == expected
+    assert dtext.clean_message(text) == expected
 
 
 def test_mo_pairs_contexts_plurals_and_paragraphs():
@@ -155,7 +159,7 @@ def test_mo_pairs_contexts_plurals_and_paragraphs():
         ("One paragraph\nwrapped.", "Ein Absatz.\n\nZwei Absätze."),
         ("Loading %s failed", "Laden von %s fehlgeschlagen"),
     ]
-    assert list(pde.mo_pairs(entries)) == [
+    assert list(dtext.mo_pairs(entries)) == [
         ("Open the selected file now", "Die ausgewählte Datei jetzt öffnen"),
         ("One unit was lost in battle", "Eine Einheit ging verloren"),
         ("First paragraph.", "Erster Absatz."),
@@ -179,7 +183,7 @@ def test_mo_pairs_contexts_plurals_and_paragraphs():
      "Foundation senden", None),
 ])
 def test_filter_reason(en, de, reason):
-    assert pde.filter_reason(en, de) == reason
+    assert dtext.filter_reason(en, de) == reason
 
 
 def test_clean_corpus_deduplicates_sources_and_targets_in_source_order():
@@ -189,7 +193,7 @@ def test_clean_corpus_deduplicates_sources_and_targets_in_source_order():
                       ("A dog sat on the mat.", "Die Katze saß auf der Matte!", "pkg"),
                       ("A bird  sat on the ’tree’s’ top.", "Ein Vogel saß oben auf dem Baum.",
                        "pkg")]}
-    pairs, stats = pde.clean_corpus(raw)
+    pairs, stats = dtext.clean_corpus(raw)
     assert pairs == [("The cat sat on the mat.", "Die Katze saß auf der Matte.", "first"),
                      ("A bird sat on the ’tree's’ top.", "Ein Vogel saß oben auf dem Baum.",
                       "second/pkg")]
@@ -200,16 +204,16 @@ def test_clean_corpus_deduplicates_sources_and_targets_in_source_order():
 def test_split_corpus_is_deterministic_and_disjoint():
     pairs = [(f"English sentence number {i}.", f"Deutscher Satz Nummer {i}.", "s")
              for i in range(100)]
-    splits = pde.split_corpus(pairs, valid_size=10, test_size=15, seed=3)
+    splits = dtext.split_corpus(pairs, valid_size=10, test_size=15, seed=3)
     assert {k: len(v) for k, v in splits.items()} == {"test": 15, "valid": 10, "train": 75}
-    assert splits == pde.split_corpus(pairs, valid_size=10, test_size=15, seed=3)
-    assert splits != pde.split_corpus(pairs, valid_size=10, test_size=15, seed=4)
+    assert splits == dtext.split_corpus(pairs, valid_size=10, test_size=15, seed=3)
+    assert splits != dtext.split_corpus(pairs, valid_size=10, test_size=15, seed=4)
     sources = [{en for en, _, _ in v} for v in splits.values()]
     assert len(set.union(*sources)) == 100
-    capped = pde.split_corpus(pairs, valid_size=10, test_size=15, seed=3, max_pairs=40)
+    capped = dtext.split_corpus(pairs, valid_size=10, test_size=15, seed=3, max_pairs=40)
     assert len(capped["train"]) == 15
     with pytest.raises(ValueError):
-        pde.split_corpus(pairs[:20], valid_size=10, test_size=15, seed=3)
+        dtext.split_corpus(pairs[:20], valid_size=10, test_size=15, seed=3)
 
 
 # --------------------------------------------------------------------------
@@ -233,8 +237,8 @@ def test_read_ar_and_data_tar_fallback(tmp_path, monkeypatch):
     path = tmp_path / "pkg_1.0_all.deb"
     path.write_bytes(deb)
 
-    assert pde.read_ar(io.BytesIO(deb))["debian-binary"] == b"2.0\n"
-    monkeypatch.setattr(pde.shutil, "which", lambda name: None)  # no dpkg-deb
-    found = pde.deb_files(path, lambda p: pde.GERMAN_MO.search("/" + p))
+    assert debs.read_ar(io.BytesIO(deb))["debian-binary"] == b"2.0\n"
+    monkeypatch.setattr(debs.shutil, "which", lambda name: None)  # no dpkg-deb
+    found = debs.deb_files(path, lambda p: dtext.GERMAN_MO.search("/" + p))
     assert found == [("usr/share/locale/de/LC_MESSAGES/pkg.mo", b"mo")]
-    assert pde.package_version(path) == "1.0"
+    assert debs.package_version(path) == "1.0"
