@@ -107,10 +107,11 @@ def test_gadpp_beta1_equals_exact():
     sample = make_sample(rows, d.pad())
     # a random drafter, and greedy's own tokens with every 4th one wrong: drafts
     # pass and fail, so the two rules are compared where they decide something
-    for drafter_model in (dr, GreedyOracleBlockModel(ar, d, 4)):
-        exact, g1 = aggressive(ar, task, sample, drafter=NARBlockDrafter(drafter_model, d, 5),
+    # (the oracle counts its calls to place the wrong tokens: a fresh one per run)
+    for drafter_model in (lambda: dr, lambda: GreedyOracleBlockModel(ar, d, 4)):
+        exact, g1 = aggressive(ar, task, sample, drafter=NARBlockDrafter(drafter_model(), d, 5),
                                acceptance=ExactAcceptance())
-        pp, g2 = aggressive(ar, task, sample, drafter=NARBlockDrafter(drafter_model, d, 5),
+        pp, g2 = aggressive(ar, task, sample, drafter=NARBlockDrafter(drafter_model(), d, 5),
                             acceptance=TopBetaTauAcceptance(1, 100.0))
         for a, b in zip(exact, pp):
             assert a[0]["tokens"].tolist() == b[0]["tokens"].tolist()
