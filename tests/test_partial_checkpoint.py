@@ -28,12 +28,12 @@ def test_encoder_and_base_loaded_heads_kept(tmp_path):
     path = tmp_path / "ar.pt"
     save_checkpoint(ar, path)
     drafter = make_model(task, arch="block_nat", seed=2)
-    load_partial(drafter.encoder, str(path), "--init-encoder-from", prefix="encoder.")
+    load_partial(drafter.encoder, str(path), "--init-encoder-from", "the encoder", prefix="encoder.")
     for k, v in drafter.encoder.state_dict().items():
         assert torch.equal(v, ar.encoder.state_dict()[k]), k
     bw = make_model(task, arch="transformer_blockwise", seed=3, blockwise_k=3)
     heads = {k: v.clone() for k, v in bw.state_dict().items() if k.startswith("blockwise_heads.")}
-    load_partial(bw, str(path), "--init-from-ar", skip=lambda k: k.startswith("blockwise_heads."))
+    load_partial(bw, str(path), "--init-from-ar", "the base", skip=lambda k: k.startswith("blockwise_heads."))
     own = bw.state_dict()
     assert all(torch.equal(own[k], v) for k, v in heads.items()) and heads
     for k, v in ar.state_dict().items():
@@ -46,8 +46,8 @@ def test_mismatches_are_clear_errors(tmp_path):
     save_checkpoint(make_model(task, encoder_embed_dim=48, decoder_embed_dim=48), path)
     drafter = make_model(task, arch="block_nat")
     with pytest.raises(ValueError, match="--init-encoder-from: .* does not fit this model .*shape mismatch"):
-        load_partial(drafter.encoder, str(path), "--init-encoder-from", prefix="encoder.")
+        load_partial(drafter.encoder, str(path), "--init-encoder-from", "the encoder", prefix="encoder.")
     with pytest.raises(ValueError, match="no weights under 'nothing.'"):
-        load_partial(drafter.encoder, str(path), "--init-encoder-from", prefix="nothing.")
+        load_partial(drafter.encoder, str(path), "--init-encoder-from", "the encoder", prefix="nothing.")
     with pytest.raises(FileNotFoundError, match="--init-from-ar: no checkpoint"):
-        load_partial(drafter, str(tmp_path / "missing.pt"), "--init-from-ar")
+        load_partial(drafter, str(tmp_path / "missing.pt"), "--init-from-ar", "the base")

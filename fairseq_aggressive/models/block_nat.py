@@ -149,7 +149,7 @@ class BlockNATModel(TransformerModel):
         model = super().build_model(args, task)
         path = getattr(args, "init_encoder_from", None)
         if path:
-            load_partial(model.encoder, path, "--init-encoder-from", prefix="encoder.")
+            load_partial(model.encoder, path, "--init-encoder-from", "the drafter's encoder", prefix="encoder.")
             # the weights now live in this model's checkpoints: do not reload at decoding time
             args.encoder_initialized_from = path
             args.init_encoder_from = None

@@ -73,7 +73,8 @@ class BlockwiseTransformerModel(TransformerModel):
         model = super().build_model(args, task)
         path = getattr(args, "init_from_ar", None)
         if path:
-            load_partial(model, path, "--init-from-ar", skip=lambda name: name.startswith("blockwise_heads."))
+            load_partial(model, path, "--init-from-ar", "the base Transformer",
+                         skip=lambda name: name.startswith("blockwise_heads."))
             args.initialized_from_ar = path
             args.init_from_ar = None  # the weights now live in this model's checkpoints
         if getattr(args, "freeze_base", False):

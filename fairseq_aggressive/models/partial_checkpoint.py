@@ -16,12 +16,13 @@ def _buffer_only(name: str) -> bool:
     return name.endswith("_float_tensor") or name.endswith(".version")
 
 
-def load_partial(module: nn.Module, path: str, flag: str, prefix: str = "",
+def load_partial(module: nn.Module, path: str, flag: str, what: str, prefix: str = "",
                  skip: Callable[[str], bool] = lambda name: False) -> None:
     """Load into ``module`` the weights of the checkpoint at ``path`` whose names
     start with ``prefix`` (``prefix`` removed).  Every weight of ``module`` except
     those ``skip`` names must be there with the same shape; weights of the
-    checkpoint that ``module`` lacks are ignored.  Errors name ``flag``."""
+    checkpoint that ``module`` lacks are ignored.  Errors name ``flag``; the
+    log line says ``what`` was initialised."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{flag}: no checkpoint at {path}")
     state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
@@ -37,4 +38,4 @@ def load_partial(module: nn.Module, path: str, flag: str, prefix: str = "",
             "use the same architecture and dictionaries as the model it was trained as"
         )
     module.load_state_dict({k: v for k, v in theirs.items() if k in own}, strict=False)
-    logger.info(f"{flag}: initialised {type(module).__name__} from {path}")
+    logger.info(f"initialised {what} from {path}")
