@@ -11,7 +11,7 @@ import torch
 
 from .acceptance import build_acceptance, build_blockwise_acceptance
 from .cpu_features import use_bf16
-from .options import check_generation_args, check_single_model
+from .options import check_generation_args
 
 logger = logging.getLogger("fairseq_aggressive")
 
@@ -59,7 +59,6 @@ def build_aggressive_generator(task, models, args, decoding: str, option: Callab
     if decoding not in DECODINGS:
         raise ValueError(f"unknown --decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
     check_generation_args(args, decoding)
-    check_single_model(models)
     if kwargs.get("prefix_allowed_tokens_fn") is not None:
         raise ValueError(f"prefix_allowed_tokens_fn is not supported with --decoding {decoding}")
     from .generator import AggressiveGenerator

@@ -132,7 +132,8 @@ class AggressiveGenerator(nn.Module):
         self.temperature = temperature
         self.max_draft_len = max_draft_len
         self.stats = DecodingStats()
-        self.first_chunk = 8  # positions projected to the vocabulary before checking
+        # positions projected to the vocabulary before checking (the rule may need more at once)
+        self.first_chunk = max(8, self.acceptance.first_chunk_min)
         self.model.eval()
         self.native = pick_engine(engine, self.model, tgt_dict, drafter, self.acceptance)
         if max_draft_len is None and self.native is not None and drafter.open_ended:
@@ -178,7 +179,7 @@ class AggressiveGenerator(nn.Module):
         draft = torch.cat([tokens[:, 1:], tokens.new_full((B, 1), self.pad)], dim=1)
         choices, scores = [], []
         n_match = torch.zeros_like(n_draft)
-        lo, size = 0, max(self.first_chunk, self.acceptance.first_chunk_min)
+        lo, size = 0, self.first_chunk
         while lo < T:
             hi = min(T, lo + size)
             adjusted, lse = self._scores(feats[:, lo:hi], positions[:, lo:hi], max_len)
