@@ -21,6 +21,12 @@ linear layers (``--inference-precision int8``); its ``=greedy`` column counts
 outputs identical to ``greedy-int8`` (the same int8 model) when that mode runs,
 and ``=fp32`` those identical to float32 ``greedy`` (the quality change).
 
+``-sl`` after any mode but beam and CTranslate2 (``iad-sl``, ``greedy-sl``,
+``iad-int8-sl``) decodes with the vocabulary shortlist (``--vocab-shortlist``
+with ``--bench-shortlist`` frequent tokens, default 1,000): an approximate
+model; ``greedy-sl`` is greedy search on it and the reference of the ``=greedy``
+column of the ``-sl`` modes.
+
 CTranslate2 modes (``pip install 'fairseq-aggressive[ct2]'``): ``ct2`` and
 ``ct2-int8`` decode the same batches greedily with CTranslate2 (float32 and
 int8 compute), converted once from the checkpoint with CTranslate2's fairseq
@@ -67,6 +73,7 @@ MODES = {
 
 
 GADPP_DEFAULT = dict(gad_beta=3, gad_tau=1.0)  # the paper's high-quality setting
+SHORTLIST_DEFAULT = 1000  # -sl modes: the 1,000 most frequent tokens + the source tokens
 
 
 def mode_overrides(name: str, args) -> Dict:
@@ -74,6 +81,14 @@ def mode_overrides(name: str, args) -> Dict:
     An aggressive mode may end in ``-native`` or ``-torch`` (the verifier engine,
     default ``--engine``); ``greedy-native`` is greedy search in the native
     engine (IAD with empty drafts)."""
+    if name.endswith("-sl"):  # approximate: the vocabulary shortlist (greedy-sl: greedy on it)
+        base = name[: -len("-sl")]
+        if base in COMPUTE_TYPES or base in ("beam5", "beam5-int8"):
+            raise SystemExit(f"benchmark mode {name}: -sl applies to aggressive modes and greedy")
+        ov = mode_overrides(base, args)
+        if base in ("greedy", "greedy-int8"):
+            ov.update(decoding="iad", max_draft_len=0)
+        return dict(ov, vocab_shortlist=getattr(args, "bench_shortlist", None) or SHORTLIST_DEFAULT)
     if name.endswith("-int8") and name not in COMPUTE_TYPES:
         return dict(mode_overrides(name[: -len("-int8")], args), inference_precision="int8")
     for engine in ("native", "torch"):
@@ -102,7 +117,7 @@ def mode_overrides(name: str, args) -> Dict:
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
             "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad@LMAX, ct2, ct2-int8; "
             "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native; any mode takes "
-            "a final -int8 (e.g. iad-int8)"
+            "a final -int8 (e.g. iad-int8), then -sl (e.g. iad-sl, greedy-sl)"
         )
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
@@ -114,6 +129,16 @@ def mode_overrides(name: str, args) -> Dict:
     return ov
 
 
+def reference_mode(mode: str, modes) -> str:
+    """The mode whose outputs ``mode`` must equal: greedy of the same model
+    (int8: ``greedy-int8``; shortlist: ``greedy-sl`` / ``greedy-int8-sl``)."""
+    sl = mode.endswith("-sl")
+    base = mode[: -len("-sl")] if sl else mode
+    int8 = base.endswith("-int8") and base not in COMPUTE_TYPES
+    ref = "greedy" + ("-int8" if int8 else "") + ("-sl" if sl else "")
+    return ref if ref in modes else "greedy"
+
+
 def add_bench_args(parser):
     g = parser.add_argument_group("benchmark")
     g.add_argument("--bench-modes", default="beam5,greedy,iad",
@@ -122,7 +147,11 @@ def add_bench_args(parser):
                    "L tokens), blockwise, "
                    "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own); "
                    "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's "
-                   "greedy); a final -int8 decodes an int8 copy of the model (iad-int8, greedy-int8)")
+                   "greedy); a final -int8 decodes an int8 copy of the model (iad-int8, greedy-int8); "
+                   "a final -sl decodes with the vocabulary shortlist of --bench-shortlist (approximate; "
+                   "greedy-sl is greedy on it)")
+    g.add_argument("--bench-shortlist", type=int, default=SHORTLIST_DEFAULT,
+                   help="frequent tokens of the -sl modes' shortlist (plus each sentence's source tokens)")
     g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
     g.add_argument("--bench-max-sentences", type=int, default=None,
                    help="decode only the first N sentences of the subset")
@@ -301,8 +330,8 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
             row["batched_passes"] = steps[m]
             row["mean_tokens_per_pass"] = 1.0
             row["mean_passes_per_sentence"] = n_steps / max(len(recs), 1)
-        ref = "greedy-int8" if m.endswith("-int8") and m not in COMPUTE_TYPES and "greedy-int8" in modes else "greedy"
-        if ref in modes:  # greedy of the same model (an int8 mode's: greedy-int8)
+        ref = reference_mode(m, modes)
+        if ref in modes:  # greedy of the same model (an int8 mode's: greedy-int8; a -sl mode's: greedy-sl)
             row["identical_to_greedy"] = sum(r[m]["tokens"] == r[ref]["tokens"] for r in recs)
         if "greedy" in modes:  # greedy of the float32 model
             row["identical_to_fp32_greedy"] = sum(r[m]["tokens"] == r["greedy"]["tokens"] for r in recs)
@@ -318,7 +347,7 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
 
 def print_table(res, file=sys.stdout):
     has_base = "base_beam5" in res["modes"]
-    has_int8 = any(m.endswith("-int8") for m in res["modes"])
+    has_int8 = any(m.endswith("-int8") or m.endswith("-sl") for m in res["modes"])
     cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy", "passes/sent", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
     print(f"machine: {describe_machine(res['machine'])}", file=file)
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, {res['threads']} threads", file=file)

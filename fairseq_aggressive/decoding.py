@@ -78,9 +78,18 @@ def build_aggressive_generator(task, models, args, decoding: str, option: Callab
         temperature=getattr(args, "temperature", 1.0),
         max_draft_len=option("max_draft_len"),
         engine=str(option("engine")),
+        shortlist=_shortlist(task, option("vocab_shortlist")),
     )
     atexit.register(_log_summary, generator, decoding)
     return generator
+
+
+def _shortlist(task, n):
+    if n is None:
+        return None
+    from .shortlist import VocabShortlist
+
+    return VocabShortlist(task.source_dictionary, task.target_dictionary, n)
 
 
 def _log_summary(generator, decoding):

@@ -110,6 +110,7 @@ class AggressiveGenerator(nn.Module):
         temperature: float = 1.0,
         max_draft_len: Optional[int] = None,
         engine: str = "auto",
+        shortlist=None,
     ):
         super().__init__()
         check_single_model(models)
@@ -131,6 +132,8 @@ class AggressiveGenerator(nn.Module):
         self.unk_penalty = unk_penalty
         self.temperature = temperature
         self.max_draft_len = max_draft_len
+        # approximate: each sentence's output vocabulary (fairseq_aggressive.shortlist)
+        self.shortlist = shortlist
         self.stats = DecodingStats()
         # positions projected to the vocabulary before checking (the rule may need more at once)
         self.first_chunk = max(8, self.acceptance.first_chunk_min)
@@ -147,14 +150,16 @@ class AggressiveGenerator(nn.Module):
         return self.generate([self.model], sample, prefix_tokens=prefix_tokens, bos_token=bos_token)
 
     # ---------------------------------------------------------------- scoring
-    def _scores(self, features: Tensor, positions: Tensor, max_len: int):
+    def _scores(self, features: Tensor, positions: Tensor, max_len: int, allowed: Optional[Tensor] = None):
         """Adjusted scores for choosing tokens and the log-probs to report, the
         same adjustments as SequenceGenerator (pad never, unk penalty, forced EOS
         at max_len, no EOS before min_len).  ``positions`` (B, T) are the output
-        steps the rows predict."""
+        steps the rows predict; ``allowed`` (B, V), the shortlist of each row."""
         logits = self.verifier.output_layer(features).float()
         if self.temperature != 1.0:
             logits = logits / self.temperature
+        if allowed is not None:
+            logits = logits.masked_fill(~allowed.unsqueeze(1), -math.inf)
         lse = torch.logsumexp(logits, dim=-1, keepdim=True)
         logits[..., self.pad] = -math.inf
         if self.unk_penalty:
@@ -170,7 +175,8 @@ class AggressiveGenerator(nn.Module):
             )
         return logits, lse
 
-    def _verify(self, feats: Tensor, tokens: Tensor, n_draft: Tensor, positions: Tensor, max_len: int):
+    def _verify(self, feats: Tensor, tokens: Tensor, n_draft: Tensor, positions: Tensor, max_len: int,
+                allowed: Optional[Tensor] = None):
         """Choose tokens position chunk by position chunk (8, 16, 32, ...) and
         stop once every sentence has met its first rejection: the vocabulary
         projection of positions after it is never computed.  Returns the
@@ -182,7 +188,7 @@ class AggressiveGenerator(nn.Module):
         lo, size = 0, self.first_chunk
         while lo < T:
             hi = min(T, lo + size)
-            adjusted, lse = self._scores(feats[:, lo:hi], positions[:, lo:hi], max_len)
+            adjusted, lse = self._scores(feats[:, lo:hi], positions[:, lo:hi], max_len, allowed)
             n_valid = (n_draft - lo).clamp(min=0)
             choice, m = self.acceptance(adjusted, draft[:, lo:hi], n_valid, lo)
             choices.append(choice)
@@ -193,7 +199,8 @@ class AggressiveGenerator(nn.Module):
             lo, size = hi, size * 2
         return torch.cat(choices, dim=1), torch.cat(scores, dim=1), n_match
 
-    def _torch_pass(self, state, active: List[int], rows: List[List[int]], max_len: int):
+    def _torch_pass(self, state, active: List[int], rows: List[List[int]], max_len: int,
+                    allowed: Optional[Tensor] = None):
         """One pass of the torch verifier over ``rows`` = [last] + draft: per
         row the emitted tokens (accepted drafts + the verifier's token at the
         bifurcation, cut after the first EOS), their scores, the accepted
@@ -204,7 +211,9 @@ class AggressiveGenerator(nn.Module):
         n_draft = torch.tensor([len(r) - 1 for r in rows], dtype=torch.long, device=device)
         feats = self.verifier.forward(state, tokens, n_draft + 1)
         positions = state.lengths.unsqueeze(1) + torch.arange(width, device=device)
-        choice, tok_scores, n_match = self._verify(feats, tokens, n_draft, positions, max_len)
+        if allowed is not None:
+            allowed = allowed[torch.tensor(active, dtype=torch.long, device=device)]
+        choice, tok_scores, n_match = self._verify(feats, tokens, n_draft, positions, max_len, allowed)
         n_emit = n_match + 1
         steps = torch.arange(choice.size(1), device=device).unsqueeze(0)
         is_eos = (choice == self.eos) & (steps < n_emit.unsqueeze(1))
@@ -240,10 +249,12 @@ class AggressiveGenerator(nn.Module):
             native = None
         if native is not None:
             native.set_threads(torch.get_num_threads())
-            encoder_out, state = None, native.begin(src_tokens, max_len)
+            encoder_out, state = None, native.begin(src_tokens, max_len, self.shortlist)
+            allowed = None
         else:
             encoder_out = self.verifier.encode(net_input)
             state = self.verifier.begin(encoder_out, max_len + 1)
+            allowed = None if self.shortlist is None else self.shortlist.allowed(src_tokens)
         t0 = time.perf_counter()
         self.drafter.begin(sample, encoder_out)
         self.stats.draft_seconds += time.perf_counter() - t0
@@ -268,7 +279,7 @@ class AggressiveGenerator(nn.Module):
                 emit, emit_scores, n_match, done = state.step(
                     active, rows, max_len, self.min_len, self.unk_penalty, self.temperature)
             else:
-                emit, emit_scores, n_match, done = self._torch_pass(state, active, rows, max_len)
+                emit, emit_scores, n_match, done = self._torch_pass(state, active, rows, max_len, allowed)
 
             stats.passes += 1
             stats.sentence_passes += len(active)

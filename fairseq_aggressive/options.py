@@ -29,6 +29,17 @@ def check_block_size(value: Optional[int]) -> Optional[int]:
     return None if value is None else check_positive_int(value, "--block-size")
 
 
+def check_shortlist(value: Optional[int], decoding: str) -> Optional[int]:
+    """--vocab-shortlist: None (off) or an integer >= 1, with an aggressive decoding."""
+    if value is None:
+        return None
+    value = check_positive_int(value, "--vocab-shortlist")
+    if decoding == "beam":
+        raise ValueError("--vocab-shortlist needs an aggressive --decoding (iad, gad, blockwise); greedy "
+                         "search on the shortlist is --decoding iad --max-draft-len 0")
+    return value
+
+
 def check_single_model(models) -> None:
     if len(models) != 1:
         raise ValueError(f"aggressive decoding verifies with a single model, got an ensemble of {len(models)}")
@@ -76,5 +87,6 @@ def check_task_options(cfg) -> None:
 
     check_max_draft_len(cfg.max_draft_len)
     check_block_size(cfg.block_size)
+    check_shortlist(cfg.vocab_shortlist, str(cfg.decoding))
     build_acceptance(cfg.gad_beta, cfg.gad_tau)
     build_blockwise_acceptance(cfg.blockwise_topk, cfg.min_block_size)

@@ -131,6 +131,10 @@ def _declare(lib) -> None:
     lib.fa_begin.restype = P
     lib.fa_begin.argtypes = [P, I, P, P, I]
     lib.fa_state_free.argtypes = [P]
+    lib.fa_shortlist_common.restype = I
+    lib.fa_shortlist_common.argtypes = [P, I]
+    lib.fa_shortlist.restype = I
+    lib.fa_shortlist.argtypes = [P, P, I, I, P]
     lib.fa_length.restype = I
     lib.fa_length.argtypes = [P, I]
     lib.fa_pass.restype = I

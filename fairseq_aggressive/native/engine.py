@@ -197,12 +197,23 @@ class NativeEngine:
         """Whether the position tables cover a batch (else decode it with torch)."""
         return src_len <= self.src_positions and max_len + 1 <= self.tgt_positions
 
-    def begin(self, src_tokens: torch.Tensor, max_len: int) -> "NativeBatch":
+    def begin(self, src_tokens: torch.Tensor, max_len: int, shortlist=None) -> "NativeBatch":
+        """Encode a batch; ``shortlist`` (a :class:`~fairseq_aggressive.shortlist.VocabShortlist`)
+        restricts each sentence's output vocabulary."""
         rows = src_tokens.cpu()
         keep = rows.ne(self.src_pad)
         lengths = keep.sum(1).to(torch.int32).numpy()
         flat = rows[keep].to(torch.int32).numpy()
-        return NativeBatch(self, len(lengths), flat, lengths, max_len + 2)
+        batch = NativeBatch(self, len(lengths), flat, lengths, max_len + 2)
+        if shortlist is not None:
+            if self.lib.fa_shortlist_common(self.handle, shortlist.n_common) != 0:
+                raise ValueError(f"vocabulary shortlist of {shortlist.n_common} common ids: it must cover "
+                                 "the special symbols and fit the vocabulary")
+            for b, ids in enumerate(shortlist.extras(rows)):
+                arr = np.ascontiguousarray(ids, dtype=np.int32)
+                if self.lib.fa_shortlist(self.handle, batch.handle, b, len(arr), arr.ctypes.data) != 0:
+                    raise ValueError(f"sentence {b}: shortlist ids must ascend, beyond the common ones")
+        return batch
 
 
 class NativeBatch:

@@ -260,6 +260,40 @@ struct Linear {
   }
 };
 
+// dst = rows ids[0..n) of src (any storage: float, float16, int8 with row
+// scales), packed like src; a row's dot products are computed exactly as in
+// src (the same per-lane sequence over k), so its logits are bit for bit the same
+static void gather_rows(const Linear& src, const int32_t* ids, int n, Linear& dst) {
+  const int K = src.K;
+  std::vector<float> bias(n);
+  for (int i = 0; i < n; ++i) bias[i] = src.b[ids[i]];
+  const float* bp = src.has_bias ? bias.data() : nullptr;
+  if (src.q8) {
+    const int k2 = src.K2();
+    std::vector<int8_t> q((size_t)n * K);
+    std::vector<float> scale(n);
+    for (int i = 0; i < n; ++i) {
+      const int r = ids[i];
+      for (int c = 0; c < K; ++c)
+        q[(size_t)i * K + c] = src.wq[(((size_t)(r / LANES) * k2 + c / 2) * LANES + r % LANES) * 2 + c % 2];
+      scale[i] = src.ws[r];
+    }
+    dst.pack_q8(q.data(), scale.data(), bp, n, K);
+  } else if (src.half) {
+    std::vector<uint16_t> wh((size_t)n * K);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < K; ++c)
+        wh[(size_t)i * K + c] = src.wh[((size_t)(ids[i] / LANES) * K + c) * LANES + ids[i] % LANES];
+    dst.pack(nullptr, wh.data(), bp, n, K);
+  } else {
+    std::vector<float> w((size_t)n * K);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < K; ++c)
+        w[(size_t)i * K + c] = src.w[((size_t)(ids[i] / LANES) * K + c) * LANES + ids[i] % LANES];
+    dst.pack(w.data(), nullptr, bp, n, K);
+  }
+}
+
 template <int MR, int NR, typename WT>
 static void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float* y, int ldy,
                  int n0, int N, const float* bias, bool has_bias) {
@@ -660,6 +694,10 @@ struct Model {
   std::vector<EncLayer> enc;
   std::vector<DecLayer> dec;
   Linear proj;
+  // vocabulary shortlist (fa_shortlist_common): output rows [0, sl_n) of proj,
+  // the special symbols and the most frequent tokens; 0 = no shortlist
+  int sl_n = 0;
+  Linear sl_common;
   Pool pool{1};
   // scratch
   std::vector<float> x, h, q, kv, a, f, logits, att;
@@ -670,10 +708,13 @@ struct Sentence {
   int src_len = 0, len = 0, cap = 0;
   std::vector<float> enc_k, enc_v;  // per layer S x C
   std::vector<float> self_k, self_v;  // per layer cap x C
+  std::vector<int32_t> sl_ids;  // shortlist rows of this sentence beyond the common ones (ascending)
+  Linear sl_extra;
 };
 
 struct State {
   std::vector<Sentence> sents;
+  bool shortlist = false;  // project to the shortlist (common rows + each sentence's sl_ids)
 };
 
 static void add_rows(float* x, const float* y, size_t n) {
@@ -936,6 +977,44 @@ void* fa_begin(void* mp, int B, const int32_t* tokens, const int32_t* src_len, i
 
 void fa_state_free(void* sp) { delete static_cast<State*>(sp); }
 
+// Vocabulary shortlist (approximate decoding, Devlin 2017): every sentence of
+// a batch chooses among output ids [0, n) (the special symbols and the most
+// frequent tokens: fairseq dictionaries are sorted by frequency) and its own
+// ids set by fa_shortlist; log-probs are normalized over that set.
+// fa_shortlist_common(n): n = 0 turns it off; -1 if n does not cover the special symbols.
+int fa_shortlist_common(void* mp, int n) {
+  Model& m = *static_cast<Model*>(mp);
+  if (n == 0) {
+    m.sl_n = 0;
+    m.sl_common = Linear();
+    return 0;
+  }
+  const int V = m.cfg.tgt_vocab;
+  if (n < 0 || n > V || n <= std::max(m.cfg.pad, std::max(m.cfg.unk, m.cfg.eos))) return -1;
+  if (n == m.sl_n) return 0;
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = i;
+  gather_rows(m.proj, ids.data(), n, m.sl_common);
+  m.sl_n = n;
+  return 0;
+}
+
+// Sentence b of a batch (after fa_shortlist_common): its ids beyond the common
+// ones, ascending, each in [n_common, vocab); -1 if not.  Once any sentence of
+// the batch has been given a list, the whole batch decodes on the shortlist.
+int fa_shortlist(void* mp, void* sp, int b, int n, const int32_t* ids) {
+  Model& m = *static_cast<Model*>(mp);
+  State& st = *static_cast<State*>(sp);
+  if (m.sl_n == 0 || b < 0 || b >= (int)st.sents.size() || n < 0) return -1;
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < m.sl_n || ids[i] >= m.cfg.tgt_vocab || (i > 0 && ids[i] <= ids[i - 1])) return -1;
+  Sentence& s = st.sents[b];
+  s.sl_ids.assign(ids, ids + n);
+  if (n > 0) gather_rows(m.proj, ids, n, s.sl_extra);
+  st.shortlist = true;
+  return 0;
+}
+
 int fa_length(void* sp, int b) { return static_cast<State*>(sp)->sents[b].len; }
 
 // One verification pass.  For each of n rows: sentence sent[r], row_len[r]
@@ -1030,7 +1109,7 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
 
   // project position chunks (8, 16, 32, ...) of the rows still matching;
   // the logits of position (r, t) are row at[off[r] + t] of m.logits
-  std::vector<int> checked(n, 0), matched(n, 0), open(n, 1), at(M, -1);
+  std::vector<int> checked(n, 0), matched(n, 0), open(n, 1), at(M, -1), column(M, 0);
   std::vector<int32_t> lo(n), hi(n);
   int arena = 0;
   int size = 8;
@@ -1051,19 +1130,32 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
         at[off[r] + t] = arena + k;
       }
     ensure(m.logits, (size_t)(arena + cnt) * V);
-    linear(m.pool, m.proj, m.h.data(), C, cnt, m.logits.data() + (size_t)arena * V, V);
+    float* out = m.logits.data() + (size_t)arena * V;
+    if (!st.shortlist) {
+      linear(m.pool, m.proj, m.h.data(), C, cnt, out, V);
+    } else {  // a row's logits: the common rows, then its sentence's own rows (ascending ids)
+      linear(m.pool, m.sl_common, m.h.data(), C, cnt, out, V);
+      for (int r = 0, k0 = 0; r < n; ++r) {
+        const int nr = hi[r] - lo[r];
+        if (nr > 0 && !st.sents[sent[r]].sl_ids.empty())
+          linear(m.pool, st.sents[sent[r]].sl_extra, m.h.data() + (size_t)k0 * C, C, nr,
+                 out + (size_t)k0 * V + m.sl_n, V);
+        k0 += nr;
+      }
+    }
     arena += cnt;
     for (int r = 0; r < n; ++r) {
       if (!open[r]) continue;
       const Sentence& s = st.sents[sent[r]];
+      const int W = st.shortlist ? m.sl_n + (int)s.sl_ids.size() : V;  // logits in the row
       for (int t = lo[r]; t < hi[r]; ++t) {
         float* lg = m.logits.data() + (size_t)at[off[r] + t] * V;
         if (temperature != 1.f)
-          for (int v = 0; v < V; ++v) lg[v] = lg[v] / temperature;
+          for (int v = 0; v < W; ++v) lg[v] = lg[v] / temperature;
         const int p = s.len + t;
-        int best;
+        int u;  // the chosen column; the special symbols' columns are their ids
         if (p >= max_len) {
-          best = m.cfg.eos;
+          u = m.cfg.eos;
         } else {  // greedy's choice among the adjusted logits
           const int special[3] = {m.cfg.pad, m.cfg.unk, m.cfg.eos};
           float saved[3];
@@ -1071,9 +1163,11 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
           lg[m.cfg.unk] = lg[m.cfg.unk] - unk_penalty;
           lg[m.cfg.pad] = ninf;
           if (p < min_len) lg[m.cfg.eos] = ninf;
-          best = argmax_first(lg, V);
+          u = argmax_first(lg, W);  // columns ascend by id: ties go to the lowest id, as without a shortlist
           for (int i = 2; i >= 0; --i) lg[special[i]] = saved[i];
         }
+        const int best = (st.shortlist && u >= m.sl_n) ? s.sl_ids[u - m.sl_n] : u;
+        column[off[r] + t] = u;
         choice[off[r] + t] = best;
         checked[r] = t + 1;
         if (t < row_len[r] - 1 && best == tokens[off[r] + t + 1]) {
@@ -1097,11 +1191,12 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
         fin = 1;
         break;
       }
+    const int W = st.shortlist ? m.sl_n + (int)s.sl_ids.size() : V;
     for (int t = 0; t < ne; ++t) {
       const float* lg = m.logits.data() + (size_t)at[off[r] + t] * V;
-      float lse = logsumexp(lg, V);
+      float lse = logsumexp(lg, W);
       int c = choice[off[r] + t];
-      float val = lg[c];
+      float val = lg[column[off[r] + t]];
       if (c == m.cfg.unk) val = val - unk_penalty;
       score[off[r] + t] = val - lse;
     }

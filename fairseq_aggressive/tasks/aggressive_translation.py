@@ -15,7 +15,7 @@ from fairseq.tasks.translation import TranslationTask
 from ..cpu_features import use_bf16
 from ..decoding import build_aggressive_generator
 from ..drafters import load_block_drafter
-from ..options import check_task_options
+from ..options import check_shortlist, check_task_options
 from ..quantization import is_int8, quantize_int8
 from .config import AggressiveTranslationConfig
 
@@ -46,6 +46,7 @@ class AggressiveTranslationTask(TranslationTask):
                              "(e.g. a hub model's translate(inference_precision='int8')); load it again "
                              "to decode in float32")
         decoding = str(self._option(args, "decoding"))
+        check_shortlist(self._option(args, "vocab_shortlist"), decoding)
         if decoding == "beam" or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
         return build_aggressive_generator(self, models, args, decoding, lambda name: self._option(args, name),

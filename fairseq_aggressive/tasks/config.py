@@ -86,6 +86,15 @@ class AggressiveTranslationConfig(TranslationConfig):
             "where it runs, else torch (the output is greedy's either way)"
         },
     )
+    vocab_shortlist: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "approximate: each sentence chooses among the special symbols, the N most frequent "
+            "tokens and its source tokens (Devlin 2017), and the verifier projects to those only; "
+            "aggressive decoding then gives greedy's output of this shortlisted model (greedy: "
+            "--decoding iad --max-draft-len 0), not of the full one"
+        },
+    )
     inference_precision: INFERENCE_PRECISION = field(
         default="float32",
         metadata={
