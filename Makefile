@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 WORK   ?= work
 
-.PHONY: setup demo demo-train test test-fast gad-ende blockwise-ende clean
+.PHONY: setup demo demo-train test test-fast ende-cpu gad-ende blockwise-ende clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -25,13 +25,14 @@ demo: setup
 demo-train: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --train --work $(WORK)
 
-# GAD at CPU scale on the Debian en-de corpus (about 1.5 h on 2 cores; see README)
-gad-ende: setup
-	PATH="$(abspath $(BIN)):$$PATH" bash scripts/gad_ende.sh $(WORK)
+# GAD and blockwise heads at CPU scale on the Debian en-de corpus: scripts/pipeline.py with the
+# cpu scale of configs/translation/wmt14_ende.yaml (about 3 h on 2 cores; resumable; see README)
+ende-cpu: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/pipeline.py configs/translation/wmt14_ende.yaml \
+	    --scale cpu --work $(WORK)/ende-cpu
 
-# blockwise heads k=2,4,8 (frozen base and fine-tuned) on the gad-ende teacher (about 1.3 h more)
-blockwise-ende: setup
-	PATH="$(abspath $(BIN)):$$PATH" bash scripts/blockwise_ende.sh $(WORK)
+# the former names of the same run
+gad-ende blockwise-ende: ende-cpu
 
 test: setup
 	$(BIN)/python -m pytest -q --durations=15 tests

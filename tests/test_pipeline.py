@@ -221,3 +221,35 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     heads = json.loads((work / "bench-blockwise-k4.json").read_text())["modes"]
     assert heads["blockwise"]["identical_to_greedy"] == 40
     assert heads["blockwise-min2"]["mean_tokens_per_pass"] > 1.5  # at least 2 a pass but the last
+
+
+def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
+    """`make ende-cpu` (wmt14_ende.yaml --scale cpu) trains what the README's en-de sections
+    describe: teacher 6+6 d=128 for 900 updates, drafter 6+3 K=8 for 850 from the teacher's
+    encoder, heads k=2,4,8 on the teacher (frozen lr 1e-3, fine-tuned 1e-4) for 150 each, and
+    benchmarks every head set and GAD at batch 1 on 400 sentences."""
+    cfg, pipe = dry_run(os.path.join(ROOT, "configs", "translation", "wmt14_ende.yaml"), "cpu", tmp_path, monkeypatch)
+    train = {}
+    for argv in pipe.commands:
+        flat = list(map(str, argv))
+        if os.path.basename(flat[0]) == "fairseq-train":
+            train[os.path.basename(flat[flat.index("--save-dir") + 1])] = parse_with_fairseq(flat)
+    teacher = train.pop("teacher")
+    assert (teacher.arch, teacher.encoder_layers, teacher.decoder_layers, teacher.encoder_embed_dim,
+            teacher.encoder_ffn_embed_dim, teacher.max_update, teacher.lr) == (
+        "transformer_deep_shallow", 6, 6, 128, 512, 900, [0.002])
+    drafter = train.pop("drafter")
+    assert (drafter.arch, drafter.encoder_layers, drafter.decoder_layers, drafter.block_size,
+            drafter.max_update) == ("block_nat", 6, 3, 8, 850)
+    assert drafter.init_encoder_from.endswith("models/teacher/checkpoint_best.pt")
+    assert sorted(train) == [f"blockwise-k{k}{s}" for k in (2, 4, 8) for s in ("", "-frozen")]
+    for name, a in train.items():
+        assert a.init_from_ar.endswith("models/teacher/checkpoint_best.pt"), name
+        assert (a.max_update, a.warmup_updates, getattr(a, "freeze_base", False), a.lr) == (
+            150, 50, name.endswith("-frozen"), [1e-3 if name.endswith("-frozen") else 1e-4]), name
+    benches = {os.path.basename(str(argv[argv.index("--bench-json") + 1])): list(map(str, argv))
+               for argv in pipe.commands if os.path.basename(str(argv[0])) == "fairseq-aggressive-bench"}
+    assert {f"bench-{m}.json" for m in train} <= set(benches)
+    for flat in benches.values():
+        assert flat[flat.index("--batch-size") + 1] == "1" and flat[flat.index("--threads") + 1] == "2"
+        assert flat[flat.index("--bench-max-sentences") + 1] == "400"
