@@ -3,6 +3,7 @@
 
     python scripts/pipeline.py configs/translation/wmt14_ende.yaml [--scale paper|cpu|ci]
         [--work DIR] [--steps prepare,train,decode,bench] [--dry-run]
+    python scripts/pipeline.py CONFIG [--scale S] --train-options MODEL
 
 A config names the data preparation command, the models to train (stock
 ``fairseq-train`` options, trained in the order listed, on the raw or on the
@@ -189,6 +190,20 @@ class Pipeline:
         save.mkdir(parents=True, exist_ok=True) if not self.dry_run else None
         self.run(argv + option_args(self.expand(options)))
 
+    def train_options(self, name):
+        """The fairseq-train options of model ``name`` (train-common + its own), without
+        the data, the save directory and options that name other models' checkpoints
+        (those belong to a run's work directory): the settings ``scripts/train_ar.sh``
+        and ``train_drafter.sh`` take from the configs."""
+        if name not in self.cfg["models"]:
+            raise ConfigError(f"no model {name!r} (models: {', '.join(self.cfg['models'])})")
+        model = self.cfg["models"][name]
+        options = deep_merge(self.cfg.get("train-common") or {}, model.get("options") or {})
+        refs = set(self.cfg["models"])
+        options = {k: v for k, v in options.items()
+                   if not (isinstance(v, str) and set(re.findall(r"\{([\w.+-]+)\}", v)) & refs)}
+        return option_args(self.expand(options))
+
     def distill(self):
         spec = self.cfg.get("distill") or {}
         if (self.distill_dir / "bin").exists():
@@ -339,8 +354,15 @@ def main(argv=None):
     ap.add_argument("--work", default=None, help="output directory (default work/NAME-SCALE)")
     ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--train-options", metavar="MODEL", default=None,
+                    help="print MODEL's fairseq-train options (shell-quoted; no data, save directory or "
+                    "other models' checkpoints) and exit")
     args = ap.parse_args(argv)
     cfg = load_config(args.config, args.scale)
+    if args.train_options:
+        pipe = Pipeline(cfg, args.work or ROOT / "work")
+        print(" ".join(shlex.quote(a) for a in pipe.train_options(args.train_options)))
+        return pipe
     steps = [s.strip() for s in args.steps.split(",") if s.strip()]
     bad = [s for s in steps if s not in STEPS]
     if bad:

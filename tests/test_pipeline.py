@@ -4,6 +4,7 @@ the shortest pipeline (GEC on the bundled sample) runs end to end."""
 import glob
 import importlib.util
 import json
+import re
 import os
 import subprocess
 import sys
@@ -214,6 +215,14 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     for row in decode.values():
         assert row["sentences"] == 300 and 0.0 <= row["bleu"] <= 100.0 and 0.0 <= row["sacrebleu"] <= 100.0
     assert decode["gad"]["identical_to_greedy"] == 300
+    assert decode["gad"]["bleu"] == decode["greedy"]["bleu"]
+    # the table's BLEU is the console scorer's on the same output and references
+    hyps, refs = pipeline.read_generate(work / "decode" / "greedy.txt")
+    (tmp_path / "hyp.txt").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    (tmp_path / "ref.txt").write_text("\n".join(refs) + "\n", encoding="utf-8")
+    out = run([os.path.join(os.path.dirname(sys.executable), "fairseq-aggressive-bleu"),
+               str(tmp_path / "hyp.txt"), str(tmp_path / "ref.txt"), "--tokenized"]).stdout
+    assert float(re.search(r"BLEU = ([\d.]+)", out).group(1)) == pytest.approx(decode["greedy"]["bleu"], abs=0.006)
     assert decode["blockwise-k4"]["identical_to_blockwise-k4-greedy"] == 300
     assert decode["blockwise-k4-frozen"]["identical_to_greedy"] == 300  # frozen base = the teacher
     gad = json.loads((work / "bench-gad.json").read_text())["modes"]
