@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from profile_pass import load_model_and_samples  # scripts/ is on sys.path when a script runs
+
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -29,25 +31,18 @@ def main(argv=None):
     args = ap.parse_args(argv)
     positions = [int(p) for p in args.positions.split(",")]
 
-    import fairseq_aggressive  # noqa: F401  (registers the task)
-    from fairseq import checkpoint_utils
-
+    torch.set_num_threads(args.threads)
+    model, task, samples = load_model_and_samples(args.data, args.path, args.subset, args.sentences,
+                                                  task="aggressive_translation")
     from fairseq_aggressive.cpu_features import describe_machine, machine_info
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator
     from fairseq_aggressive.shortlist import VocabShortlist
 
-    torch.set_num_threads(args.threads)
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
-        [args.path], arg_overrides={"data": args.data, "task": "aggressive_translation"})
-    model = models[0].eval()
     d = task.target_dictionary
-    task.load_dataset(args.subset)
-    ds = task.dataset(args.subset)
     shortlist = VocabShortlist(task.source_dictionary, d, args.shortlist) if args.shortlist else None
     gen = AggressiveGenerator([model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2,
                               max_len_b=10, max_draft_len=0, engine="native", shortlist=shortlist)
-    samples = [ds.collater([ds[i]]) for i in range(min(args.sentences, len(ds)))]
     outputs = [gen.generate([model], s)[0][0]["tokens"].tolist() for s in samples]
     print(f"machine: {describe_machine(machine_info())}; {args.threads} threads; engine {gen.native.isa}"
           + (f"; shortlist {args.shortlist}" if shortlist else ""))

@@ -42,6 +42,18 @@ def timed(obj, name, bucket, key):
     setattr(obj, name, wrapper)
 
 
+def load_model_and_samples(data, path, subset, n, **overrides):
+    """The model (eval), its task and the first ``n`` sentences of ``subset`` as batch-1 samples."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_aggressive  # noqa: F401  (registers the task)
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=dict(data=data, **overrides))
+    task.load_dataset(subset)
+    ds = task.dataset(subset)
+    return models[0].eval(), task, [ds.collater([ds[i]]) for i in range(min(n, len(ds)))]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data")
@@ -55,20 +67,13 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     torch.set_num_threads(a.threads)
-    from fairseq import checkpoint_utils
-
-    import fairseq_aggressive  # noqa: F401
+    model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences)
     from fairseq_aggressive.cpu_features import describe_machine
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([a.path], arg_overrides={"data": a.data})
-    model = models[0].eval()
     d = task.target_dictionary
-    task.load_dataset(a.subset)
-    ds = task.dataset(a.subset)
-    n = min(a.sentences, len(ds))
-    samples = [ds.collater([ds[i]]) for i in range(n)]
+    n = len(samples)
     dec = model.decoder
     print(f"machine: {describe_machine()}")
     print(f"model: {a.path} ({len(model.encoder.layers)}+{len(dec.layers)} layers, "
