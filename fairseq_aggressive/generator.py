@@ -46,8 +46,8 @@ def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance: Acce
             raise NativeUnavailable("the model is not on the CPU")
         if not acceptance.exact_greedy:
             raise NativeUnavailable(f"{type(acceptance).__name__} is not exact greedy acceptance")
-        if drafter.wants_features or drafter.needs_encoder_out:
-            raise NativeUnavailable(f"{type(drafter).__name__} reads the verifier's encoder output or features")
+        if drafter.wants_features:
+            raise NativeUnavailable(f"{type(drafter).__name__} reads the verifier's decoder features")
         native = NativeEngine(model, tgt_dict)
         logger.info(f"verifier: the native engine ({native.isa}; {native.int8_linears} int8 linear layers, "
                     f"{native.half_linears} stored as float16, their values are float16 values)")
@@ -249,7 +249,8 @@ class AggressiveGenerator(nn.Module):
             native = None
         if native is not None:
             native.set_threads(torch.get_num_threads())
-            encoder_out, state = None, native.begin(src_tokens, max_len, self.shortlist)
+            state = native.begin(src_tokens, max_len, self.shortlist)
+            encoder_out = state.encoder_out() if self.drafter.needs_encoder_out else None
             allowed = None
         else:
             encoder_out = self.verifier.encode(net_input)

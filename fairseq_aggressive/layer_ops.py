@@ -31,9 +31,12 @@ def encoder_kv(layers, encoder_out) -> Tuple[List[Tensor], List[Tensor], Optiona
 
 
 def decoder_layer(layer, x: Tensor, self_attention: Callable[[Tensor, Tensor, Tensor], Tensor],
-                  enc_k: Tensor, enc_v: Tensor, enc_mask: Optional[Tensor]) -> Tensor:
+                  enc_k: Tensor, enc_v: Tensor, enc_mask: Optional[Tensor], train: bool = False) -> Tensor:
     """One decoder layer on ``x`` (B, T, C).  ``self_attention(q, k, v)`` gets
-    q (B, H, T, D, already scaled) and k, v (B, T, H, D) and returns (B, H, T, D)."""
+    q (B, H, T, D, already scaled) and k, v (B, T, H, D) and returns (B, H, T, D).
+    ``train``: the layer's dropout where the stock layer applies it (the
+    self-attention core's own dropout is the caller's)."""
+    drop = layer.dropout_module if train else (lambda t: t)
     B, T, _ = x.shape
     sa = layer.self_attn
     H, D = sa.num_heads, sa.head_dim
@@ -50,7 +53,7 @@ def decoder_layer(layer, x: Tensor, self_attention: Callable[[Tensor, Tensor, Te
         x = x.reshape(B, T, -1)
     if layer.attn_ln is not None:
         x = layer.attn_ln(x)
-    x = layer.residual_connection(x, residual)
+    x = layer.residual_connection(drop(x), residual)
     if not layer.normalize_before:
         x = layer.self_attn_layer_norm(x)
 
@@ -59,8 +62,9 @@ def decoder_layer(layer, x: Tensor, self_attention: Callable[[Tensor, Tensor, Te
     if layer.normalize_before:
         x = layer.encoder_attn_layer_norm(x)
     q = (ea.q_proj(x) * ea.scaling).view(B, T, H, D).transpose(1, 2)
-    a = F.scaled_dot_product_attention(q, enc_k, enc_v, attn_mask=enc_mask, scale=1.0)
-    x = ea.out_proj(a.transpose(1, 2).reshape(B, T, H * D))
+    a = F.scaled_dot_product_attention(q, enc_k, enc_v, attn_mask=enc_mask, scale=1.0,
+                                       dropout_p=ea.dropout_module.p if train else 0.0)
+    x = drop(ea.out_proj(a.transpose(1, 2).reshape(B, T, H * D)))
     x = layer.residual_connection(x, residual)
     if not layer.normalize_before:
         x = layer.encoder_attn_layer_norm(x)
@@ -69,9 +73,11 @@ def decoder_layer(layer, x: Tensor, self_attention: Callable[[Tensor, Tensor, Te
     if layer.normalize_before:
         x = layer.final_layer_norm(x)
     x = layer.activation_fn(layer.fc1(x))
+    if train:
+        x = layer.activation_dropout_module(x)
     if layer.ffn_layernorm is not None:
         x = layer.ffn_layernorm(x)
-    x = layer.fc2(x)
+    x = drop(layer.fc2(x))
     if layer.w_resid is not None:
         residual = torch.mul(layer.w_resid, residual)
     x = layer.residual_connection(x, residual)

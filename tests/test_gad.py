@@ -21,6 +21,7 @@ VERIFIERS = [
 DRAFTERS = [
     dict(decoder_layers=1),
     dict(decoder_layers=2, block_src_copy=True, decoder_learned_pos=True),
+    dict(decoder_layers=2, block_causal_prefix=True, decoder_normalize_before=True),
 ]
 
 

@@ -65,6 +65,34 @@ def make_blocks(prev_output_tokens: Tensor, target: Tensor, pad: int, k: int, cu
     return tokens, slots, block_target
 
 
+MAX_SLOTS_LOGGED = 8
+
+
+def slot_counts(hit: Tensor, counted: Tensor, cut: Tensor, k: int, leading: bool) -> dict:
+    """Logging counts of block predictions: ``hit`` (B, W) correct predictions
+    among the ``counted`` positions, the block of row ``b`` starting at
+    ``cut[b] + 1``.  ``n_correct``; per slot ``i`` (1-based, up to
+    ``MAX_SLOTS_LOGGED``) ``n_slot{i}``/``n_correct{i}``; with ``leading`` the
+    rows and their runs of correct slots from the first (``n_leading``), which is
+    how many drafted tokens exact GAD would accept (all of a block that ends the
+    sentence when every slot is correct)."""
+    W = hit.size(1)
+    slot = torch.arange(W, device=hit.device).unsqueeze(0) - cut.unsqueeze(1)  # 1 = first slot
+    out = {"n_correct": int(hit.sum())}
+    for i in range(1, min(k, MAX_SLOTS_LOGGED) + 1):
+        at = counted & slot.eq(i)
+        out[f"n_slot{i}"] = int(at.sum())
+        out[f"n_correct{i}"] = int((hit & at).sum())
+    if leading:
+        miss = counted & ~hit  # first wrong slot ends the run
+        in_block = (slot >= 1) & (slot <= k)
+        first_miss = torch.where(miss & in_block, slot, torch.full_like(slot, k + 1)).min(1).values
+        n_counted = (counted & in_block).sum(1)
+        out["n_leading"] = int(torch.minimum(first_miss - 1, n_counted).sum())
+        out["n_rows"] = int(hit.size(0))
+    return out
+
+
 def reveal(wrong: Tensor, ratio: float, generator=None) -> Tensor:
     """Choose ``floor(ratio * n_wrong)`` of each row's wrong slots at random."""
     n_reveal = (wrong.sum(1).float() * ratio).floor().long()
@@ -113,15 +141,16 @@ class GlatBlockLoss(FairseqCriterion):
         tokens, slots, block_target = make_blocks(
             net_input["prev_output_tokens"], target, self.padding_idx, self.block_size, cut
         )
-        encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
+        encoder_out = model.encode(net_input["src_tokens"], net_input["src_lengths"])
         valid = block_target.ne(self.padding_idx)
+        block = slots  # the positions after the prefix (glancing reveals some, they stay block positions)
 
         ratio = self.glat_ratio(getattr(model, "num_updates", 0)) if model.training else 0.0
         n_revealed = 0
         loss_mask = valid
         if ratio > 0:
             with torch.no_grad():
-                pred = model.block_logits(tokens, slots, encoder_out).argmax(-1)
+                pred = model.block_logits(tokens, slots, encoder_out, block=block).argmax(-1)
             wrong = torch.zeros_like(slots)
             wrong[slots] = pred.ne(block_target[slots])
             shown = reveal(wrong & valid, ratio)
@@ -129,24 +158,25 @@ class GlatBlockLoss(FairseqCriterion):
             slots = slots & ~shown
             loss_mask = valid & ~shown
 
-        feats = model.decoder.extract_block_features(tokens, slots, encoder_out)
+        feats = model.decoder.extract_block_features(tokens, slots, encoder_out, block=block)
         logits = model.decoder.output_layer(feats[loss_mask])
         lprobs = utils.log_softmax(logits, dim=-1, onnx_trace=False).float()
         tgt = block_target[loss_mask]
         loss, nll_loss = label_smoothed_nll_loss(lprobs, tgt, self.eps, ignore_index=None, reduce=True)
         n_tokens = int(tgt.numel())
-        with torch.no_grad():
-            correct = int(lprobs.argmax(-1).eq(tgt).sum())
         logging_output = {
             "loss": loss.data,
             "nll_loss": nll_loss.data,
             "ntokens": n_tokens,
             "nsentences": target.size(0),
             "sample_size": n_tokens,
-            "n_correct": correct,
             "n_revealed": n_revealed,
             "glat_ratio": ratio,
         }
+        with torch.no_grad():
+            hit = torch.zeros_like(loss_mask)
+            hit[loss_mask] = lprobs.argmax(-1).eq(tgt)
+            logging_output.update(slot_counts(hit, loss_mask, cut, self.block_size, leading=ratio == 0))
         return loss, n_tokens, logging_output
 
     @staticmethod
@@ -159,6 +189,13 @@ class GlatBlockLoss(FairseqCriterion):
         metrics.log_scalar("nll_loss", nll / max(ntokens, 1) / math.log(2), ntokens, round=3)
         metrics.log_derived("ppl", lambda m: utils.get_perplexity(m["nll_loss"].avg))
         metrics.log_scalar("block_acc", total("n_correct") / max(ntokens, 1), ntokens, round=3)
+        for i in range(1, MAX_SLOTS_LOGGED + 1):  # accuracy of slot i (the i-th drafted token)
+            n = total(f"n_slot{i}")
+            if n:
+                metrics.log_scalar(f"acc{i}", total(f"n_correct{i}") / n, n, round=3)
+        n_rows = total("n_rows")
+        if n_rows:  # no glancing (validation): the mean run of correct slots from the first
+            metrics.log_scalar("lead", total("n_leading") / n_rows, n_rows, round=2)
         n_logs = max(len(logging_outputs), 1)
         metrics.log_scalar("glat_ratio", total("glat_ratio") / n_logs, round=3)
         metrics.log_scalar("revealed", total("n_revealed") / max(total("nsentences"), 1), round=2)

@@ -1,8 +1,9 @@
 """NAR block drafter (GAD, Xia et al. 2023): a ``block_nat`` model proposes
 the next ``k`` tokens after the current prefix in one parallel pass.
 
-The drafter encodes the source once per batch with its own encoder; per
-iteration it runs its (bidirectional) decoder over ``[bos, prefix, M x k]``
+The drafter encodes the source once per batch with its own encoder, or reads
+the verifier's encoder output (a ``--shared-encoder`` drafter: one encoder run
+per sentence); per iteration it runs its decoder over ``[bos, prefix, M x k]``
 for all still-active sentences at once and projects only the ``k`` slots.
 """
 from typing import List, Optional
@@ -23,6 +24,8 @@ class NARBlockDrafter(Drafter):
         self.max_positions = model.decoder.max_positions()
         # fused inference path for real block_nat decoders (stand-ins use block_logits)
         self.fast = hasattr(model.decoder, "fast_block_features") and fast
+        # a --shared-encoder drafter reads the verifier's encoder output (the generator passes it)
+        self.needs_encoder_out = bool(getattr(model, "shared_encoder", False))
         self.encoder_out = None
         self._rows: Optional[List[int]] = None
         self._enc_rows = None
@@ -30,15 +33,33 @@ class NARBlockDrafter(Drafter):
     @torch.no_grad()
     def begin(self, sample, encoder_out=None) -> None:
         net_input = sample["net_input"]
-        self.encoder_out = self.model.encoder(
-            net_input["src_tokens"], src_lengths=net_input["src_lengths"]
-        )
+        if self.needs_encoder_out:
+            if encoder_out is None:
+                raise ValueError("this drafter reads the verifier's encoder output (--shared-encoder): "
+                                 "the generator must pass it to begin()")
+            self.encoder_out = self._with_embedding(encoder_out, net_input["src_tokens"])
+        else:
+            self.encoder_out = self.model.encoder(
+                net_input["src_tokens"], src_lengths=net_input["src_lengths"]
+            )
         self._rows, self._enc_rows = None, self.encoder_out
         self.enc_kv = self._enc_kv_rows = None
         if self.fast:
             from ..layer_ops import encoder_kv
 
             self.enc_kv = self._enc_kv_rows = encoder_kv(self.model.decoder.layers, self.encoder_out)
+
+    def _with_embedding(self, encoder_out, src_tokens):
+        """The verifier's encoder output, in the drafter's dtype, plus the source
+        token embeddings a ``--block-src-copy`` decoder reads (the drafter's own
+        frozen copy of the shared embeddings)."""
+        param = next(self.model.decoder.parameters())
+        out = dict(encoder_out)
+        out["encoder_out"] = [encoder_out["encoder_out"][0].to(device=param.device, dtype=param.dtype)]
+        if getattr(self.model.decoder, "src_copy", False):
+            enc = self.model.encoder
+            out["encoder_embedding"] = [enc.embed_scale * enc.embed_tokens(src_tokens.to(param.device))]
+        return out
 
     def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
         return self.propose_batch([sent], [output], [cap])[0]

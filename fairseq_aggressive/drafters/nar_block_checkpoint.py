@@ -2,6 +2,7 @@
 draft for the verifier (same vocabularies, a block drafter at all)."""
 import os
 
+import torch
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
@@ -31,6 +32,30 @@ def check_drafter(drafter_model, verifier_model, tgt_dict) -> None:
     if v_src != v_src_verifier:
         raise DrafterMismatchError(
             f"drafter and verifier source dictionaries differ ({v_src} vs {v_src_verifier} symbols)"
+        )
+    if getattr(drafter_model, "shared_encoder", False):
+        check_shared_encoder(drafter_model, verifier_model)
+
+
+def check_shared_encoder(drafter_model, verifier_model) -> None:
+    """A ``--shared-encoder`` drafter reads the verifier's encoder output: that
+    encoder must be the one it was trained on (its frozen copy).  Weights the
+    verifier holds in another form (int8 layers) are not compared."""
+    theirs = verifier_model.encoder.state_dict()
+    compared, differ = 0, []
+    for name, w in drafter_model.encoder.state_dict().items():
+        v = theirs.get(name)
+        if v is None or v.shape != w.shape or not w.is_floating_point() or not v.is_floating_point():
+            continue
+        compared += 1
+        if not torch.equal(v.to(w.dtype), w):
+            differ.append(name)
+    if differ or compared == 0:
+        src = getattr(getattr(drafter_model, "args", None), "encoder_initialized_from", None)
+        raise DrafterMismatchError(
+            "this drafter was trained on another encoder (--shared-encoder"
+            + (f", from {src}" if src else "") + f"); the verifier's encoder differs in "
+            f"{', '.join(differ[:3]) or 'every weight'}: decode with the verifier the drafter was trained for"
         )
 
 

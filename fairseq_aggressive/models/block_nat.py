@@ -12,6 +12,22 @@ source embeddings, without a length).
 Decoder input layout (one row): ``[bos, y_1 .. y_p, M x k, pad ...]`` with a
 bool ``slots`` mask marking the ``M`` positions; slot ``i`` predicts
 ``y_{p+1+i}``.  The ids at slot positions are ignored (any non-pad id).
+
+Two options make a drafter cheap on a CPU (issue 12):
+
+* ``--shared-encoder``: the drafter reads the *verifier's* encoder output
+  instead of encoding the source itself.  The encoder is initialised from
+  ``--init-encoder-from`` (the verifier) and frozen, in eval mode, so that the
+  drafter trains on exactly the features the verifier's encoder gives at
+  decoding time; with ``--share-all-embeddings`` the (tied) embeddings and
+  output projection stay frozen too and only the decoder layers, the mask
+  embedding and the decoder's layer norms train.  At decoding time GAD runs
+  one encoder per sentence, the verifier's, and checks that it is the one the
+  drafter was trained on.
+* ``--block-causal-prefix``: prefix positions attend causally (position ``i``
+  to positions ``<= i``), block positions to everything.  The prefix's keys
+  and values then do not depend on the block, so a decoder can keep them in a
+  cache across passes and run only the new tokens and the ``k`` slots.
 """
 import math
 from typing import Optional
@@ -32,11 +48,14 @@ from .partial_checkpoint import load_partial
 
 
 class BlockNATDecoder(TransformerDecoderBase):
-    def __init__(self, cfg, dictionary, embed_tokens, src_copy: bool = False):
+    def __init__(self, cfg, dictionary, embed_tokens, src_copy: bool = False, causal_prefix: bool = False):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False)
         dim = embed_tokens.embedding_dim
         self.mask_embed = nn.Parameter(torch.empty(dim).normal_(0, dim**-0.5))
         self.src_copy = src_copy
+        self.causal_prefix = causal_prefix
+
+    causal_prefix = False
 
     def forward(self, prev_output_tokens, encoder_out=None, slots: Optional[Tensor] = None,
                 features_only: bool = False, **unused):
@@ -87,8 +106,7 @@ class BlockNATDecoder(TransformerDecoderBase):
         from ..layer_ops import decoder_layer
 
         x = self._embed(tokens, slots, encoder_out)
-        keep = tokens.ne(self.padding_idx)
-        mask = None if bool(keep.all()) else keep[:, None, None, :]
+        mask = self.self_attn_mask(tokens, slots)
 
         def attention(q, k, v):
             return F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2),
@@ -103,7 +121,50 @@ class BlockNATDecoder(TransformerDecoderBase):
             x = self.project_out_dim(x)
         return x
 
-    def extract_block_features(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
+    def self_attn_mask(self, tokens: Tensor, block: Tensor) -> Optional[Tensor]:
+        """Boolean self-attention mask (B, 1, T, T), True = attend, or None
+        (everything attends to everything).  Keys: the non-pad positions; with
+        ``causal_prefix`` a query before the block sees only keys up to itself
+        (``block`` marks the block positions, slots and revealed slots alike,
+        which follow the prefix)."""
+        keep = tokens.ne(self.padding_idx)
+        if not self.causal_prefix:
+            return None if bool(keep.all()) else keep[:, None, None, :]
+        T = tokens.size(1)
+        idx = torch.arange(T, device=tokens.device)
+        causal = (idx.view(1, T, 1) >= idx.view(1, 1, T)) | block.unsqueeze(2)  # (B, Tq, Tk)
+        return (causal & keep.unsqueeze(1)).unsqueeze(1)
+
+    def _masked_block_features(self, tokens: Tensor, slots: Tensor, encoder_out, block: Tensor) -> Tensor:
+        """Training path of causal-prefix decoders: the stock layers' arithmetic
+        (:func:`~fairseq_aggressive.layer_ops.decoder_layer`) with a per-row
+        attention mask and the layers' dropout."""
+        from ..layer_ops import decoder_layer, encoder_kv
+
+        x = self.dropout_module(self._embed(tokens, slots, encoder_out))
+        mask = self.self_attn_mask(tokens, block)
+        enc_k, enc_v, enc_mask = encoder_kv(self.layers, encoder_out)
+        for li, layer in enumerate(self.layers):
+            p = layer.self_attn.dropout_module.p if self.training else 0.0
+
+            def attention(q, k, v, p=p):
+                return F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2),
+                                                      attn_mask=mask, dropout_p=p, scale=1.0)
+
+            x = decoder_layer(layer, x, attention, enc_k[li], enc_v[li], enc_mask, train=self.training)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x
+
+    def extract_block_features(self, tokens: Tensor, slots: Tensor, encoder_out,
+                               block: Optional[Tensor] = None) -> Tensor:
+        """Decoder features (B, T, C).  ``block`` (default ``slots``): the
+        positions after the prefix, for the causal-prefix mask (glancing
+        reveals some slots, which stay block positions)."""
+        if self.causal_prefix:
+            return self._masked_block_features(tokens, slots, encoder_out, slots if block is None else block)
         enc, enc_pad = None, None
         if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
             enc = encoder_out["encoder_out"][0]
@@ -136,32 +197,59 @@ class BlockNATModel(TransformerModel):
         parser.add_argument("--init-encoder-from", type=str, metavar="CKPT",
                             help="initialise the encoder (and shared embeddings) from the "
                             "encoder of this (autoregressive) checkpoint")
+        parser.add_argument("--shared-encoder", action="store_true",
+                            help="read the verifier's encoder output at decoding time: the encoder "
+                            "comes from --init-encoder-from (the verifier) and stays frozen")
+        parser.add_argument("--block-causal-prefix", action="store_true",
+                            help="prefix positions attend causally (their keys/values can be cached "
+                            "across passes), block positions to everything")
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         return BlockNATDecoder(
             TransformerConfig.from_namespace(args), tgt_dict, embed_tokens,
             src_copy=getattr(args, "block_src_copy", False),
+            causal_prefix=getattr(args, "block_causal_prefix", False),
         )
 
     @classmethod
     def build_model(cls, args, task):
         model = super().build_model(args, task)
         path = getattr(args, "init_encoder_from", None)
+        model.shared_encoder = bool(getattr(args, "shared_encoder", False))
+        if model.shared_encoder and not (path or getattr(args, "encoder_initialized_from", None)):
+            raise ValueError("--shared-encoder needs --init-encoder-from VERIFIER.pt: the drafter "
+                             "reads that model's encoder output")
         if path:
             load_partial(model.encoder, path, "--init-encoder-from", "the drafter's encoder", prefix="encoder.")
             # the weights now live in this model's checkpoints: do not reload at decoding time
             args.encoder_initialized_from = path
             args.init_encoder_from = None
+        if model.shared_encoder:
+            model.encoder.requires_grad_(False)  # with shared embeddings: those and the output layer too
+            model.encoder.eval()
         return model
 
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if getattr(self, "shared_encoder", False):
+            self.encoder.eval()  # the verifier's features, without dropout
+        return self
+
+    def encode(self, src_tokens, src_lengths):
+        """The encoder output the decoder reads (a frozen shared encoder runs without gradients)."""
+        if getattr(self, "shared_encoder", False):
+            with torch.no_grad():
+                return self.encoder(src_tokens, src_lengths=src_lengths)
+        return self.encoder(src_tokens, src_lengths=src_lengths)
+
     def forward(self, src_tokens, src_lengths, prev_output_tokens, slots=None, **kwargs):
-        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        encoder_out = self.encode(src_tokens, src_lengths)
         return self.decoder(prev_output_tokens, encoder_out, slots=slots, **kwargs)
 
-    def block_logits(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
+    def block_logits(self, tokens: Tensor, slots: Tensor, encoder_out, block: Optional[Tensor] = None) -> Tensor:
         """Logits of the slot positions only, flattened (N_slots, V)."""
-        feats = self.decoder.extract_block_features(tokens, slots, encoder_out)
+        feats = self.decoder.extract_block_features(tokens, slots, encoder_out, block=block)
         return self.decoder.output_layer(feats[slots])
 
     def set_num_updates(self, num_updates):

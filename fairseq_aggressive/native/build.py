@@ -135,6 +135,8 @@ def _declare(lib) -> None:
     lib.fa_shortlist_common.argtypes = [P, I]
     lib.fa_shortlist.restype = I
     lib.fa_shortlist.argtypes = [P, P, I, I, P]
+    lib.fa_encoder_out.restype = ctypes.c_int64
+    lib.fa_encoder_out.argtypes = [P, P]
     lib.fa_length.restype = I
     lib.fa_length.argtypes = [P, I]
     lib.fa_pass.restype = I

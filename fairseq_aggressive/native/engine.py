@@ -165,6 +165,7 @@ class NativeEngine:
             ln_eps=float(layers[0].self_attn_layer_norm.eps),
         )
         self.src_pad = enc.padding_idx
+        self.embed_dim = dec.embed_dim
         self.handle = self.lib.fa_model_create(ctypes.byref(cfg), ptrs, hptrs, qptrs, sptrs)  # copies the weights
         self.half_linears = self.lib.fa_half_linears(self.handle)
         self.int8_linears = self.lib.fa_int8_linears(self.handle)
@@ -205,6 +206,7 @@ class NativeEngine:
         lengths = keep.sum(1).to(torch.int32).numpy()
         flat = rows[keep].to(torch.int32).numpy()
         batch = NativeBatch(self, len(lengths), flat, lengths, max_len + 2)
+        batch.src_keep = keep
         if shortlist is not None:
             if self.lib.fa_shortlist_common(self.handle, shortlist.n_common) != 0:
                 raise ValueError(f"vocabulary shortlist of {shortlist.n_common} common ids: it must cover "
@@ -231,6 +233,21 @@ class NativeBatch:
         if handle:
             self.lib.fa_state_free(handle)
             self.handle = None
+
+    def encoder_out(self):
+        """The verifier's encoder output as fairseq's encoder returns it
+        (``encoder_out`` S x B x C, zeros at padding; ``encoder_padding_mask``
+        B x S), for a drafter that shares the verifier's encoder."""
+        keep = self.src_keep
+        C = self.engine.embed_dim
+        flat = torch.empty(int(keep.sum()), C, dtype=torch.float32)
+        n = self.lib.fa_encoder_out(self.handle, flat.data_ptr())
+        if n != flat.numel():
+            raise RuntimeError(f"native engine: {n} encoder values, expected {flat.numel()}")
+        enc = torch.zeros(*keep.shape, C, dtype=torch.float32)
+        enc[keep] = flat
+        return {"encoder_out": [enc.transpose(0, 1)], "encoder_padding_mask": [~keep],
+                "encoder_embedding": [], "encoder_states": [], "src_tokens": [], "src_lengths": []}
 
     def _buffers(self, n_rows: int, n_tokens: int):
         if n_rows > self._rows_cap or n_tokens > self._tok_cap:

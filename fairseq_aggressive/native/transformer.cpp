@@ -714,6 +714,7 @@ struct Sentence {
 
 struct State {
   std::vector<Sentence> sents;
+  std::vector<float> enc_out;  // the encoder output, sentences' rows concatenated (fa_encoder_out)
   bool shortlist = false;  // project to the shortlist (common rows + each sentence's sl_ids)
 };
 
@@ -950,6 +951,7 @@ void* fa_begin(void* mp, int B, const int32_t* tokens, const int32_t* src_len, i
     ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
   }
   if (m.enc_final.on) layer_norm_rows(x, x, M, C, m.enc_final.w, m.enc_final.b, m.cfg.ln_eps);
+  st->enc_out.assign(x, x + (size_t)M * C);
   // encoder-attention keys and values of every decoder layer
   const int nl = (int)m.dec.size();
   for (int b = 0; b < B; ++b) {
@@ -1013,6 +1015,15 @@ int fa_shortlist(void* mp, void* sp, int b, int n, const int32_t* ids) {
   if (n > 0) gather_rows(m.proj, ids, n, s.sl_extra);
   st.shortlist = true;
   return 0;
+}
+
+// The encoder output of the batch (sum of src_len rows x C, sentences in order)
+// into out; the number of floats written.  A drafter that shares the
+// verifier's encoder reads it (GAD with a --shared-encoder drafter).
+int64_t fa_encoder_out(void* sp, float* out) {
+  const State& st = *static_cast<State*>(sp);
+  std::copy(st.enc_out.begin(), st.enc_out.end(), out);
+  return (int64_t)st.enc_out.size();
 }
 
 int fa_length(void* sp, int b) { return static_cast<State*>(sp)->sents[b].len; }
