@@ -21,6 +21,8 @@ linear layers (``--inference-precision int8``); its ``=greedy`` column counts
 outputs identical to ``greedy-int8`` (the same int8 model) when that mode runs,
 and ``=fp32`` those identical to float32 ``greedy`` (the quality change).
 
+``-dsl`` after a gad mode (``gad@8-dsl``) drafts from the same shortlist
+(``--drafter-shortlist``): cheaper drafting passes, the output still greedy's.
 ``-sl`` after any mode but beam and CTranslate2 (``iad-sl``, ``greedy-sl``,
 ``iad-int8-sl``) decodes with the vocabulary shortlist (``--vocab-shortlist``
 with ``--bench-shortlist`` frequent tokens, default 1,000): an approximate
@@ -81,6 +83,11 @@ def mode_overrides(name: str, args) -> Dict:
     An aggressive mode may end in ``-native`` or ``-torch`` (the verifier engine,
     default ``--engine``); ``greedy-native`` is greedy search in the native
     engine (IAD with empty drafts)."""
+    if name.endswith("-dsl"):  # GAD with the drafter shortlist (proposals only: still exact)
+        ov = mode_overrides(name[: -len("-dsl")], args)
+        if ov.get("decoding") != "gad":
+            raise SystemExit(f"benchmark mode {name}: -dsl applies to gad modes")
+        return dict(ov, drafter_shortlist=getattr(args, "bench_shortlist", None) or SHORTLIST_DEFAULT)
     if name.endswith("-sl"):  # approximate: the vocabulary shortlist (greedy-sl: greedy on it)
         base = name[: -len("-sl")]
         if base in COMPUTE_TYPES or base in ("beam5", "beam5-int8"):

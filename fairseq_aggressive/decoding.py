@@ -51,7 +51,16 @@ def build_gad_drafter(task, models, option):
     k = option("block_size")
     if k is None:
         k = trained_k or 25
-    return NARBlockDrafter(drafter_model, task.target_dictionary, k)
+    # the drafter follows --engine: torch keeps it in torch, otherwise native where it runs
+    engine = "torch" if str(option("engine")) == "torch" else "auto"
+    shortlist = None
+    if option("drafter_shortlist") is not None:
+        from .options import check_positive_int
+        from .shortlist import VocabShortlist
+
+        n = check_positive_int(option("drafter_shortlist"), "--drafter-shortlist")
+        shortlist = VocabShortlist(task.source_dictionary, task.target_dictionary, n)
+    return NARBlockDrafter(drafter_model, task.target_dictionary, k, engine=engine, shortlist=shortlist)
 
 
 def build_aggressive_generator(task, models, args, decoding: str, option: Callable[[str], object], **kwargs):

@@ -257,6 +257,7 @@ class AggressiveGenerator(nn.Module):
             state = self.verifier.begin(encoder_out, max_len + 1)
             allowed = None if self.shortlist is None else self.shortlist.allowed(src_tokens)
         t0 = time.perf_counter()
+        self.drafter.batch_max_len = max_len
         self.drafter.begin(sample, encoder_out)
         self.stats.draft_seconds += time.perf_counter() - t0
 

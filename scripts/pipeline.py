@@ -101,8 +101,12 @@ def option_args(options):
 
 
 class Pipeline:
-    def __init__(self, cfg, work, dry_run=False, log=print):
+    def __init__(self, cfg, work, dry_run=False, log=print, models=None):
         self.cfg, self.work, self.dry_run, self.log = cfg, Path(work), dry_run, log
+        unknown = sorted(set(models or ()) - set(cfg["models"]))
+        if unknown:
+            raise ConfigError(f"--models: no model {', '.join(unknown)} (models: {', '.join(cfg['models'])})")
+        self.models = None if models is None else set(models)  # None: every model
         self.raw = self.work / "data"
         self.data = self.raw / "bin"
         self.distill_dir = self.work / "distill"
@@ -177,18 +181,52 @@ class Pipeline:
         script = argv[0] if os.path.isabs(argv[0]) else ROOT / "scripts" / argv[0]
         self.run([sys.executable, script] + argv[1:] + ["--out", self.raw])
 
+    def selected(self, name):
+        """Whether ``--models`` selects model ``name`` (a ``same-as`` model through its target)."""
+        if self.models is None:
+            return True
+        model = self.cfg["models"].get(name) or {}
+        return name in self.models or (model.get("same-as") is not None and self.selected(model["same-as"]))
+
+    def uses_selected(self, options):
+        """Whether every model that ``options`` names (``{MODEL}``) is selected."""
+        text = json.dumps(options, default=str)
+        names = set(re.findall(r"\{([\w.+-]+)\}", text)) & set(self.cfg["models"])
+        return all(self.selected(n) for n in names)
+
+    @staticmethod
+    def trained_updates(save):
+        """Updates of the last checkpoint in ``save`` (0 without one)."""
+        last = save / "checkpoint_last.pt"
+        if not last.exists():
+            return 0
+        import torch
+
+        state = torch.load(last, map_location="cpu", weights_only=False)
+        return int(state["optimizer_history"][-1]["num_updates"])
+
     def train_model(self, name, model):
         save = self.work / "models" / name
-        if self.checkpoint(name).exists() and not self.dry_run:
-            self.log(f"(model {name}: found {self.checkpoint(name)})")
-            return
-        data = self.distill_dir / "bin" if model.get("data") == "distill" else self.data
+        done = save / "TRAINED"  # written when fairseq-train finished its budget
         options = deep_merge(self.cfg.get("train-common") or {}, model.get("options") or {})
+        if not self.dry_run:
+            budget = options.get("max-update")
+            if not done.exists() and budget and self.checkpoint(name).exists() \
+                    and self.trained_updates(save) >= int(budget):
+                done.write_text(f"{budget} updates\n")
+            if done.exists():
+                self.log(f"(model {name}: found {self.checkpoint(name)})")
+                return
+            if self.checkpoint(name).exists():  # fairseq-train resumes from checkpoint_last.pt
+                self.log(f"(model {name}: resuming after {self.trained_updates(save)} updates)")
+        data = self.distill_dir / "bin" if model.get("data") == "distill" else self.data
         argv = [self.tool("fairseq-train"), data, "--user-dir", USER_DIR,
                 "--task", "aggressive_translation", "--source-lang", self.cfg["src"],
                 "--target-lang", self.cfg["tgt"], "--save-dir", save]
         save.mkdir(parents=True, exist_ok=True) if not self.dry_run else None
         self.run(argv + option_args(self.expand(options)))
+        if not self.dry_run:
+            done.write_text(f"{options.get('max-update', '')} updates\n")
 
     def train_options(self, name):
         """The fairseq-train options of model ``name`` (train-common + its own), without
@@ -217,7 +255,7 @@ class Pipeline:
     def train(self):
         distilled = False
         for name, model in self.cfg["models"].items():
-            if model.get("same-as"):
+            if model.get("same-as") or not self.selected(name):
                 continue
             if model.get("data") == "distill" and not distilled:
                 self.distill()
@@ -231,6 +269,8 @@ class Pipeline:
         results = {}
         for mode, options in (spec.get("modes") or {}).items():
             if options is None:  # a scale drops a mode with null
+                continue
+            if not self.uses_selected(deep_merge(spec.get("options") or {}, options)):
                 continue
             out = out_dir / f"{mode}.txt"
             common = deep_merge(spec.get("options") or {}, {k: v for k, v in (options or {}).items()
@@ -293,7 +333,7 @@ class Pipeline:
     def bench(self):
         results = {}
         for name, options in (self.cfg.get("bench") or {}).items():
-            if options is None:
+            if options is None or not self.uses_selected(options):
                 continue
             out = self.work / f"bench-{name}.json"
             if not out.exists() or self.dry_run:
@@ -354,6 +394,9 @@ def main(argv=None):
     ap.add_argument("--work", default=None, help="output directory (default work/NAME-SCALE)")
     ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    ap.add_argument("--models", default=None,
+                    help="comma-separated models to train (default all); decode and bench then run only "
+                    "what uses these models")
     ap.add_argument("--train-options", metavar="MODEL", default=None,
                     help="print MODEL's fairseq-train options (shell-quoted; no data, save directory or "
                     "other models' checkpoints) and exit")
@@ -368,7 +411,8 @@ def main(argv=None):
     if bad:
         raise ConfigError(f"unknown step(s) {', '.join(bad)}; choose from {', '.join(STEPS)}")
     work = args.work or ROOT / "work" / f"{Path(args.config).stem}-{args.scale}"
-    pipe = Pipeline(cfg, work, dry_run=args.dry_run)
+    models = None if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
+    pipe = Pipeline(cfg, work, dry_run=args.dry_run, models=models)
     started = time.time()
     decode = bench = None
     for step in steps:

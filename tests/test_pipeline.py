@@ -234,8 +234,8 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
 
 def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
     """`make ende-cpu` (wmt14_ende.yaml --scale cpu) trains what the README's en-de sections
-    describe: teacher 6+6 d=128 for 900 updates, drafter 6+3 K=8 for 850 from the teacher's
-    encoder, heads k=2,4,8 on the teacher (frozen lr 1e-3, fine-tuned 1e-4) for 150 each, and
+    describe: teacher 6+6 d=128 for 2000 updates, self-distillation (greedy), drafter K=8 with 2
+    causal-prefix layers on the teacher's frozen encoder for 1500, heads k=2,4,8 on the teacher (frozen lr 1e-3, fine-tuned 1e-4) for 150 each, and
     benchmarks every head set and GAD at batch 1 on 400 sentences."""
     cfg, pipe = dry_run(os.path.join(ROOT, "configs", "translation", "wmt14_ende.yaml"), "cpu", tmp_path, monkeypatch)
     train = {}
@@ -246,10 +246,13 @@ def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
     teacher = train.pop("teacher")
     assert (teacher.arch, teacher.encoder_layers, teacher.decoder_layers, teacher.encoder_embed_dim,
             teacher.encoder_ffn_embed_dim, teacher.max_update, teacher.lr) == (
-        "transformer_deep_shallow", 6, 6, 128, 512, 900, [0.002])
+        "transformer_deep_shallow", 6, 6, 128, 512, 2000, [0.002])
     drafter = train.pop("drafter")
     assert (drafter.arch, drafter.encoder_layers, drafter.decoder_layers, drafter.block_size,
-            drafter.max_update) == ("block_nat", 6, 3, 8, 850)
+            drafter.max_update, drafter.shared_encoder, drafter.block_causal_prefix) == (
+        "block_nat", 6, 2, 8, 1500, True, True)
+    distill = [list(map(str, a)) for a in pipe.commands if str(a[1]).endswith("distill.py")]
+    assert len(distill) == 1 and distill[0][distill[0].index("--beam") + 1] == "1"  # the verifier's greedy
     assert drafter.init_encoder_from.endswith("models/teacher/checkpoint_best.pt")
     assert sorted(train) == [f"blockwise-k{k}{s}" for k in (2, 4, 8) for s in ("", "-frozen")]
     for name, a in train.items():
@@ -262,3 +265,38 @@ def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
     for flat in benches.values():
         assert flat[flat.index("--batch-size") + 1] == "1" and flat[flat.index("--threads") + 1] == "2"
         assert flat[flat.index("--bench-max-sentences") + 1] == "400"
+
+
+def test_models_filter_and_resume(tmp_path, monkeypatch):
+    """`--models teacher,drafter` trains and benchmarks only the GAD pair; a model
+    whose checkpoints stop short of its budget resumes, one that reached it (or
+    was finished before) is not retrained."""
+    import torch
+
+    cfg = pipeline.load_config(os.path.join(ROOT, "configs", "translation", "wmt14_ende.yaml"), "cpu")
+    with pytest.raises(SystemExit, match="--models: no model nope"):
+        pipeline.Pipeline(cfg, tmp_path, models=["teacher", "nope"])
+    pipe = pipeline.Pipeline(cfg, tmp_path / "dry", dry_run=True, log=lambda *_: None, models=["teacher", "drafter"])
+    pipe.train()
+    pipe.bench()
+    saves = [os.path.basename(str(a[a.index("--save-dir") + 1])) for a in pipe.commands if "--save-dir" in a]
+    assert saves == ["teacher", "drafter"]
+    benches = [os.path.basename(str(a[a.index("--bench-json") + 1])) for a in pipe.commands if "--bench-json" in a]
+    assert benches == ["bench-gad.json", "bench-gad++-he.json"]
+
+    calls, lines = [], []
+    pipe = pipeline.Pipeline(cfg, tmp_path / "w", log=lines.append, models=["teacher"])
+    monkeypatch.setattr(pipe, "run", lambda argv, **kw: calls.append(argv))
+    save = tmp_path / "w" / "models" / "teacher"
+    save.mkdir(parents=True)
+    for updates, runs in ((1200, 1), (2000, 0)):
+        for name in ("checkpoint_last.pt", "checkpoint_best.pt"):
+            torch.save({"optimizer_history": [{"num_updates": updates}]}, save / name)
+        (save / "TRAINED").unlink(missing_ok=True)
+        calls.clear()
+        pipe.train_model("teacher", cfg["models"]["teacher"])
+        assert len(calls) == runs and (save / "TRAINED").exists()
+        calls.clear()
+        pipe.train_model("teacher", cfg["models"]["teacher"])  # finished: nothing runs
+        assert calls == []
+    assert any("resuming after 1200 updates" in line for line in lines)

@@ -8,7 +8,7 @@ import argparse
 import pytest
 import torch
 
-from helpers import compare, greedy, make_model, make_sample, make_task, random_rows
+from helpers import compare, greedy, make_dict, make_model, make_sample, make_task, random_rows
 from fairseq_aggressive.criterions.glat_block_loss import GlatBlockLoss, slot_counts
 from fairseq_aggressive.drafters import DrafterMismatchError, NARBlockDrafter, check_drafter
 from fairseq_aggressive.generator import AggressiveGenerator
@@ -212,3 +212,73 @@ def test_slot_counts():
     everything = slot_counts(counted, counted, cut, k=3, leading=True)
     assert everything["n_leading"] == 3 + 2  # whole blocks right, the short one ends the sentence
     assert "n_leading" not in slot_counts(hit, counted, cut, k=3, leading=False)
+
+
+@pytest.mark.skipif(not NATIVE, reason="no native engine here")
+@pytest.mark.parametrize("variant", ["own encoder", "own encoder, causal prefix", "shared, causal prefix",
+                                     "shared, causal prefix, shortlist"])
+def test_native_drafter_proposes_what_torch_does(variant, tmp_path):
+    """The native drafter (cached causal prefix, or whole rows; a vocabulary
+    shortlist) proposes the torch drafter's tokens, pass after pass as outputs
+    grow, on a ragged batch."""
+    from fairseq_aggressive.shortlist import VocabShortlist
+
+    task = make_task(src_dict=make_dict(60))
+    d = task.target_dictionary
+    sl = VocabShortlist(d, d, 20) if "shortlist" in variant else None
+    ar = make_model(task, seed=3)
+    causal = "causal" in variant
+    if variant.startswith("shared"):
+        dr = shared_drafter(task, ar, tmp_path, decoder_layers=2, block_causal_prefix=causal)
+    else:
+        dr = make_model(task, arch="block_nat", seed=8, decoder_layers=2, block_causal_prefix=causal)
+    native = NARBlockDrafter(dr, d, 5, engine="native", shortlist=sl)
+    slow = NARBlockDrafter(dr, d, 5, engine="torch", shortlist=sl)
+    assert native.native is not None and native.native.causal == causal and slow.native is None
+    sample = make_sample(random_rows(d, 6, 2, 20, seed=1), d.pad())
+    enc = ar.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
+    for drafter in (native, slow):
+        drafter.batch_max_len = 40
+        drafter.begin(sample, enc)
+    assert slow.encoder_out is not None and native.encoder_out is None  # native drafts the batch
+    outputs = [[] for _ in range(6)]
+    targets = random_rows(d, 6, 20, 30, seed=2)
+    same = total = 0
+    for step in range(8):
+        sents = [s for s in range(6) if not (step > 3 and s % 2)]  # some sentences finish
+        caps = [40 - len(outputs[s]) for s in sents]
+        a = native.propose_batch(sents, [outputs[s] for s in sents], caps)
+        b = slow.propose_batch(sents, [outputs[s] for s in sents], caps)
+        for s_, x, y in zip(sents, a, b):
+            same += sum(u == v for u, v in zip(x, y))
+            total += max(len(x), len(y))
+            if sl is not None:  # only the frequent ids and the sentence's source ids
+                src = set(sample["net_input"]["src_tokens"][s_].tolist())
+                assert all(t < sl.n_common or t in src for t in x), x
+        for s in sents:  # accept 1..3 tokens
+            outputs[s] += targets[s][len(outputs[s]): len(outputs[s]) + 1 + (s + step) % 3]
+    assert total > 150 and same >= 0.98 * total, (same, total)
+
+
+def test_drafter_engine_errors():
+    task = make_task()
+    d = task.target_dictionary
+    dr = make_model(task, arch="block_nat", decoder_layers=1, block_src_copy=True)
+    with pytest.raises(ValueError, match="drafter engine must be one of"):
+        NARBlockDrafter(dr, d, 4, engine="fast")
+    if NATIVE:
+        with pytest.raises(ValueError, match="drafter engine native: .*src-copy"):
+            NARBlockDrafter(dr, d, 4, engine="native")
+    assert NARBlockDrafter(dr, d, 4).native is None  # auto: torch
+
+
+def test_bench_drafter_shortlist_modes():
+    from fairseq_aggressive.bench import mode_overrides, reference_mode
+
+    args = argparse.Namespace(drafter_path="d.pt", bench_shortlist=300, drafter_bf16=None)
+    ov = mode_overrides("gad@8-dsl", args)
+    assert ov["decoding"] == "gad" and ov["block_size"] == 8 and ov["drafter_shortlist"] == 300
+    assert "vocab_shortlist" not in ov and reference_mode("gad@8-dsl", ["greedy", "gad@8-dsl"]) == "greedy"
+    assert mode_overrides("gad@8-torch-dsl", args)["engine"] == "torch"
+    with pytest.raises(SystemExit, match="-dsl applies to gad modes"):
+        mode_overrides("iad-dsl", args)

@@ -29,6 +29,8 @@ class Drafter:
     # drafters whose drafts have no natural length (IAD: the rest of the source)
     # set this; the generator then applies a default cap with the native engine
     open_ended = False
+    # the longest output of the batch being decoded (set by the generator before begin())
+    batch_max_len = None
 
     def observe(self, sents: List[int], feats, n_emit) -> None:
         """Called after each pass with the verifier's features (B, W, C) of the

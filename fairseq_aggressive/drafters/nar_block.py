@@ -5,7 +5,12 @@ The drafter encodes the source once per batch with its own encoder, or reads
 the verifier's encoder output (a ``--shared-encoder`` drafter: one encoder run
 per sentence); per iteration it runs its decoder over ``[bos, prefix, M x k]``
 for all still-active sentences at once and projects only the ``k`` slots.
+On a CPU the drafter runs in the native engine where it can
+(:class:`~fairseq_aggressive.native.block_drafter.NativeBlockDrafter`; a
+``--block-causal-prefix`` drafter then runs only the new prefix tokens and the
+slots each pass), else in torch.
 """
+import logging
 from typing import List, Optional
 
 import torch
@@ -13,9 +18,16 @@ import torch
 from ..options import check_positive_int
 from .base import Drafter
 
+logger = logging.getLogger(__name__)
+DRAFTER_ENGINES = ("auto", "native", "torch")
+
 
 class NARBlockDrafter(Drafter):
-    def __init__(self, model, tgt_dict, block_size: int, fast: bool = True):
+    def __init__(self, model, tgt_dict, block_size: int, fast: bool = True, engine: str = "auto",
+                 shortlist=None):
+        """``shortlist``: a :class:`~fairseq_aggressive.shortlist.VocabShortlist` the
+        drafter proposes from (``--drafter-shortlist``; proposals only, the
+        verifier's choices are unaffected)."""
         self.k = check_positive_int(block_size, "--block-size")
         self.model = model.eval()
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
@@ -29,21 +41,61 @@ class NARBlockDrafter(Drafter):
         self.encoder_out = None
         self._rows: Optional[List[int]] = None
         self._enc_rows = None
+        self.shortlist = shortlist
+        self.native = self._native(model, tgt_dict, engine) if fast else None
+        self._sample = self._given = None
+
+    @staticmethod
+    def _native(model, tgt_dict, engine):
+        if engine not in DRAFTER_ENGINES:
+            raise ValueError(f"drafter engine must be one of {', '.join(DRAFTER_ENGINES)}, not {engine!r}")
+        if engine == "torch" or not hasattr(model.decoder, "mask_embed"):
+            return None
+        from ..native import NativeUnavailable, check_native
+        from ..native.block_drafter import NativeBlockDrafter
+
+        try:
+            if next(model.parameters()).device.type != "cpu":
+                raise NativeUnavailable("the drafter is not on the CPU")
+            check_native(model)
+            native = NativeBlockDrafter(model, tgt_dict)
+        except NativeUnavailable as e:
+            if engine == "native":
+                raise ValueError(f"drafter engine native: {e}") from e
+            logger.info(f"drafter: torch ({e})")
+            return None
+        logger.info(f"drafter: the native engine ({'causal prefix, cached' if native.causal else 'whole rows'})")
+        return native
 
     @torch.no_grad()
     def begin(self, sample, encoder_out=None) -> None:
         net_input = sample["net_input"]
+        if self.needs_encoder_out and encoder_out is None:
+            raise ValueError("this drafter reads the verifier's encoder output (--shared-encoder): "
+                             "the generator must pass it to begin()")
+        self._sample, self._given = sample, encoder_out
+        self.encoder_out = None
+        if self.native is not None:
+            src = net_input["src_tokens"]
+            max_len = self.batch_max_len or self.max_positions
+            if src.device.type == "cpu" and max_len + self.k + 1 <= min(self.max_positions, self.native.positions()):
+                self.native.begin(src, encoder_out if self.needs_encoder_out else None, max_len, self.k,
+                                  self.shortlist)
+                return
+        self._torch_begin()
+
+    def _torch_begin(self) -> None:
+        """Encoder output (and the fused path's keys/values) for the torch path."""
+        net_input = self._sample["net_input"]
         if self.needs_encoder_out:
-            if encoder_out is None:
-                raise ValueError("this drafter reads the verifier's encoder output (--shared-encoder): "
-                                 "the generator must pass it to begin()")
-            self.encoder_out = self._with_embedding(encoder_out, net_input["src_tokens"])
+            self.encoder_out = self._with_embedding(self._given, net_input["src_tokens"])
         else:
             self.encoder_out = self.model.encoder(
                 net_input["src_tokens"], src_lengths=net_input["src_lengths"]
             )
         self._rows, self._enc_rows = None, self.encoder_out
         self.enc_kv = self._enc_kv_rows = None
+        self._allowed = None if self.shortlist is None else self.shortlist.allowed(net_input["src_tokens"])
         if self.fast:
             from ..layer_ops import encoder_kv
 
@@ -85,6 +137,19 @@ class NARBlockDrafter(Drafter):
         if max(ks) <= 0:
             return [[] for _ in sents]
         k = max(ks)
+        if self.encoder_out is None:  # the native engine drafts this batch
+            pred = self.native.propose(sents, [[self.bos] + out for out in outputs], k)
+        else:
+            pred = self._torch_propose(sents, outputs, k)
+        drafts = []
+        for p, kk in zip(pred, ks):
+            p = p[: max(kk, 0)]
+            if self.eos in p:  # nothing follows the end of the sentence
+                p = p[: p.index(self.eos) + 1]
+            drafts.append(p)
+        return drafts
+
+    def _torch_propose(self, sents: List[int], outputs: List[List[int]], k: int) -> List[List[int]]:
         width = 1 + max(len(o) for o in outputs) + k
         rows, slot_rows = [], []
         for out in outputs:
@@ -101,11 +166,7 @@ class NARBlockDrafter(Drafter):
         else:
             logits = self.model.block_logits(tokens, slots, enc)
         logits[:, self.pad] = -float("inf")
-        pred = logits.argmax(-1).view(len(sents), k).tolist()
-        drafts = []
-        for p, kk in zip(pred, ks):
-            p = p[: max(kk, 0)]
-            if self.eos in p:  # nothing follows the end of the sentence
-                p = p[: p.index(self.eos) + 1]
-            drafts.append(p)
-        return drafts
+        if self._allowed is not None:
+            allowed = self._allowed[torch.tensor(sents, device=self._allowed.device)].to(logits.device)
+            logits = logits.masked_fill(~allowed.repeat_interleave(k, 0), -float("inf"))
+        return logits.argmax(-1).view(len(sents), k).tolist()

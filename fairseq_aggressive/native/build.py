@@ -143,6 +143,11 @@ def _declare(lib) -> None:
     IP, FP = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)
     lib.fa_pass.argtypes = [P, P, I, IP, IP, IP, I, I, F, F, IP, FP, IP, IP, IP]
     lib.fa_simd.restype = I
+    lib.fa_set_mask_embed.argtypes = [P, P]
+    lib.fa_begin_encoded.restype = P
+    lib.fa_begin_encoded.argtypes = [P, I, P, P, I]
+    lib.fa_draft.restype = I
+    lib.fa_draft.argtypes = [P, P, I, IP, IP, IP, I, I, IP]
 
 
 def available() -> Optional[str]:

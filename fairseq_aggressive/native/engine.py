@@ -208,14 +208,18 @@ class NativeEngine:
         batch = NativeBatch(self, len(lengths), flat, lengths, max_len + 2)
         batch.src_keep = keep
         if shortlist is not None:
-            if self.lib.fa_shortlist_common(self.handle, shortlist.n_common) != 0:
-                raise ValueError(f"vocabulary shortlist of {shortlist.n_common} common ids: it must cover "
-                                 "the special symbols and fit the vocabulary")
-            for b, ids in enumerate(shortlist.extras(rows)):
-                arr = np.ascontiguousarray(ids, dtype=np.int32)
-                if self.lib.fa_shortlist(self.handle, batch.handle, b, len(arr), arr.ctypes.data) != 0:
-                    raise ValueError(f"sentence {b}: shortlist ids must ascend, beyond the common ones")
+            self.set_shortlist(batch.handle, shortlist, rows)
         return batch
+
+    def set_shortlist(self, state_handle, shortlist, src_tokens: torch.Tensor) -> None:
+        """Restrict each sentence of a state to its shortlist (the common ids and its source's)."""
+        if self.lib.fa_shortlist_common(self.handle, shortlist.n_common) != 0:
+            raise ValueError(f"vocabulary shortlist of {shortlist.n_common} common ids: it must cover "
+                             "the special symbols and fit the vocabulary")
+        for b, ids in enumerate(shortlist.extras(src_tokens.cpu())):
+            arr = np.ascontiguousarray(ids, dtype=np.int32)
+            if self.lib.fa_shortlist(self.handle, state_handle, b, len(arr), arr.ctypes.data) != 0:
+                raise ValueError(f"sentence {b}: shortlist ids must ascend, beyond the common ones")
 
 
 class NativeBatch:

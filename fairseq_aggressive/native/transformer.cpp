@@ -690,6 +690,7 @@ struct Model {
   int D = 0;
   float scaling = 1.f;
   std::vector<float> src_embed, tgt_embed, src_pos, tgt_pos;  // pos tables may be empty
+  std::vector<float> mask_embed;  // a block drafter's slot input (fa_set_mask_embed): target id -1
   Norm enc_ln_embed, enc_final, dec_ln_embed, dec_final;
   std::vector<EncLayer> enc;
   std::vector<DecLayer> dec;
@@ -775,7 +776,7 @@ static void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool 
   float scale = target ? m.cfg.dec_embed_scale : m.cfg.enc_embed_scale;
   for (int r = 0; r < M; ++r) {
     float* x = m.x.data() + (size_t)r * C;
-    const float* e = E.data() + (size_t)tok[r] * C;
+    const float* e = (target && tok[r] < 0) ? m.mask_embed.data() : E.data() + (size_t)tok[r] * C;
     for (int c = 0; c < C; ++c) x[c] = scale * e[c];
     if (!P.empty()) {
       const float* p = P.data() + (size_t)pos[r] * C;
@@ -784,6 +785,124 @@ static void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool 
   }
   const Norm& ln = target ? m.dec_ln_embed : m.enc_ln_embed;
   if (ln.on) layer_norm_rows(m.x.data(), m.x.data(), M, C, ln.w, ln.b, m.cfg.ln_eps);
+}
+
+// A state's sentences from their encoder output x (the rows of the B sentences
+// concatenated): the output kept (fa_encoder_out), encoder-attention keys and
+// values of every decoder layer, empty self-attention caches of cap positions.
+static void init_state(Model& m, State& st, int B, const int32_t* src_len, const float* x, int cap) {
+  const int C = m.cfg.C;
+  int M = 0;
+  std::vector<int> start(B + 1, 0);
+  for (int b = 0; b < B; ++b) {
+    start[b + 1] = start[b] + src_len[b];
+    M += src_len[b];
+  }
+  st.sents.resize(B);
+  st.enc_out.assign(x, x + (size_t)M * C);
+  const int nl = (int)m.dec.size();
+  for (int b = 0; b < B; ++b) {
+    Sentence& s = st.sents[b];
+    s.src_len = src_len[b];
+    s.cap = cap;
+    s.enc_k.resize((size_t)nl * s.src_len * C);
+    s.enc_v.resize((size_t)nl * s.src_len * C);
+    s.self_k.assign((size_t)nl * cap * C, 0.f);
+    s.self_v.assign((size_t)nl * cap * C, 0.f);
+  }
+  ensure(m.kv, (size_t)M * 3 * C);
+  for (int l = 0; l < nl; ++l) {
+    linear(m.pool, m.dec[l].ckv, st.enc_out.data(), C, M, m.kv.data(), 2 * C);
+    for (int b = 0; b < B; ++b) {
+      Sentence& s = st.sents[b];
+      for (int t = 0; t < s.src_len; ++t) {
+        const float* r = m.kv.data() + (size_t)(start[b] + t) * 2 * C;
+        std::copy(r, r + C, s.enc_k.begin() + ((size_t)l * s.src_len + t) * C);
+        std::copy(r + C, r + 2 * C, s.enc_v.begin() + ((size_t)l * s.src_len + t) * C);
+      }
+    }
+  }
+}
+
+// The decoder over n rows on top of their sentences' caches: row r (tokens at
+// off[r] .. off[r + 1], target id -1 = a block drafter's slot) at positions
+// s.len .. s.len + row_len[r]; keys and values of every row position go into
+// the cache (fa_pass and fa_draft decide what stays).  Position t attends
+// causally (cache and positions <= t), or, from t = bidir_from[r] on (when
+// given), to every position of the row.  The final features are in m.x.
+static void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len,
+                         const int32_t* tokens, const std::vector<int>& off, int max_keys, const int32_t* bidir_from) {
+  const int C = m.cfg.C, H = m.cfg.H, D = m.D;
+  auto keys = [&](int r, int t) {
+    const int len = st.sents[sent[r]].len;
+    return (bidir_from != nullptr && t >= bidir_from[r]) ? len + row_len[r] : len + t + 1;
+  };
+  const int M = off[n];
+  reserve_rows(m, M, max_keys);
+  std::vector<int32_t> pos(M);
+  for (int r = 0; r < n; ++r)
+    for (int t = 0; t < row_len[r]; ++t) pos[off[r] + t] = st.sents[sent[r]].len + t;
+  embed(m, tokens, pos.data(), M, true);
+  const bool pre = m.cfg.dec_normalize_before;
+  float* x = m.x.data();
+  for (size_t l = 0; l < m.dec.size(); ++l) {
+    DecLayer& L = m.dec[l];
+    // self-attention over the cache and the new positions (causal)
+    const float* in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
+    for (int r = 0; r < n; ++r) {
+      Sentence& s = st.sents[sent[r]];
+      float* ck = s.self_k.data() + (size_t)l * s.cap * C;
+      float* cv = s.self_v.data() + (size_t)l * s.cap * C;
+      for (int t = 0; t < row_len[r]; ++t) {
+        const float* kvr = m.kv.data() + (size_t)(off[r] + t) * 3 * C;
+        std::copy(kvr + C, kvr + 2 * C, ck + (size_t)(s.len + t) * C);
+        std::copy(kvr + 2 * C, kvr + 3 * C, cv + (size_t)(s.len + t) * C);
+      }
+    }
+    for_rows(m, M, max_keys, [&](int row, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1, t = row - off[r];
+      const Sentence& s = st.sents[sent[r]];
+      const float* ck = s.self_k.data() + (size_t)l * s.cap * C;
+      const float* cv = s.self_v.data() + (size_t)l * s.cap * C;
+      float* qr = m.kv.data() + (size_t)row * 3 * C;
+      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+      for (int hh = 0; hh < H; ++hh)
+        attend(qr + hh * D, ck + hh * D, cv + hh * D, C, keys(r, t), D, m.q.data() + (size_t)row * C + hh * D,
+               scratch);
+    });
+    linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+    // encoder attention
+    in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.cq, in, C, M, m.kv.data(), C);
+    for_rows(m, M, max_keys, [&](int row, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
+      const Sentence& s = st.sents[sent[r]];
+      const float* ek = s.enc_k.data() + (size_t)l * s.src_len * C;
+      const float* ev = s.enc_v.data() + (size_t)l * s.src_len * C;
+      float* qr = m.kv.data() + (size_t)row * C;
+      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+      for (int hh = 0; hh < H; ++hh)
+        attend(qr + hh * D, ek + hh * D, ev + hh * D, C, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
+               scratch);
+    });
+    linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+    ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
+  }
+  if (m.dec_final.on) layer_norm_rows(x, x, M, C, m.dec_final.w, m.dec_final.b, m.cfg.ln_eps);
+
 }
 
 }  // namespace
@@ -951,29 +1070,7 @@ void* fa_begin(void* mp, int B, const int32_t* tokens, const int32_t* src_len, i
     ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
   }
   if (m.enc_final.on) layer_norm_rows(x, x, M, C, m.enc_final.w, m.enc_final.b, m.cfg.ln_eps);
-  st->enc_out.assign(x, x + (size_t)M * C);
-  // encoder-attention keys and values of every decoder layer
-  const int nl = (int)m.dec.size();
-  for (int b = 0; b < B; ++b) {
-    Sentence& s = st->sents[b];
-    s.src_len = src_len[b];
-    s.cap = cap;
-    s.enc_k.resize((size_t)nl * s.src_len * C);
-    s.enc_v.resize((size_t)nl * s.src_len * C);
-    s.self_k.assign((size_t)nl * cap * C, 0.f);
-    s.self_v.assign((size_t)nl * cap * C, 0.f);
-  }
-  for (int l = 0; l < nl; ++l) {
-    linear(m.pool, m.dec[l].ckv, x, C, M, m.kv.data(), 2 * C);
-    for (int b = 0; b < B; ++b) {
-      Sentence& s = st->sents[b];
-      for (int t = 0; t < s.src_len; ++t) {
-        const float* r = m.kv.data() + (size_t)(start[b] + t) * 2 * C;
-        std::copy(r, r + C, s.enc_k.begin() + ((size_t)l * s.src_len + t) * C);
-        std::copy(r + C, r + 2 * C, s.enc_v.begin() + ((size_t)l * s.src_len + t) * C);
-      }
-    }
-  }
+  init_state(m, *st, B, src_len, x, cap);
   return st;
 }
 
@@ -1042,7 +1139,7 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
             int32_t* n_emit, int32_t* n_match, int32_t* done) {
   Model& m = *static_cast<Model*>(mp);
   State& st = *static_cast<State*>(sp);
-  const int C = m.cfg.C, H = m.cfg.H, D = m.D, V = m.cfg.tgt_vocab;
+  const int C = m.cfg.C, V = m.cfg.tgt_vocab;
   const float ninf = -std::numeric_limits<float>::infinity();
   std::vector<int> off(n + 1, 0);
   int max_keys = 0;
@@ -1052,71 +1149,9 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
     off[r + 1] = off[r] + row_len[r];
     max_keys = std::max(max_keys, std::max(s.len + row_len[r], s.src_len));
   }
+  decoder_rows(m, st, n, sent, row_len, tokens, off, max_keys, nullptr);
   const int M = off[n];
-  reserve_rows(m, M, max_keys);
-  std::vector<int32_t> pos(M);
-  for (int r = 0; r < n; ++r)
-    for (int t = 0; t < row_len[r]; ++t) pos[off[r] + t] = st.sents[sent[r]].len + t;
-  embed(m, tokens, pos.data(), M, true);
-  const bool pre = m.cfg.dec_normalize_before;
   float* x = m.x.data();
-  for (size_t l = 0; l < m.dec.size(); ++l) {
-    DecLayer& L = m.dec[l];
-    // self-attention over the cache and the new positions (causal)
-    const float* in = x;
-    if (pre) {
-      layer_norm_rows(x, m.h.data(), M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
-      in = m.h.data();
-    }
-    linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
-    for (int r = 0; r < n; ++r) {
-      Sentence& s = st.sents[sent[r]];
-      float* ck = s.self_k.data() + (size_t)l * s.cap * C;
-      float* cv = s.self_v.data() + (size_t)l * s.cap * C;
-      for (int t = 0; t < row_len[r]; ++t) {
-        const float* kvr = m.kv.data() + (size_t)(off[r] + t) * 3 * C;
-        std::copy(kvr + C, kvr + 2 * C, ck + (size_t)(s.len + t) * C);
-        std::copy(kvr + 2 * C, kvr + 3 * C, cv + (size_t)(s.len + t) * C);
-      }
-    }
-    for_rows(m, M, max_keys, [&](int row, float* scratch) {
-      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1, t = row - off[r];
-      const Sentence& s = st.sents[sent[r]];
-      const float* ck = s.self_k.data() + (size_t)l * s.cap * C;
-      const float* cv = s.self_v.data() + (size_t)l * s.cap * C;
-      float* qr = m.kv.data() + (size_t)row * 3 * C;
-      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
-      for (int hh = 0; hh < H; ++hh)
-        attend(qr + hh * D, ck + hh * D, cv + hh * D, C, s.len + t + 1, D, m.q.data() + (size_t)row * C + hh * D,
-               scratch);
-    });
-    linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
-    add_rows(x, m.a.data(), (size_t)M * C);
-    if (!pre) layer_norm_rows(x, x, M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
-    // encoder attention
-    in = x;
-    if (pre) {
-      layer_norm_rows(x, m.h.data(), M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
-      in = m.h.data();
-    }
-    linear(m.pool, L.cq, in, C, M, m.kv.data(), C);
-    for_rows(m, M, max_keys, [&](int row, float* scratch) {
-      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
-      const Sentence& s = st.sents[sent[r]];
-      const float* ek = s.enc_k.data() + (size_t)l * s.src_len * C;
-      const float* ev = s.enc_v.data() + (size_t)l * s.src_len * C;
-      float* qr = m.kv.data() + (size_t)row * C;
-      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
-      for (int hh = 0; hh < H; ++hh)
-        attend(qr + hh * D, ek + hh * D, ev + hh * D, C, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
-               scratch);
-    });
-    linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);
-    add_rows(x, m.a.data(), (size_t)M * C);
-    if (!pre) layer_norm_rows(x, x, M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
-    ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
-  }
-  if (m.dec_final.on) layer_norm_rows(x, x, M, C, m.dec_final.w, m.dec_final.b, m.cfg.ln_eps);
 
   // project position chunks (8, 16, 32, ...) of the rows still matching;
   // the logits of position (r, t) are row at[off[r] + t] of m.logits
@@ -1215,6 +1250,91 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
     n_match[r] = matched[r];
     done[r] = fin;
     s.len += ne;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------- block drafter
+// A block_nat drafter (GAD) in the engine: its decoder over [prefix, k slots]
+// where the slots (target id -1) read the mask embedding and attend to the
+// whole row.  With a causal prefix (--block-causal-prefix) the prefix's keys
+// and values stay cached across passes and a pass runs only the new prefix
+// tokens and the slots; without, every pass runs the whole row bidirectionally
+// from an empty cache.  Proposals, not verification: float rounding may make
+// them differ from the torch drafter's.
+
+// The slot input vector (C floats) of a block drafter.
+void fa_set_mask_embed(void* mp, const float* v) {
+  Model& m = *static_cast<Model*>(mp);
+  m.mask_embed.assign(v, v + m.cfg.C);
+}
+
+// A state from an encoder output computed elsewhere (the verifier's, for a
+// --shared-encoder drafter): rows of the B sentences concatenated (src_len[b]
+// rows of C floats each).
+void* fa_begin_encoded(void* mp, int B, const float* enc_out, const int32_t* src_len, int cap) {
+  Model& m = *static_cast<Model*>(mp);
+  State* st = new State();
+  init_state(m, *st, B, src_len, enc_out, cap);
+  return st;
+}
+
+// One drafting pass over n rows: sentence sent[r]; row_len[r] prefix tokens
+// not yet in its cache, then k slots.  causal: keep the prefix tokens in the
+// cache (the next pass sends only newer ones); else the row is the whole
+// prefix, bidirectional, and nothing stays.  out[r * k + i]: the argmax of
+// slot i (padding excluded, the first maximum).  -1 if a row does not fit.
+int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+             int k, int causal, int32_t* out) {
+  Model& m = *static_cast<Model*>(mp);
+  State& st = *static_cast<State*>(sp);
+  const int C = m.cfg.C, V = m.cfg.tgt_vocab;
+  if (m.mask_embed.empty() || k < 1) return -1;
+  std::vector<int> off(n + 1, 0);
+  std::vector<int32_t> full(n), bidir(n);
+  int max_keys = 0;
+  for (int r = 0; r < n; ++r) {
+    Sentence& s = st.sents[sent[r]];
+    if (!causal) s.len = 0;
+    full[r] = row_len[r] + k;
+    bidir[r] = causal ? row_len[r] : 0;
+    if (s.len + full[r] > s.cap) return -1;
+    off[r + 1] = off[r] + full[r];
+    max_keys = std::max(max_keys, std::max(s.len + full[r], s.src_len));
+  }
+  std::vector<int32_t> toks(off[n], -1);
+  for (int r = 0, j = 0; r < n; ++r)
+    for (int t = 0; t < row_len[r]; ++t) toks[off[r] + t] = tokens[j++];
+  decoder_rows(m, st, n, sent, full.data(), toks.data(), off, max_keys, bidir.data());
+  float* x = m.x.data();
+  ensure(m.h, (size_t)n * k * C);
+  for (int r = 0; r < n; ++r)
+    std::copy(x + (size_t)(off[r] + row_len[r]) * C, x + (size_t)off[r + 1] * C, m.h.data() + (size_t)r * k * C);
+  ensure(m.logits, (size_t)n * k * V);
+  if (!st.shortlist) {
+    linear(m.pool, m.proj, m.h.data(), C, n * k, m.logits.data(), V);
+  } else {  // the shortlist (fa_shortlist): common rows, then the sentence's own
+    linear(m.pool, m.sl_common, m.h.data(), C, n * k, m.logits.data(), V);
+    for (int r = 0; r < n; ++r) {
+      const Sentence& s = st.sents[sent[r]];
+      if (!s.sl_ids.empty())
+        linear(m.pool, s.sl_extra, m.h.data() + (size_t)r * k * C, C, k, m.logits.data() + (size_t)r * k * V + m.sl_n, V);
+    }
+  }
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int r = 0; r < n; ++r) {
+    const Sentence& s = st.sents[sent[r]];
+    const int W = st.shortlist ? m.sl_n + (int)s.sl_ids.size() : V;
+    for (int i = r * k; i < (r + 1) * k; ++i) {
+      float* lg = m.logits.data() + (size_t)i * V;
+      lg[m.cfg.pad] = ninf;
+      const int u = argmax_first(lg, W);
+      out[i] = (st.shortlist && u >= m.sl_n) ? s.sl_ids[u - m.sl_n] : u;
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    Sentence& s = st.sents[sent[r]];
+    s.len = causal ? s.len + row_len[r] : 0;
   }
   return 0;
 }

@@ -61,6 +61,14 @@ class AggressiveTranslationConfig(TranslationConfig):
             "argparse_const": "auto",
         },
     )
+    drafter_shortlist: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "GAD: the drafter proposes only among the special symbols, the N most frequent "
+            "tokens and the sentence's source tokens, and projects to those only (cheaper drafting "
+            "passes). Proposals only: the verifier's choices, and exact GAD's output, stay greedy's"
+        },
+    )
     gad_beta: int = field(
         default=1,
         metadata={"help": "GAD++: accept a drafted token in the verifier's top-beta (1 = exact)"},
@@ -83,7 +91,8 @@ class AggressiveTranslationConfig(TranslationConfig):
             "help": "verifier of --decoding iad/gad/blockwise: native = the compiled CPU engine "
             "(fairseq_aggressive/native, built with the system C++ compiler at first use; exact "
             "acceptance and standard Transformers only); torch = the torch verifier; auto = native "
-            "where it runs, else torch (the output is greedy's either way)"
+            "where it runs, else torch (the output is greedy's either way). A GAD drafter follows: "
+            "torch with torch, else native where it runs"
         },
     )
     vocab_shortlist: Optional[int] = field(

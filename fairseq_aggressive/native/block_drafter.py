@@ -1,0 +1,92 @@
+"""A ``block_nat`` drafter in the native engine (``fa_draft`` in
+transformer.cpp): one call per drafting pass for all active sentences.
+
+A ``--block-causal-prefix`` drafter keeps its prefix keys and values cached
+across passes (a pass runs only the tokens emitted since the last one and the
+``k`` slots); a bidirectional drafter runs its whole row each pass.  A
+``--shared-encoder`` drafter starts from the verifier's encoder output,
+another one runs its own encoder in the engine.  Proposals need not be exact:
+exactness is the verifier's.
+"""
+import ctypes
+from typing import List, Sequence
+
+import numpy as np
+import torch
+
+from .build import NativeUnavailable
+from .engine import NativeEngine
+
+
+class _State:
+    def __init__(self, lib, handle):
+        self.lib, self.handle = lib, handle
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            self.lib.fa_state_free(self.handle)
+            self.handle = None
+
+
+class NativeBlockDrafter:
+    def __init__(self, model, tgt_dict):
+        dec = model.decoder
+        if getattr(dec, "src_copy", False):
+            raise NativeUnavailable("--block-src-copy drafters run in torch")
+        if next(model.parameters()).dtype != torch.float32:
+            raise NativeUnavailable("the drafter is not float32")
+        self.engine = NativeEngine(model, tgt_dict)
+        self.lib = self.engine.lib
+        self._mask = dec.mask_embed.detach().float().contiguous()
+        self.lib.fa_set_mask_embed(self.engine.handle, self._mask.data_ptr())
+        self.causal = bool(getattr(dec, "causal_prefix", False))
+        self.state = None
+        self.cached: List[int] = []
+
+    def positions(self) -> int:
+        """Target positions the engine's tables cover."""
+        return self.engine.tgt_positions
+
+    def begin(self, src_tokens: torch.Tensor, encoder_out, max_len: int, k: int, shortlist=None) -> None:
+        """Start a batch: from ``encoder_out`` (fairseq layout, the verifier's)
+        when given, else with the drafter's own encoder.  ``shortlist`` (a
+        :class:`~fairseq_aggressive.shortlist.VocabShortlist`): propose only
+        its tokens (the frequent ones and each sentence's source tokens)."""
+        self.engine.set_threads(torch.get_num_threads())
+        cap = max_len + k + 2
+        bsz = src_tokens.size(0)
+        if encoder_out is None:
+            self.state = self.engine.begin(src_tokens, max_len + k, shortlist)  # a NativeBatch
+        else:
+            enc = encoder_out["encoder_out"][0].detach().to(torch.float32).transpose(0, 1)  # B x S x C
+            masks = encoder_out.get("encoder_padding_mask") or []
+            keep = ~masks[0].cpu() if len(masks) > 0 else torch.ones(enc.shape[:2], dtype=torch.bool)
+            flat = enc.cpu()[keep].contiguous()
+            lengths = np.ascontiguousarray(keep.sum(1).numpy(), dtype=np.int32)
+            handle = self.lib.fa_begin_encoded(self.engine.handle, bsz, flat.data_ptr(), lengths.ctypes.data, cap)
+            self.state = _State(self.lib, handle)
+            if shortlist is not None:
+                self.engine.set_shortlist(self.state.handle, shortlist, src_tokens)
+        self.cached = [0] * bsz
+
+    def propose(self, sents: Sequence[int], rows: Sequence[List[int]], k: int) -> List[List[int]]:
+        """``rows[i]``: sentence ``sents[i]``'s ``[bos] + output``; returns ``k``
+        proposed ids per sentence."""
+        n = len(sents)
+        new = []
+        for s, row in zip(sents, rows):
+            new.append(row[self.cached[s]:] if self.causal else row)
+        lens = np.array([len(t) for t in new], dtype=np.int32)
+        flat = np.array([t for r in new for t in r] or [0], dtype=np.int32)
+        sent = np.array(sents, dtype=np.int32)
+        out = np.empty(n * k, dtype=np.int32)
+        IP = ctypes.POINTER(ctypes.c_int32)
+        rc = self.lib.fa_draft(self.engine.handle, self.state.handle, n, sent.ctypes.data_as(IP),
+                               lens.ctypes.data_as(IP), flat.ctypes.data_as(IP), k, int(self.causal),
+                               out.ctypes.data_as(IP))
+        if rc != 0:
+            raise RuntimeError("native drafter: a row does not fit its sentence's cache")
+        if self.causal:
+            for s, row in zip(sents, rows):
+                self.cached[s] = len(row)
+        return out.reshape(n, k).tolist()
