@@ -172,3 +172,36 @@ def test_distill_script(trained, tmp_path):
     again = subprocess.run([sys.executable, "scripts/distill.py", "--teacher", str(ckpt), "--data", str(data),
                             "--out", str(out), "--cpu"], capture_output=True, text=True, cwd=ROOT)
     assert again.returncode != 0 and "exists" in again.stderr
+
+
+def test_shared_encoder_drafter_end_to_end(trained, tmp_path):
+    """fairseq-train of a drafter that reads the verifier's encoder
+    (--shared-encoder --block-causal-prefix): the encoder (and the tied
+    embeddings) stay the verifier's, validation logs per-slot accuracy and the
+    leading run; fairseq-generate --decoding gad with it equals greedy, on the
+    native engine and on torch."""
+    import torch
+
+    data, ckpt = trained
+    save = tmp_path / "shared"
+    from conftest import COMMON, TINY
+
+    proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
+                "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+                "--arch", "block_nat", *TINY, *COMMON, "--criterion", "glat_block_loss",
+                "--block-size", "4", "--glat-anneal-updates", "100", "--max-update", "100",
+                "--log-interval", "20", "--init-encoder-from", str(ckpt), "--shared-encoder",
+                "--block-causal-prefix", "--save-dir", str(save)])
+    log = proc.stdout + proc.stderr
+    valid = [line for line in log.splitlines() if "valid on 'valid' subset" in line]
+    assert valid and all(f"acc{i} " in valid[-1] for i in (1, 2, 3, 4)) and "| lead " in valid[-1], log[-2000:]
+    drafter = save / "checkpoint_last.pt"
+    theirs = torch.load(ckpt, map_location="cpu", weights_only=False)["model"]
+    ours = torch.load(drafter, map_location="cpu", weights_only=False)["model"]
+    enc = [k for k in ours if k.startswith("encoder.") and k in theirs]
+    assert enc and all(torch.equal(ours[k], theirs[k]) for k in enc)
+    greedy, _ = generate(data, ckpt)
+    for engine in ("auto", "torch"):
+        gad, proc = generate(data, ckpt, "--decoding", "gad", "--drafter-path", str(drafter), "--engine", engine)
+        assert gad == greedy
+        assert summary(proc)[2] > 0
