@@ -319,7 +319,7 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
             "mean_ms_per_sentence": 1000 * totals[m] / max(len(recs), 1),
             "median_ms_per_sentence": statistics.median(r[m]["ms"] for r in recs) if recs else 0,
         }
-        for base in ("base_beam5", "beam5", "greedy"):
+        for base in ("base_beam5", "beam5", "greedy", "greedy-native"):
             if base in modes:
                 row[f"speedup_vs_{base}"] = totals[base] / totals[m] if totals[m] else float("nan")
         gen = gens[m][1] if m in gens else None
@@ -355,7 +355,9 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
 def print_table(res, file=sys.stdout):
     has_base = "base_beam5" in res["modes"]
     has_int8 = any(m.endswith("-int8") or m.endswith("-sl") for m in res["modes"])
-    cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy", "passes/sent", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
+    has_native = "greedy-native" in res["modes"]
+    cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy"] + (
+        ["x greedy-native"] if has_native else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
     print(f"machine: {describe_machine(res['machine'])}", file=file)
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, {res['threads']} threads", file=file)
     print("| " + " | ".join(cols) + " |", file=file)
@@ -366,7 +368,10 @@ def print_table(res, file=sys.stdout):
         ] + ([f"{r['speedup_vs_base_beam5']:.2f}"] if has_base else []) + [
             f"{r['speedup_vs_beam5']:.2f}" if "speedup_vs_beam5" in r else "-",
             f"{r['speedup_vs_greedy']:.2f}" if "speedup_vs_greedy" in r else "-",
-            f"{r['mean_passes_per_sentence']:.2f}", f"{r['mean_tokens_per_pass']:.2f}",
+        ] + ([f"{r['speedup_vs_greedy-native']:.2f}"] if has_native else []) + [
+            f"{r['mean_passes_per_sentence']:.2f}",
+            f"{r['mean_ms_per_sentence'] / r['mean_passes_per_sentence']:.2f}" if r["mean_passes_per_sentence"] else "-",
+            f"{r['mean_tokens_per_pass']:.2f}",
             f"{100 * r['draft_time_share']:.0f}%" if "draft_time_share" in r else "-",
             f"{r.get('identical_to_greedy', '-')}/{res['sentences']}",
         ] + ([f"{r.get('identical_to_fp32_greedy', '-')}/{res['sentences']}"] if has_int8 else []) + [

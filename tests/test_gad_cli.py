@@ -179,7 +179,7 @@ def test_shared_encoder_drafter_end_to_end(trained, tmp_path):
     (--shared-encoder --block-causal-prefix): the encoder (and the tied
     embeddings) stay the verifier's, validation logs per-slot accuracy and the
     leading run; fairseq-generate --decoding gad with it equals greedy, on the
-    native engine and on torch."""
+    native engine, on torch and with the drafter shortlist."""
     import torch
 
     data, ckpt = trained
@@ -201,7 +201,7 @@ def test_shared_encoder_drafter_end_to_end(trained, tmp_path):
     enc = [k for k in ours if k.startswith("encoder.") and k in theirs]
     assert enc and all(torch.equal(ours[k], theirs[k]) for k in enc)
     greedy, _ = generate(data, ckpt)
-    for engine in ("auto", "torch"):
-        gad, proc = generate(data, ckpt, "--decoding", "gad", "--drafter-path", str(drafter), "--engine", engine)
-        assert gad == greedy
+    for extra in (["--engine", "auto"], ["--engine", "torch"], ["--drafter-shortlist", "100"]):
+        gad, proc = generate(data, ckpt, "--decoding", "gad", "--drafter-path", str(drafter), *extra)
+        assert gad == greedy, extra
         assert summary(proc)[2] > 0
