@@ -43,7 +43,6 @@ class NARBlockDrafter(Drafter):
         self._enc_rows = None
         self.shortlist = shortlist
         self.native = self._native(model, tgt_dict, engine) if fast else None
-        self._sample = self._given = None
 
     @staticmethod
     def _native(model, tgt_dict, engine):
@@ -73,7 +72,6 @@ class NARBlockDrafter(Drafter):
         if self.needs_encoder_out and encoder_out is None:
             raise ValueError("this drafter reads the verifier's encoder output (--shared-encoder): "
                              "the generator must pass it to begin()")
-        self._sample, self._given = sample, encoder_out
         self.encoder_out = None
         if self.native is not None:
             src = net_input["src_tokens"]
@@ -82,13 +80,12 @@ class NARBlockDrafter(Drafter):
                 self.native.begin(src, encoder_out if self.needs_encoder_out else None, max_len, self.k,
                                   self.shortlist)
                 return
-        self._torch_begin()
+        self._torch_begin(net_input, encoder_out)
 
-    def _torch_begin(self) -> None:
+    def _torch_begin(self, net_input, given) -> None:
         """Encoder output (and the fused path's keys/values) for the torch path."""
-        net_input = self._sample["net_input"]
         if self.needs_encoder_out:
-            self.encoder_out = self._with_embedding(self._given, net_input["src_tokens"])
+            self.encoder_out = self._with_embedding(given, net_input["src_tokens"])
         else:
             self.encoder_out = self.model.encoder(
                 net_input["src_tokens"], src_lengths=net_input["src_lengths"]
