@@ -211,14 +211,14 @@ class Pipeline:
         options = deep_merge(self.cfg.get("train-common") or {}, model.get("options") or {})
         if not self.dry_run:
             budget = options.get("max-update")
-            if not done.exists() and budget and self.checkpoint(name).exists() \
-                    and self.trained_updates(save) >= int(budget):
+            updates = self.trained_updates(save) if not done.exists() and self.checkpoint(name).exists() else 0
+            if budget and updates >= int(budget):
                 done.write_text(f"{budget} updates\n")
             if done.exists():
                 self.log(f"(model {name}: found {self.checkpoint(name)})")
                 return
-            if self.checkpoint(name).exists():  # fairseq-train resumes from checkpoint_last.pt
-                self.log(f"(model {name}: resuming after {self.trained_updates(save)} updates)")
+            if updates:  # fairseq-train resumes from checkpoint_last.pt
+                self.log(f"(model {name}: resuming after {updates} updates)")
         data = self.distill_dir / "bin" if model.get("data") == "distill" else self.data
         argv = [self.tool("fairseq-train"), data, "--user-dir", USER_DIR,
                 "--task", "aggressive_translation", "--source-lang", self.cfg["src"],

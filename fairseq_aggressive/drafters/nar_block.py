@@ -50,14 +50,11 @@ class NARBlockDrafter(Drafter):
             raise ValueError(f"drafter engine must be one of {', '.join(DRAFTER_ENGINES)}, not {engine!r}")
         if engine == "torch" or not hasattr(model.decoder, "mask_embed"):
             return None
-        from ..native import NativeUnavailable, check_native
+        from ..native import NativeUnavailable
         from ..native.block_drafter import NativeBlockDrafter
 
         try:
-            if next(model.parameters()).device.type != "cpu":
-                raise NativeUnavailable("the drafter is not on the CPU")
-            check_native(model)
-            native = NativeBlockDrafter(model, tgt_dict)
+            native = NativeBlockDrafter(model, tgt_dict)  # raises NativeUnavailable where it cannot run
         except NativeUnavailable as e:
             if engine == "native":
                 raise ValueError(f"drafter engine native: {e}") from e

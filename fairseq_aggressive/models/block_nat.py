@@ -55,8 +55,6 @@ class BlockNATDecoder(TransformerDecoderBase):
         self.src_copy = src_copy
         self.causal_prefix = causal_prefix
 
-    causal_prefix = False
-
     def forward(self, prev_output_tokens, encoder_out=None, slots: Optional[Tensor] = None,
                 features_only: bool = False, **unused):
         if slots is None or unused.get("incremental_state") is not None:
@@ -103,18 +101,27 @@ class BlockNATDecoder(TransformerDecoderBase):
         layer arithmetic with encoder keys/values precomputed once per batch
         (``enc_kv`` from :func:`fairseq_aggressive.layer_ops.encoder_kv`) and
         fused attention; no per-call encoder projections."""
+        return self._layer_features(tokens, slots, encoder_out, enc_kv, slots)
+
+    def _layer_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv, block: Tensor) -> Tensor:
+        """The stock layers' arithmetic (:func:`~fairseq_aggressive.layer_ops.decoder_layer`)
+        with a per-row self-attention mask; in training mode with the layers' dropout."""
         from ..layer_ops import decoder_layer
 
+        train = self.training
         x = self._embed(tokens, slots, encoder_out)
-        mask = self.self_attn_mask(tokens, slots)
-
-        def attention(q, k, v):
-            return F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2),
-                                                  attn_mask=mask, scale=1.0)
-
+        if train:
+            x = self.dropout_module(x)
+        mask = self.self_attn_mask(tokens, block)
         enc_k, enc_v, enc_mask = enc_kv
         for li, layer in enumerate(self.layers):
-            x = decoder_layer(layer, x, attention, enc_k[li], enc_v[li], enc_mask)
+            p = layer.self_attn.dropout_module.p if train else 0.0
+
+            def attention(q, k, v, p=p):
+                return F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2),
+                                                      attn_mask=mask, dropout_p=p, scale=1.0)
+
+            x = decoder_layer(layer, x, attention, enc_k[li], enc_v[li], enc_mask, train=train)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         if self.project_out_dim is not None:
@@ -135,36 +142,16 @@ class BlockNATDecoder(TransformerDecoderBase):
         causal = (idx.view(1, T, 1) >= idx.view(1, 1, T)) | block.unsqueeze(2)  # (B, Tq, Tk)
         return (causal & keep.unsqueeze(1)).unsqueeze(1)
 
-    def _masked_block_features(self, tokens: Tensor, slots: Tensor, encoder_out, block: Tensor) -> Tensor:
-        """Training path of causal-prefix decoders: the stock layers' arithmetic
-        (:func:`~fairseq_aggressive.layer_ops.decoder_layer`) with a per-row
-        attention mask and the layers' dropout."""
-        from ..layer_ops import decoder_layer, encoder_kv
-
-        x = self.dropout_module(self._embed(tokens, slots, encoder_out))
-        mask = self.self_attn_mask(tokens, block)
-        enc_k, enc_v, enc_mask = encoder_kv(self.layers, encoder_out)
-        for li, layer in enumerate(self.layers):
-            p = layer.self_attn.dropout_module.p if self.training else 0.0
-
-            def attention(q, k, v, p=p):
-                return F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2),
-                                                      attn_mask=mask, dropout_p=p, scale=1.0)
-
-            x = decoder_layer(layer, x, attention, enc_k[li], enc_v[li], enc_mask, train=self.training)
-        if self.layer_norm is not None:
-            x = self.layer_norm(x)
-        if self.project_out_dim is not None:
-            x = self.project_out_dim(x)
-        return x
-
     def extract_block_features(self, tokens: Tensor, slots: Tensor, encoder_out,
                                block: Optional[Tensor] = None) -> Tensor:
         """Decoder features (B, T, C).  ``block`` (default ``slots``): the
         positions after the prefix, for the causal-prefix mask (glancing
         reveals some slots, which stay block positions)."""
-        if self.causal_prefix:
-            return self._masked_block_features(tokens, slots, encoder_out, slots if block is None else block)
+        if self.causal_prefix:  # a per-row mask: the stock layers' own attention cannot take it
+            from ..layer_ops import encoder_kv
+
+            return self._layer_features(tokens, slots, encoder_out, encoder_kv(self.layers, encoder_out),
+                                        slots if block is None else block)
         enc, enc_pad = None, None
         if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
             enc = encoder_out["encoder_out"][0]

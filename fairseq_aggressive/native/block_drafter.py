@@ -33,7 +33,10 @@ class NativeBlockDrafter:
         dec = model.decoder
         if getattr(dec, "src_copy", False):
             raise NativeUnavailable("--block-src-copy drafters run in torch")
-        if next(model.parameters()).dtype != torch.float32:
+        param = next(model.parameters())
+        if param.device.type != "cpu":
+            raise NativeUnavailable("the drafter is not on the CPU")
+        if param.dtype != torch.float32:
             raise NativeUnavailable("the drafter is not float32")
         self.engine = NativeEngine(model, tgt_dict)
         self.lib = self.engine.lib
