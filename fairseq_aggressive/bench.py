@@ -13,7 +13,14 @@ modes (a ``transformer_blockwise`` checkpoint): ``blockwise`` (exact),
 ``blockwise-top3`` (top-3 acceptance), ``blockwise-min2`` (minimum block 2).
 
 ``iad@L`` is IAD with drafts of at most L tokens (``--max-draft-len L``; the
-SAD paper's Lmax).
+SAD paper's Lmax); ``-bN`` after an IAD mode (``iad-b3``, ``iad@1024-b3``)
+verifies up to N copies after an edit in one pass (``--iad-branches N``);
+``-cost`` (``iad-cost``, ``iad-b3-cost``) chooses draft lengths from the
+engine's measured pass cost (``--draft-cost auto``).  For every aggressive
+mode the JSON gives each sentence's passes, and the table after the main one
+puts the mean passes against E, the edit spans between the source and
+greedy's output (maximal runs of unmatched steps in a Levenshtein
+alignment), with the goal 1 + 1.3E of issue 14.
 
 ``-int8`` after any other mode (``greedy-int8``, ``iad-int8``,
 ``greedy-native-int8``, ``beam5-int8``) decodes a copy of the model with int8
@@ -109,9 +116,13 @@ def mode_overrides(name: str, args) -> Dict:
         return dict(MODES[name])
     if name in COMPUTE_TYPES:
         return {}
-    m = re.fullmatch(r"iad@(\d+)", name)
-    if m:  # IAD with a draft length cap (the SAD paper's Lmax)
-        return dict(beam=1, decoding="iad", max_draft_len=int(m.group(1)))
+    m = re.fullmatch(r"iad(?:@(\d+))?(?:-b(\d+))?(-cost)?", name)
+    if m:  # IAD with a draft length cap (the SAD paper's Lmax), branches after an edit, a cost budget
+        ov = dict(beam=1, decoding="iad", iad_branches=int(m.group(2) or 1),
+                  draft_cost="auto" if m.group(3) else None)
+        if m.group(1):
+            ov["max_draft_len"] = int(m.group(1))
+        return ov
     m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
     if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
         return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),
@@ -122,7 +133,8 @@ def mode_overrides(name: str, args) -> Dict:
     if base not in ("gad", "gad++") or (k and not k.isdigit()):
         raise SystemExit(
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
-            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad@LMAX, ct2, ct2-int8; "
+            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad[@LMAX][-bN][-cost], ct2, "
+            "ct2-int8; "
             "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native; any mode takes "
             "a final -int8 (e.g. iad-int8), then -sl (e.g. iad-sl, greedy-sl)"
         )
@@ -151,7 +163,8 @@ def add_bench_args(parser):
     g.add_argument("--bench-modes", default="beam5,greedy,iad",
                    help="comma-separated modes among: " + ", ".join(MODES) + ", gad, gad++ "
                    "(GAD with --drafter-path; gad@K sets the block size), iad@L (drafts of at most "
-                   "L tokens), blockwise, "
+                   "L tokens), iad-bN (N branches after an edit), iad-cost (cost-aware draft lengths; "
+                   "combine as iad@L-bN-cost), blockwise, "
                    "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own); "
                    "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's "
                    "greedy); a final -int8 decodes an int8 copy of the model (iad-int8, greedy-int8); "
@@ -168,6 +181,8 @@ def add_bench_args(parser):
     g.add_argument("--warmup", type=int, default=5, help="batches decoded before timing")
     g.add_argument("--bench-json", default=None, help="write all results as JSON here")
     g.add_argument("--bench-plot", default=None, help="write a PNG of speedup vs edit ratio here")
+    g.add_argument("--bench-edit-plot", default=None,
+                   help="write a PNG of passes per sentence against edit spans here")
     return parser
 
 
@@ -179,6 +194,35 @@ def levenshtein(a: List[int], b: List[int]) -> int:
             cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
         prev = cur
     return prev[-1]
+
+
+def edit_spans(a: List[int], b: List[int]) -> int:
+    """Maximal runs of unmatched steps (substitutions, insertions, deletions) in
+    a Levenshtein alignment of ``a`` to ``b`` (the backtrace prefers matches,
+    then substitutions)."""
+    n, m = len(a), len(b)
+    d = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n + 1):
+        d[i][0] = i
+    for j in range(m + 1):
+        d[0][j] = j
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+    i, j, spans, in_span = n, m, 0, False
+    while i > 0 or j > 0:
+        if i > 0 and j > 0 and a[i - 1] == b[j - 1] and d[i][j] == d[i - 1][j - 1]:
+            i, j, in_span = i - 1, j - 1, False
+            continue
+        if i > 0 and j > 0 and d[i][j] == d[i - 1][j - 1] + 1:
+            i, j = i - 1, j - 1
+        elif i > 0 and d[i][j] == d[i - 1][j] + 1:
+            i -= 1
+        else:
+            j -= 1
+        spans += not in_span
+        in_span = True
+    return spans
 
 
 def gen_args_for(cfg_generation, overrides) -> argparse.Namespace:
@@ -256,10 +300,13 @@ def run(cfg, bench) -> Dict:
                 dt = time.perf_counter() - t0
                 totals[m] += dt
                 steps[m] += max(len(h[0]["tokens"]) for h in hypos)
+                passes = getattr(gen, "last_sentence_passes", None)
                 for k, sid in enumerate(sids):
                     toks = hypos[k][0]["tokens"]
                     per_sent[sid][m] = {"ms": 1000 * dt / len(sids), "tokens": toks.tolist(),
                                         "text": tgt_dict.string(toks, bpe)}
+                    if passes is not None:
+                        per_sent[sid][m]["passes"] = passes[k]
             for k, sid in enumerate(sids):
                 rec = per_sent[sid]
                 src = utils.strip_pad(sample["net_input"]["src_tokens"][k], src_dict.pad()).tolist()
@@ -274,6 +321,7 @@ def run(cfg, bench) -> Dict:
         base = rec.get("greedy", rec[modes[0]])["tokens"]
         src = rec.pop("src_tokens")
         rec["edit_ratio"] = levenshtein(src, base) / max(len(src), 1)
+        rec["edit_spans"] = edit_spans(src, base)
     return summarize(modes, per_sent, totals, steps, gens, bsz, bench.threads)
 
 
@@ -331,6 +379,11 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
             row["mean_passes_per_sentence"] = st["mean_passes_per_sentence"]
             row["drafted"], row["accepted"] = st["drafted"], st["accepted"]
             row["draft_time_share"] = st["draft_seconds"] / totals[m] if totals[m] else 0.0
+            row["wasted_per_pass"] = st["wasted_per_pass"]
+            row["tree_passes"], row["branch_wins"] = st["tree_passes"], st["branch_wins"]
+            wins = getattr(gen.drafter, "wins", None)
+            if wins:
+                row["kept_branch_kinds"] = dict(wins)
         else:
             n_steps = sum(len(r[m]["tokens"]) for r in recs)  # one step per output token
             row["decoder_passes"] = n_steps
@@ -348,8 +401,86 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
             row["bleu"] = sacrebleu.corpus_bleu(hyps, [refs], tokenize="none").score
             row["exact_match"] = sum(h == r for h, r in zip(hyps, refs)) / max(len(recs), 1)
         out["modes"][m] = row
+    out["passes_by_edit_spans"] = passes_by_edit_spans(modes, recs)
     out["per_sentence"] = recs
     return out
+
+
+EDIT_BUCKETS = [0, 1, 2, 3, 4, 5]  # E = 0 .. 4, then 5 or more
+
+
+def passes_by_edit_spans(modes, recs) -> Dict:
+    """Per mode with per-sentence passes: mean passes by E (edit spans), the
+    sentences' mean of 1 + 1.3E (issue 14's goal), and the fit of passes =
+    a + b*E (least squares: b is the passes one edit span costs)."""
+    out = {}
+    for m in modes:
+        pts = [(r["edit_spans"], r[m]["passes"]) for r in recs if "passes" in r.get(m, {})]
+        if not pts:
+            continue
+        buckets = {}
+        for lo, hi in zip(EDIT_BUCKETS, EDIT_BUCKETS[1:] + [10 ** 9]):
+            sel = [p for e, p in pts if lo <= e < hi]
+            if sel:
+                buckets[f"{lo}+" if hi == 10 ** 9 else str(lo)] = {"sentences": len(sel),
+                                                                    "mean_passes": statistics.mean(sel)}
+        es = [e for e, _ in pts]
+        ps = [p for _, p in pts]
+        me, mp = statistics.mean(es), statistics.mean(ps)
+        var = sum((e - me) ** 2 for e in es)
+        slope = sum((e - me) * (p - mp) for e, p in pts) / var if var else float("nan")
+        out[m] = {"buckets": buckets, "mean_passes": mp, "mean_edit_spans": me,
+                  "goal_passes": 1 + 1.3 * me, "passes_per_span": slope, "intercept": mp - slope * me}
+    return out
+
+
+def print_edit_table(res, file=sys.stdout):
+    """Mean passes per sentence against E, the edit spans between source and greedy output."""
+    pe = res.get("passes_by_edit_spans") or {}
+    modes = [m for m in pe if m in res["modes"]]
+    if not modes:
+        return
+    keys = []
+    for m in modes:
+        keys += [k for k in pe[m]["buckets"] if k not in keys]
+    counts = {k: next(pe[m]["buckets"][k]["sentences"] for m in modes if k in pe[m]["buckets"]) for k in keys}
+    print("\npasses per sentence against E, the edit spans between source and greedy's output", file=file)
+    print("| mode | " + " | ".join(f"E={k} ({counts[k]})" for k in keys)
+          + " | mean | goal 1+1.3E | passes per span | waste/pass | kept a later branch |", file=file)
+    print("|" + "---|" * (len(keys) + 6), file=file)
+    for m in modes:
+        b, row = pe[m]["buckets"], res["modes"][m]
+        cells = [f"{b[k]['mean_passes']:.2f}" if k in b else "-" for k in keys]
+        trees = row.get("tree_passes", 0)
+        print(f"| {m} | " + " | ".join(cells) + f" | {pe[m]['mean_passes']:.2f} | {pe[m]['goal_passes']:.2f} | "
+              f"{pe[m]['passes_per_span']:.2f} | {row.get('wasted_per_pass', 0):.2f} | "
+              + (f"{row.get('branch_wins', 0)}/{trees}" if trees else "-") + " |", file=file)
+
+
+def plot_edit_spans(res, path):
+    """Mean passes against E for every mode with per-sentence passes, and the goal line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pe = res.get("passes_by_edit_spans") or {}
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs_all = set()
+    for m, d in pe.items():
+        xs = [int(k.rstrip("+")) for k in d["buckets"]]
+        ys = [v["mean_passes"] for v in d["buckets"].values()]
+        xs_all.update(xs)
+        ax.plot(xs, ys, "-o", label=m)
+    if xs_all:
+        xs = sorted(xs_all)
+        ax.plot(xs, [1 + 1.3 * x for x in xs], "k--", label="goal 1 + 1.3E")
+    ax.set_xlabel("E: edit spans between source and greedy output (last bucket: 5 or more)")
+    ax.set_ylabel("mean decoder passes per sentence")
+    ax.set_title(f"passes against edits ({res['sentences']} sentences, batch {res['batch_size']})")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 def print_table(res, file=sys.stdout):
@@ -421,11 +552,14 @@ def main(argv=None):
         parser.error("--path CHECKPOINT is required")
     res = run(cfg, args)
     print_table(res)
+    print_edit_table(res)
     if args.bench_json:
         with open(args.bench_json, "w") as f:
             json.dump(res, f, indent=1)
     if args.bench_plot and "iad" in res["modes"]:
         plot(res, args.bench_plot, base="beam5" if "beam5" in res["modes"] else "greedy")
+    if args.bench_edit_plot and res.get("passes_by_edit_spans"):
+        plot_edit_spans(res, args.bench_edit_plot)
     return res
 
 

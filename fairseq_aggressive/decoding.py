@@ -24,7 +24,8 @@ def build_drafter_and_rule(decoding: str, task, models, option: Callable[[str], 
         from .drafters import InputCopyDrafter
 
         drafter = InputCopyDrafter(task.source_dictionary, task.target_dictionary,
-                                   ngram_min=option("iad_ngram_min"), ngram_max=option("iad_ngram_max"))
+                                   ngram_min=option("iad_ngram_min"), ngram_max=option("iad_ngram_max"),
+                                   branches=option("iad_branches"))
         return drafter, build_acceptance()
     if decoding == "blockwise":
         from .drafters import BlockwiseHeadsDrafter
@@ -88,6 +89,7 @@ def build_aggressive_generator(task, models, args, decoding: str, option: Callab
         max_draft_len=option("max_draft_len"),
         engine=str(option("engine")),
         shortlist=_shortlist(task, option("vocab_shortlist")),
+        draft_cost=option("draft_cost"),
     )
     atexit.register(_log_summary, generator, decoding)
     return generator

@@ -27,6 +27,8 @@ ENGINES = ("auto", "native", "torch")
 # what a long draft wastes (README, "The native engine": Lmax 3-5 are best on
 # the shipped model, unlimited drafts are 1.3x slower)
 NATIVE_DRAFT_CAP = 4
+# with a cost-aware budget and no --max-draft-len, the longest branch it may keep
+BUDGET_DRAFT_CAP = 16
 logger = logging.getLogger("fairseq_aggressive")
 
 
@@ -73,14 +75,17 @@ class DecodingStats:
         self.passes = 0  # decoder invocations (one per loop iteration per batch)
         self.sentence_passes = 0  # sum over sentences of the passes they took part in
         self.tokens = 0  # emitted tokens, EOS included
-        self.drafted = 0
+        self.drafted = 0  # drafted positions verified, every branch's
         self.accepted = 0  # drafted tokens that passed
+        self.tree_passes = 0  # sentence passes that verified several branches
+        self.branch_wins = 0  # ... where a branch other than the first accepted most
         self.draft_seconds = 0.0  # wall time spent in the drafter
 
     def as_dict(self) -> Dict[str, float]:
         d = dict(vars(self))
         d["mean_tokens_per_pass"] = self.tokens / max(self.sentence_passes, 1)
         d["mean_passes_per_sentence"] = self.sentence_passes / max(self.sentences, 1)
+        d["wasted_per_pass"] = (self.drafted - self.accepted) / max(self.sentence_passes, 1)
         return d
 
     def summary(self) -> str:
@@ -90,6 +95,8 @@ class DecodingStats:
             f"({d['mean_passes_per_sentence']:.2f} per sentence, {self.passes} batched), "
             f"{d['mean_tokens_per_pass']:.2f} tokens accepted per pass, "
             f"{self.accepted}/{self.drafted} drafted tokens accepted"
+            + (f", {self.tree_passes} passes over several drafts ({self.branch_wins} kept another than the first)"
+               if self.tree_passes else "")
         )
 
 
@@ -111,6 +118,7 @@ class AggressiveGenerator(nn.Module):
         max_draft_len: Optional[int] = None,
         engine: str = "auto",
         shortlist=None,
+        draft_cost: Optional[str] = None,
     ):
         super().__init__()
         check_single_model(models)
@@ -139,8 +147,24 @@ class AggressiveGenerator(nn.Module):
         self.first_chunk = max(8, self.acceptance.first_chunk_min)
         self.model.eval()
         self.native = pick_engine(engine, self.model, tgt_dict, drafter, self.acceptance)
+        # cost-aware draft lengths (fairseq_aggressive.draft_budget): "auto" measures the
+        # engine's pass cost on the first batch, "FIXED,PER_POSITION" gives it, None/"off": fixed lengths
+        self.budget = None
+        self._measure_cost = False
+        if draft_cost not in (None, "off") and self.native is not None and drafter.multi_branch:
+            from .draft_budget import DraftBudget, PassCost
+
+            if draft_cost == "auto":
+                self._measure_cost = True
+                self.budget = DraftBudget(PassCost(1.0, 1.0))
+            else:
+                self.budget = DraftBudget(PassCost.parse(draft_cost))
+        elif draft_cost not in (None, "off", "auto"):
+            from .draft_budget import PassCost
+
+            PassCost.parse(draft_cost)  # a bad value is an error even where no budget applies
         if max_draft_len is None and self.native is not None and drafter.open_ended:
-            self.max_draft_len = NATIVE_DRAFT_CAP
+            self.max_draft_len = BUDGET_DRAFT_CAP if self.budget is not None else NATIVE_DRAFT_CAP
 
     def cuda(self):
         self.model.cuda()
@@ -247,9 +271,20 @@ class AggressiveGenerator(nn.Module):
         native = self.native  # None, or off for this batch if on a GPU or beyond its position tables
         if native is not None and (device.type != "cpu" or not native.can_decode(src_len, max_len)):
             native = None
+        branching = self.drafter.multi_branch
         if native is not None:
             native.set_threads(torch.get_num_threads())
-            state = native.begin(src_tokens, max_len, self.shortlist)
+            if self._measure_cost:
+                from .draft_budget import measure_pass_cost
+
+                self.budget.cost = measure_pass_cost(native, src_tokens)
+                self._measure_cost = False
+                logger.info(f"draft budget: a pass costs {self.budget.cost}")
+            room = 0
+            if branching and self.drafter.max_branches > 1:
+                room = (self.drafter.max_branches - 1) * (self.max_draft_len if self.max_draft_len is not None
+                                                          else max_len)
+            state = native.begin(src_tokens, max_len, self.shortlist, tree_room=room)
             encoder_out = state.encoder_out() if self.drafter.needs_encoder_out else None
             allowed = None
         else:
@@ -267,6 +302,7 @@ class AggressiveGenerator(nn.Module):
         last = [self.eos if bos_token is None else bos_token] * bsz
         lmax = self.max_draft_len
         stats = self.stats
+        self.last_sentence_passes = sent_passes = [0] * bsz  # passes each sentence took part in
         stats.sentences += bsz
 
         while active:
@@ -274,34 +310,69 @@ class AggressiveGenerator(nn.Module):
             if lmax is not None:
                 caps = [min(c, lmax) for c in caps]
             t0 = time.perf_counter()
-            drafts = self.drafter.propose_batch(active, [outputs[b] for b in active], caps)
+            if branching:
+                drafts, kept, blens = self._branches(active, outputs, caps, several=native is not None)
+            else:
+                drafts = self.drafter.propose_batch(active, [outputs[b] for b in active], caps)
             stats.draft_seconds += time.perf_counter() - t0
             rows = [[last[b]] + d for b, d in zip(active, drafts)]
+            won = [0] * len(active)
             if native is not None:
-                emit, emit_scores, n_match, done = state.step(
-                    active, rows, max_len, self.min_len, self.unk_penalty, self.temperature)
+                emit, emit_scores, n_match, done, won = state.step(
+                    active, rows, max_len, self.min_len, self.unk_penalty, self.temperature,
+                    branches=blens if branching else None)
             else:
                 emit, emit_scores, n_match, done = self._torch_pass(state, active, rows, max_len, allowed)
-
+            if branching:  # the kept branch, as the drafter numbered them
+                for i, w in enumerate(won):
+                    if len(kept[i]) > 1:
+                        stats.tree_passes += 1
+                        stats.branch_wins += w > 0
+                    won[i] = kept[i][w]
+                    drafts[i] = blens[i][w]
             stats.passes += 1
             stats.sentence_passes += len(active)
-            stats.drafted += sum(len(d) for d in drafts)
+            stats.drafted += sum(sum(b) for b in blens) if branching else sum(len(d) for d in drafts)
             stats.accepted += sum(n_match)
             keep = []
             for i, b in enumerate(active):
+                sent_passes[b] += 1
                 outputs[b].extend(emit[i])
                 scores[b].extend(emit_scores[i])
                 if done[i]:
                     continue
                 keep.append(i)
                 last[b] = outputs[b][-1]
-                self.drafter.update(b, outputs[b], len(drafts[i]), n_match[i])
+                n_draft = drafts[i] if branching else len(drafts[i])
+                self.drafter.update(b, outputs[b], n_draft, n_match[i], branch=won[i])
             if len(keep) < len(active):
                 active = [active[i] for i in keep]
                 if active and native is None:
                     state.select(torch.tensor(keep, dtype=torch.long, device=device))
 
         return [self._finalize(outputs[b], scores[b], device) for b in range(bsz)]
+
+    def _branches(self, active: List[int], outputs, caps: List[int], several: bool):
+        """The drafter's branches for a pass, shortened by the budget if there
+        is one (only the first branch per sentence unless ``several``): per row
+        the concatenated drafts, the drafter's indices of the branches kept and
+        their lengths."""
+        cands = self.drafter.propose_branches(active, [outputs[b] for b in active], caps)
+        if not several:  # the torch verifier takes one draft
+            for c in cands:
+                for br in c[1:]:
+                    del br.tokens[:]
+        if self.budget is not None:
+            for c, lengths in zip(cands, self.budget.select(cands)):
+                for br, n in zip(c, lengths):
+                    del br.tokens[n:]
+        drafts, kept, blens = [], [], []
+        for c in cands:
+            idx = [i for i, br in enumerate(c) if br.tokens] or [0]
+            kept.append(idx)
+            blens.append([len(c[i].tokens) for i in idx])
+            drafts.append([t for i in idx for t in c[i].tokens])
+        return drafts, kept, blens
 
     def _finalize(self, toks: List[int], pos_scores: List[float], device) -> List[Dict[str, Tensor]]:
         self.stats.tokens += len(toks)

@@ -24,6 +24,27 @@ def check_max_draft_len(value: Optional[int]) -> Optional[int]:
     return int(value)
 
 
+def check_draft_cost(value: str):
+    """--draft-cost FIXED,PER_POSITION: two numbers > 0 (milliseconds), as floats."""
+    parts = str(value).split(",")
+    try:
+        nums = [float(p) for p in parts]
+    except ValueError:
+        nums = []
+    if len(nums) != 2 or not all(x > 0 and x < float("inf") for x in nums):
+        raise ValueError(f"--draft-cost must be 'auto', 'off' or FIXED,PER_POSITION (milliseconds of a pass "
+                         f"and of each position it verifies, both > 0), got {value!r}")
+    return nums[0], nums[1]
+
+
+def check_iad_branches(value) -> int:
+    """--iad-branches: drafts verified per pass after an edit, 1 to 8."""
+    n = check_positive_int(value, "--iad-branches")
+    if n > 8:
+        raise ValueError(f"--iad-branches must be at most 8, got {n}")
+    return n
+
+
 def check_block_size(value: Optional[int]) -> Optional[int]:
     """GAD's k: None (the drafter's training value) or an integer >= 1."""
     return None if value is None else check_positive_int(value, "--block-size")
@@ -86,6 +107,9 @@ def check_task_options(cfg) -> None:
     from .acceptance import build_acceptance, build_blockwise_acceptance
 
     check_max_draft_len(cfg.max_draft_len)
+    check_iad_branches(cfg.iad_branches)
+    if cfg.draft_cost not in (None, "off", "auto"):
+        check_draft_cost(cfg.draft_cost)
     check_block_size(cfg.block_size)
     check_shortlist(cfg.vocab_shortlist, str(cfg.decoding))
     build_acceptance(cfg.gad_beta, cfg.gad_tau)

@@ -54,7 +54,7 @@ def main(argv=None):
             batch = gen.native.begin(sample["net_input"]["src_tokens"], 1024, shortlist)
             row = [d.eos()] + out[: T - 1]
             t0 = time.perf_counter()
-            _, _, n_match, _ = batch.step([0], [row], 1024, 1, 0.0, 1.0)
+            _, _, n_match, _, _ = batch.step([0], [row], 1024, 1, 0.0, 1.0)
             times.append(time.perf_counter() - t0)
             assert n_match[0] == T - 1, "the pass did not accept greedy's own continuation"
         if times:

@@ -1,5 +1,20 @@
 """The drafter interface of the aggressive generator."""
-from typing import List
+from dataclasses import dataclass
+from typing import List, Optional
+
+
+@dataclass
+class Branch:
+    """One draft of a sentence, a continuation of its last token: ``tokens``;
+    ``gains``, if the drafter knows them, the expected number of accepted
+    tokens each position adds (the probability that it and every token before
+    it are accepted), which lets a cost-aware budget
+    (:mod:`fairseq_aggressive.draft_budget`) shorten the branch; ``kind``,
+    how the drafter made it."""
+
+    tokens: List[int]
+    gains: Optional[List[float]] = None
+    kind: str = ""
 
 
 class Drafter:
@@ -32,10 +47,24 @@ class Drafter:
     # the longest output of the batch being decoded (set by the generator before begin())
     batch_max_len = None
 
+    # drafters that propose several drafts per pass (propose_branches) set this;
+    # the native engine verifies them in one pass and keeps the one that accepts most
+    multi_branch = False
+    # the most branches propose_branches returns for one sentence
+    max_branches = 1
+
+    def propose_branches(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
+        """Per sentence, drafts that each continue its output (the first is the
+        one a verifier that takes a single draft uses).  The generator may
+        shorten a branch's ``tokens`` in place before verifying (cost-aware
+        lengths); :meth:`update` then names the branch that was kept."""
+        return [[Branch(d)] for d in self.propose_batch(sents, outputs, caps)]
+
     def observe(self, sents: List[int], feats, n_emit) -> None:
         """Called after each pass with the verifier's features (B, W, C) of the
         sentences ``sents`` and the number of tokens each emitted."""
 
-    def update(self, sent: int, output: List[int], n_draft: int, n_match: int) -> None:
+    def update(self, sent: int, output: List[int], n_draft: int, n_match: int, branch: int = 0) -> None:
         """``output`` now holds the emitted tokens after a pass in which
-        ``n_match`` of ``n_draft`` drafted tokens were accepted."""
+        ``n_match`` of ``n_draft`` drafted tokens of branch ``branch`` (the
+        kept one, of those :meth:`propose_branches` returned) were accepted."""

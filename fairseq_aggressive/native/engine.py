@@ -8,7 +8,7 @@ Models the engine does not reproduce are refused by :func:`check_native`
 (the generator then uses the torch verifier, which gives the same output).
 """
 import ctypes
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -165,6 +165,7 @@ class NativeEngine:
             ln_eps=float(layers[0].self_attn_layer_norm.eps),
         )
         self.src_pad = enc.padding_idx
+        self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
         self.embed_dim = dec.embed_dim
         self.handle = self.lib.fa_model_create(ctypes.byref(cfg), ptrs, hptrs, qptrs, sptrs)  # copies the weights
         self.half_linears = self.lib.fa_half_linears(self.handle)
@@ -198,14 +199,15 @@ class NativeEngine:
         """Whether the position tables cover a batch (else decode it with torch)."""
         return src_len <= self.src_positions and max_len + 1 <= self.tgt_positions
 
-    def begin(self, src_tokens: torch.Tensor, max_len: int, shortlist=None) -> "NativeBatch":
+    def begin(self, src_tokens: torch.Tensor, max_len: int, shortlist=None, tree_room: int = 0) -> "NativeBatch":
         """Encode a batch; ``shortlist`` (a :class:`~fairseq_aggressive.shortlist.VocabShortlist`)
-        restricts each sentence's output vocabulary."""
+        restricts each sentence's output vocabulary; ``tree_room``: cache positions
+        beyond a plain row that a pass over several drafts (tree rows) may use."""
         rows = src_tokens.cpu()
         keep = rows.ne(self.src_pad)
         lengths = keep.sum(1).to(torch.int32).numpy()
         flat = rows[keep].to(torch.int32).numpy()
-        batch = NativeBatch(self, len(lengths), flat, lengths, max_len + 2)
+        batch = NativeBatch(self, len(lengths), flat, lengths, max_len + 2 + max(0, int(tree_room)))
         batch.src_keep = keep
         if shortlist is not None:
             self.set_shortlist(batch.handle, shortlist, rows)
@@ -257,24 +259,37 @@ class NativeBatch:
         if n_rows > self._rows_cap or n_tokens > self._tok_cap:
             self._rows_cap, self._tok_cap = max(n_rows, self._rows_cap), max(n_tokens, 2 * self._tok_cap)
             I, F = ctypes.c_int32, ctypes.c_float
-            self._sent, self._lens, self._n_emit, self._n_match, self._done = (
-                (I * self._rows_cap)() for _ in range(5))
-            self._tok, self._choice = (I * self._tok_cap)(), (I * self._tok_cap)()
+            self._sent, self._lens, self._n_emit, self._n_match, self._done, self._nb, self._win = (
+                (I * self._rows_cap)() for _ in range(7))
+            self._tok, self._choice, self._blen = (I * self._tok_cap)(), (I * self._tok_cap)(), (I * self._tok_cap)()
             self._score = (F * self._tok_cap)()
 
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], max_len: int, min_len: int,
-             unk_penalty: float, temperature: float) -> Tuple[list, list, list, list]:
+             unk_penalty: float, temperature: float, branches: Optional[Sequence[List[int]]] = None):
         """One pass; ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.
-        Returns per row the emitted tokens, their scores, the accepted draft
-        length and whether EOS was emitted."""
+        With ``branches``, ``branches[i]`` lists the lengths of the drafts that
+        follow the last token in ``rows[i]`` one after the other (each is a
+        continuation of the last token; the pass keeps the one that accepts
+        most).  Returns per row the emitted tokens, their scores, the accepted
+        draft length, whether EOS was emitted and the index of the kept draft."""
         n = len(rows)
         lens = [len(r) for r in rows]
         flat = rows[0] if n == 1 else [t for r in rows for t in r]
         self._buffers(n, len(flat))
         self._sent[:n], self._lens[:n], self._tok[: len(flat)] = sents, lens, flat
+        nb = blen = None
+        if branches is not None:
+            if len(branches) != n:
+                raise ValueError(f"{len(branches)} branch lists for {n} rows")
+            bflat = [x for b in branches for x in b]
+            for r, b in zip(rows, branches):
+                if not b or 1 + sum(b) != len(r) or (len(b) > 1 and min(b) < 1):
+                    raise ValueError(f"branch lengths {b} do not split a row of {len(r)} tokens")
+            self._nb[:n], self._blen[: len(bflat)] = [len(b) for b in branches], bflat
+            nb, blen = self._nb, self._blen
         rc = self.lib.fa_pass(self.engine.handle, self.handle, n, self._sent, self._lens, self._tok, max_len,
                               min_len, unk_penalty, temperature, self._choice, self._score, self._n_emit,
-                              self._n_match, self._done)
+                              self._n_match, self._done, nb, blen, self._win)
         if rc != 0:
             raise RuntimeError("native engine: a row does not fit its sentence's cache")
         n_emit = self._n_emit[:n]
@@ -283,4 +298,4 @@ class NativeBatch:
             toks.append(self._choice[o : o + ne])
             scores.append(self._score[o : o + ne])
             o += k
-        return toks, scores, self._n_match[:n], self._done[:n]
+        return toks, scores, self._n_match[:n], self._done[:n], self._win[:n]

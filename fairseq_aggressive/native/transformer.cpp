@@ -613,16 +613,21 @@ static void layer_norm_rows(const float* x, float* y, int M, int C, const std::v
 static inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
 
 // attention of one query row over keys/values [0, n) of one head (rows of
-// stride ld): scores, softmax (8-lane partial sums in a fixed order), weighted
-// sum of the values (each output accumulated over keys in order)
+// stride ld), then n2 more at k2/v2 (a branch of a tree row, after the shared
+// prefix): scores, softmax (8-lane partial sums in a fixed order), weighted
+// sum of the values (each output accumulated over keys in order).  The same
+// keys give the same operations whether they are one segment or two.
 static void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out,
-                   float* scratch) {
+                   float* scratch, const float* k2 = nullptr, const float* v2 = nullptr, int n2 = 0) {
   for (int j = 0; j < n; ++j) scratch[j] = dot(q, k + j * ld, D);
-  const float mx = max_of(scratch, n);
+  for (int j = 0; j < n2; ++j) scratch[n + j] = dot(q, k2 + j * ld, D);
+  const int N = n + n2;
+  auto vrow = [&](int j) { return j < n ? v + j * ld : v2 + (j - n) * ld; };
+  const float mx = max_of(scratch, N);
   const V8 mv = vbcast(mx), neg1 = vbcast(-1.f);
   V8 s8 = vzero();
   int j = 0;
-  for (; j + LANES <= n; j += LANES) {
+  for (; j + LANES <= N; j += LANES) {
     V8 e = vexp(vfma(mv, neg1, vload(scratch + j)));
     vstore(scratch + j, e);
     s8 = vadd(s8, e);
@@ -631,7 +636,7 @@ static void attend(const float* q, const float* k, const float* v, size_t ld, in
   vstore(t, s8);
   float sum = 0.f;
   for (int l = 0; l < LANES; ++l) sum = sum + t[l];
-  for (; j < n; ++j) {
+  for (; j < N; ++j) {
     scratch[j] = fexp(scratch[j] - mx);
     sum = sum + scratch[j];
   }
@@ -640,9 +645,9 @@ static void attend(const float* q, const float* k, const float* v, size_t ld, in
     const int nv = D / LANES;
     if (nv <= 16) {
       for (int i = 0; i < nv; ++i) acc[i] = vzero();
-      for (j = 0; j < n; ++j) {
+      for (j = 0; j < N; ++j) {
         const V8 p = vbcast(scratch[j] / sum);
-        const float* vj = v + j * ld;
+        const float* vj = vrow(j);
         for (int i = 0; i < nv; ++i) acc[i] = vfma(p, vload(vj + i * LANES), acc[i]);
       }
       for (int i = 0; i < nv; ++i) vstore(out + i * LANES, acc[i]);
@@ -650,9 +655,9 @@ static void attend(const float* q, const float* k, const float* v, size_t ld, in
     }
   }
   for (int d = 0; d < D; ++d) out[d] = 0.f;
-  for (j = 0; j < n; ++j) {
+  for (j = 0; j < N; ++j) {
     const float p = scratch[j] / sum;
-    const float* vj = v + j * ld;
+    const float* vj = vrow(j);
     for (int d = 0; d < D; ++d) out[d] = std::fma(p, vj[d], out[d]);
   }
 }
@@ -829,19 +834,29 @@ static void init_state(Model& m, State& st, int B, const int32_t* src_len, const
 // s.len .. s.len + row_len[r]; keys and values of every row position go into
 // the cache (fa_pass and fa_draft decide what stays).  Position t attends
 // causally (cache and positions <= t), or, from t = bidir_from[r] on (when
-// given), to every position of the row.  The final features are in m.x.
+// given), to every position of the row.  Tree rows (branch_start given, a
+// verification pass over several drafts): the row is [last, branch 1, branch
+// 2, ...]; flat position i > 0 of a row belongs to the branch that starts at
+// row position branch_start[i] >= 1, sits at the output position of its depth
+// in the branch, and attends to the cache, the row's first position and its
+// own branch up to itself.  The final features are in m.x.
 static void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len,
-                         const int32_t* tokens, const std::vector<int>& off, int max_keys, const int32_t* bidir_from) {
+                         const int32_t* tokens, const std::vector<int>& off, int max_keys, const int32_t* bidir_from,
+                         const int32_t* branch_start = nullptr) {
   const int C = m.cfg.C, H = m.cfg.H, D = m.D;
   auto keys = [&](int r, int t) {
     const int len = st.sents[sent[r]].len;
+    if (branch_start != nullptr && t > 0) return len + 1;  // then the branch segment
     return (bidir_from != nullptr && t >= bidir_from[r]) ? len + row_len[r] : len + t + 1;
   };
   const int M = off[n];
   reserve_rows(m, M, max_keys);
   std::vector<int32_t> pos(M);
   for (int r = 0; r < n; ++r)
-    for (int t = 0; t < row_len[r]; ++t) pos[off[r] + t] = st.sents[sent[r]].len + t;
+    for (int t = 0; t < row_len[r]; ++t) {
+      const int depth = (branch_start != nullptr && t > 0) ? t - branch_start[off[r] + t] + 1 : t;
+      pos[off[r] + t] = st.sents[sent[r]].len + depth;
+    }
   embed(m, tokens, pos.data(), M, true);
   const bool pre = m.cfg.dec_normalize_before;
   float* x = m.x.data();
@@ -871,9 +886,16 @@ static void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const 
       const float* cv = s.self_v.data() + (size_t)l * s.cap * C;
       float* qr = m.kv.data() + (size_t)row * 3 * C;
       for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+      const int n1 = keys(r, t);
+      int b0 = 0, n2 = 0;  // a tree row's branch segment: cache slots s.len + b0 .. s.len + t
+      if (branch_start != nullptr && t > 0) {
+        b0 = branch_start[row];
+        n2 = t - b0 + 1;
+      }
+      const size_t seg = (size_t)(s.len + b0) * C;
       for (int hh = 0; hh < H; ++hh)
-        attend(qr + hh * D, ck + hh * D, cv + hh * D, C, keys(r, t), D, m.q.data() + (size_t)row * C + hh * D,
-               scratch);
+        attend(qr + hh * D, ck + hh * D, cv + hh * D, C, n1, D, m.q.data() + (size_t)row * C + hh * D,
+               scratch, ck + seg + hh * D, cv + seg + hh * D, n2);
     });
     linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
     add_rows(x, m.a.data(), (size_t)M * C);
@@ -1126,129 +1148,191 @@ int64_t fa_encoder_out(void* sp, float* out) {
 int fa_length(void* sp, int b) { return static_cast<State*>(sp)->sents[b].len; }
 
 // One verification pass.  For each of n rows: sentence sent[r], row_len[r]
-// tokens (the last emitted token followed by row_len[r] - 1 drafted tokens),
-// concatenated in tokens.  Runs the decoder over them on top of each
-// sentence's cache, chooses greedy's token at each position (fairseq's
+// tokens (the last emitted token followed by the drafted tokens),
+// concatenated in tokens.  Without n_branch a row's draft is one branch; with
+// it, row r holds n_branch[r] drafts one after the other (their lengths in
+// branch_len, all rows' concatenated), each a continuation of the last token
+// (a tree row, see decoder_rows).  Runs the decoder over the rows on top of
+// each sentence's cache, chooses greedy's token at each position (fairseq's
 // adjustments: pad never, unk penalty, only EOS at max_len, no EOS before
-// min_len), accepts the leading drafted tokens that equal the choices, emits
-// them plus the choice at the first mismatch, cut after EOS, and commits the
-// cache.  Outputs per row: n_emit, n_match, done; choice and score of the
-// emitted positions at the row's offset in the concatenation.
+// min_len), accepts along each branch the leading drafted tokens that equal
+// the choices, keeps the branch that accepted most (the first of equals),
+// emits its accepted tokens plus the choice at its first mismatch, cut after
+// EOS, and commits the cache (the kept branch's keys and values move right
+// after the last token).  Outputs per row: n_emit, n_match, done, winner (if
+// given); choice and score of the emitted tokens from the row's offset in the
+// concatenation.  -1 (nothing changed) if a row does not fit its sentence's
+// cache or its branches do not add up to it.
 int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
             int max_len, int min_len, float unk_penalty, float temperature, int32_t* choice, float* score,
-            int32_t* n_emit, int32_t* n_match, int32_t* done) {
+            int32_t* n_emit, int32_t* n_match, int32_t* done, const int32_t* n_branch, const int32_t* branch_len,
+            int32_t* winner) {
   Model& m = *static_cast<Model*>(mp);
   State& st = *static_cast<State*>(sp);
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
   const float ninf = -std::numeric_limits<float>::infinity();
-  std::vector<int> off(n + 1, 0);
+  std::vector<int> off(n + 1, 0), first_branch(n + 1, 0), b_start, b_len;
   int max_keys = 0;
-  for (int r = 0; r < n; ++r) {
+  bool tree = false;
+  for (int r = 0, k = 0; r < n; ++r) {
     const Sentence& s = st.sents[sent[r]];
     if (row_len[r] < 1 || s.len + row_len[r] > s.cap) return -1;
+    const int nb = n_branch ? n_branch[r] : 1;
+    if (nb < 1) return -1;
+    tree = tree || nb > 1;
+    int used = 1;
+    for (int i = 0; i < nb; ++i) {
+      const int L = n_branch ? branch_len[k++] : row_len[r] - 1;
+      if (L < 0 || (nb > 1 && L < 1)) return -1;
+      b_start.push_back(used);
+      b_len.push_back(L);
+      used += L;
+    }
+    if (used != row_len[r]) return -1;
+    first_branch[r + 1] = (int)b_start.size();
     off[r + 1] = off[r] + row_len[r];
     max_keys = std::max(max_keys, std::max(s.len + row_len[r], s.src_len));
   }
-  decoder_rows(m, st, n, sent, row_len, tokens, off, max_keys, nullptr);
-  const int M = off[n];
-  float* x = m.x.data();
-
-  // project position chunks (8, 16, 32, ...) of the rows still matching;
-  // the logits of position (r, t) are row at[off[r] + t] of m.logits
-  std::vector<int> checked(n, 0), matched(n, 0), open(n, 1), at(M, -1), column(M, 0);
-  std::vector<int32_t> lo(n), hi(n);
-  int arena = 0;
-  int size = 8;
-  for (;;) {
-    int cnt = 0;
-    for (int r = 0; r < n; ++r) {
-      lo[r] = hi[r] = checked[r];
-      if (!open[r]) continue;
-      hi[r] = std::min((int)row_len[r], checked[r] + size);
-      cnt += hi[r] - lo[r];
-    }
-    if (cnt == 0) break;
-    ensure(m.h, (size_t)cnt * C);
-    int k = 0;
+  const int M = off[n], NB = (int)b_start.size();
+  std::vector<int32_t> bstart;
+  if (tree) {  // per flat position: the row position its branch starts at
+    bstart.assign(M, 0);
     for (int r = 0; r < n; ++r)
-      for (int t = lo[r]; t < hi[r]; ++t, ++k) {
-        std::copy(x + (size_t)(off[r] + t) * C, x + (size_t)(off[r] + t + 1) * C, m.h.data() + (size_t)k * C);
-        at[off[r] + t] = arena + k;
+      for (int i = first_branch[r]; i < first_branch[r + 1]; ++i)
+        for (int t = 0; t < b_len[i]; ++t) bstart[off[r] + b_start[i] + t] = b_start[i];
+  }
+  decoder_rows(m, st, n, sent, row_len, tokens, off, max_keys, nullptr, tree ? bstart.data() : nullptr);
+  float* x = m.x.data();
+  std::vector<int> row_of(NB);
+  for (int r = 0; r < n; ++r)
+    for (int i = first_branch[r]; i < first_branch[r + 1]; ++i) row_of[i] = r;
+  // flat position of path index j of branch i: the last token, then the branch
+  auto path = [&](int i, int j) { return off[row_of[i]] + (j == 0 ? 0 : b_start[i] + j - 1); };
+
+  // project chunks of the positions still on a matching path (8, 16, 32, ...;
+  // a tree row first projects its last token only, which every branch shares);
+  // the logits of flat position p are row at[p] of m.logits
+  std::vector<int> checked(NB, 0), matched(NB, 0), open(NB, 1), at(M, -1), column(M, 0), queued(M, 0);
+  std::vector<int32_t> chosen(M, 0);
+  std::vector<int> todo;
+  int arena = 0;
+  for (int round = 0;; ++round) {
+    todo.clear();
+    for (int i = 0; i < NB; ++i) {
+      if (!open[i]) continue;
+      const int r = row_of[i];
+      const bool shared_first = first_branch[r + 1] - first_branch[r] > 1;
+      const int sz = !shared_first ? 8 << std::min(round, 20) : round == 0 ? 1 : 8 << std::min(round - 1, 20);
+      for (int j = checked[i]; j < std::min(b_len[i] + 1, checked[i] + sz); ++j) {
+        const int p = path(i, j);
+        if (at[p] < 0 && !queued[p]) {
+          queued[p] = 1;
+          todo.push_back(p);
+        }
       }
+    }
+    if (todo.empty()) break;
+    std::sort(todo.begin(), todo.end());  // grouped by row (a sentence's shortlist rows are its own)
+    const int cnt = (int)todo.size();
+    ensure(m.h, (size_t)cnt * C);
+    for (int k = 0; k < cnt; ++k) {
+      std::copy(x + (size_t)todo[k] * C, x + (size_t)(todo[k] + 1) * C, m.h.data() + (size_t)k * C);
+      at[todo[k]] = arena + k;
+    }
     ensure(m.logits, (size_t)(arena + cnt) * V);
     float* out = m.logits.data() + (size_t)arena * V;
     if (!st.shortlist) {
       linear(m.pool, m.proj, m.h.data(), C, cnt, out, V);
     } else {  // a row's logits: the common rows, then its sentence's own rows (ascending ids)
       linear(m.pool, m.sl_common, m.h.data(), C, cnt, out, V);
-      for (int r = 0, k0 = 0; r < n; ++r) {
-        const int nr = hi[r] - lo[r];
-        if (nr > 0 && !st.sents[sent[r]].sl_ids.empty())
-          linear(m.pool, st.sents[sent[r]].sl_extra, m.h.data() + (size_t)k0 * C, C, nr,
+      for (int k0 = 0; k0 < cnt;) {
+        const int r = (int)(std::upper_bound(off.begin(), off.end(), todo[k0]) - off.begin()) - 1;
+        int k1 = k0;
+        while (k1 < cnt && todo[k1] < off[r + 1]) ++k1;
+        if (!st.sents[sent[r]].sl_ids.empty())
+          linear(m.pool, st.sents[sent[r]].sl_extra, m.h.data() + (size_t)k0 * C, C, k1 - k0,
                  out + (size_t)k0 * V + m.sl_n, V);
-        k0 += nr;
+        k0 = k1;
       }
     }
     arena += cnt;
-    for (int r = 0; r < n; ++r) {
-      if (!open[r]) continue;
+    for (int k = 0; k < cnt; ++k) {  // greedy's choice at each projected position
+      const int p = todo[k];
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), p) - off.begin()) - 1;
       const Sentence& s = st.sents[sent[r]];
       const int W = st.shortlist ? m.sl_n + (int)s.sl_ids.size() : V;  // logits in the row
-      for (int t = lo[r]; t < hi[r]; ++t) {
-        float* lg = m.logits.data() + (size_t)at[off[r] + t] * V;
-        if (temperature != 1.f)
-          for (int v = 0; v < W; ++v) lg[v] = lg[v] / temperature;
-        const int p = s.len + t;
-        int u;  // the chosen column; the special symbols' columns are their ids
-        if (p >= max_len) {
-          u = m.cfg.eos;
-        } else {  // greedy's choice among the adjusted logits
-          const int special[3] = {m.cfg.pad, m.cfg.unk, m.cfg.eos};
-          float saved[3];
-          for (int i = 0; i < 3; ++i) saved[i] = lg[special[i]];
-          lg[m.cfg.unk] = lg[m.cfg.unk] - unk_penalty;
-          lg[m.cfg.pad] = ninf;
-          if (p < min_len) lg[m.cfg.eos] = ninf;
-          u = argmax_first(lg, W);  // columns ascend by id: ties go to the lowest id, as without a shortlist
-          for (int i = 2; i >= 0; --i) lg[special[i]] = saved[i];
-        }
-        const int best = (st.shortlist && u >= m.sl_n) ? s.sl_ids[u - m.sl_n] : u;
-        column[off[r] + t] = u;
-        choice[off[r] + t] = best;
-        checked[r] = t + 1;
-        if (t < row_len[r] - 1 && best == tokens[off[r] + t + 1]) {
-          matched[r] = t + 1;
+      float* lg = m.logits.data() + (size_t)at[p] * V;
+      if (temperature != 1.f)
+        for (int v = 0; v < W; ++v) lg[v] = lg[v] / temperature;
+      const int t = p - off[r];
+      const int out_pos = s.len + (tree && t > 0 ? t - bstart[p] + 1 : t);
+      int u;  // the chosen column; the special symbols' columns are their ids
+      if (out_pos >= max_len) {
+        u = m.cfg.eos;
+      } else {  // greedy's choice among the adjusted logits
+        const int special[3] = {m.cfg.pad, m.cfg.unk, m.cfg.eos};
+        float saved[3];
+        for (int i = 0; i < 3; ++i) saved[i] = lg[special[i]];
+        lg[m.cfg.unk] = lg[m.cfg.unk] - unk_penalty;
+        lg[m.cfg.pad] = ninf;
+        if (out_pos < min_len) lg[m.cfg.eos] = ninf;
+        u = argmax_first(lg, W);  // columns ascend by id: ties go to the lowest id, as without a shortlist
+        for (int i = 2; i >= 0; --i) lg[special[i]] = saved[i];
+      }
+      column[p] = u;
+      chosen[p] = (st.shortlist && u >= m.sl_n) ? s.sl_ids[u - m.sl_n] : u;
+    }
+    for (int i = 0; i < NB; ++i) {  // walk each open branch as far as its projected positions go
+      while (open[i] && checked[i] <= b_len[i] && at[path(i, checked[i])] >= 0) {
+        const int j = checked[i]++;
+        if (j < b_len[i] && chosen[path(i, j)] == tokens[off[row_of[i]] + b_start[i] + j]) {
+          matched[i] = j + 1;
         } else {
-          open[r] = 0;
-          break;
+          open[i] = 0;
         }
       }
-      if (checked[r] >= row_len[r]) open[r] = 0;
+      if (checked[i] > b_len[i]) open[i] = 0;
     }
-    size *= 2;
   }
-  // emit, cut after EOS, scores of the emitted positions, commit
+  // per row: the winning branch; emit, cut after EOS, scores, commit
+  const int nl = (int)m.dec.size();
   for (int r = 0; r < n; ++r) {
     Sentence& s = st.sents[sent[r]];
-    int ne = matched[r] + 1, fin = 0;
-    for (int t = 0; t < ne; ++t)
-      if (choice[off[r] + t] == m.cfg.eos) {
-        ne = t + 1;
+    int w = first_branch[r];
+    for (int i = first_branch[r] + 1; i < first_branch[r + 1]; ++i)
+      if (matched[i] > matched[w]) w = i;
+    int ne = matched[w] + 1, fin = 0;
+    for (int j = 0; j < ne; ++j)
+      if (chosen[path(w, j)] == m.cfg.eos) {
+        ne = j + 1;
         fin = 1;
         break;
       }
     const int W = st.shortlist ? m.sl_n + (int)s.sl_ids.size() : V;
-    for (int t = 0; t < ne; ++t) {
-      const float* lg = m.logits.data() + (size_t)at[off[r] + t] * V;
+    for (int j = 0; j < ne; ++j) {
+      const int p = path(w, j);
+      const float* lg = m.logits.data() + (size_t)at[p] * V;
       float lse = logsumexp(lg, W);
-      int c = choice[off[r] + t];
-      float val = lg[column[off[r] + t]];
+      int c = chosen[p];
+      float val = lg[column[p]];
       if (c == m.cfg.unk) val = val - unk_penalty;
-      score[off[r] + t] = val - lse;
+      choice[off[r] + j] = c;
+      score[off[r] + j] = val - lse;
     }
+    if (b_start[w] != 1)  // the kept branch's cache entries follow the last token
+      for (int l = 0; l < nl; ++l) {
+        float* ck = s.self_k.data() + (size_t)l * s.cap * C;
+        float* cv = s.self_v.data() + (size_t)l * s.cap * C;
+        for (int j = 0; j < ne - 1; ++j) {
+          const size_t from = (size_t)(s.len + b_start[w] + j) * C, to = (size_t)(s.len + 1 + j) * C;
+          std::copy(ck + from, ck + from + C, ck + to);
+          std::copy(cv + from, cv + from + C, cv + to);
+        }
+      }
     n_emit[r] = ne;
-    n_match[r] = matched[r];
+    n_match[r] = matched[w];
     done[r] = fin;
+    if (winner != nullptr) winner[r] = w - first_branch[r];
     s.len += ne;
   }
   return 0;

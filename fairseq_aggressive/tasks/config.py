@@ -42,6 +42,20 @@ class AggressiveTranslationConfig(TranslationConfig):
         default=4,
         metadata={"help": "IAD: longest output suffix used to re-find the place in the source"},
     )
+    iad_branches: int = field(
+        default=1,
+        metadata={"help": "IAD: after an edit, verify up to N copies of the source in one pass, one per "
+                  "alignment of the edit (substitution, insertion or deletion of 1-2 tokens, the unique "
+                  "suffix match), and keep the one that accepts most (native engine; exact). 1 = the "
+                  "paper's single draft"},
+    )
+    draft_cost: Optional[str] = field(
+        default=None,
+        metadata={"help": "cost-aware draft lengths (native engine, IAD): auto = measure the cost of a pass "
+                  "and of each position it verifies on the first batch, FIXED,PER_POSITION = give them in "
+                  "ms; drafts keep the positions whose expected accepted tokens pay for them. off/unset: "
+                  "fixed lengths (--max-draft-len)"},
+    )
     drafter_path: Optional[str] = field(
         default=None, metadata={"help": "GAD: checkpoint of the block_nat drafter"}
     )

@@ -1,0 +1,95 @@
+"""Cost-aware draft lengths: how many drafted positions a pass should verify.
+
+A pass of the native engine costs about ``fixed + per_position * T`` for T
+positions in all its rows (:class:`PassCost`, measured at start-up or given
+with ``--draft-cost FIXED,PER_POSITION``).  A drafter that knows how likely
+each drafted token is to be accepted (:class:`~.drafters.base.Branch` gains)
+lets :class:`DraftBudget` keep the positions that pay: positions are taken in
+order of expected accepted tokens while each one adds more tokens per
+millisecond than the pass already yields.  Every row emits one token per pass
+whatever is drafted, so with many rows (a large batch) or a fixed cost that is
+small against a position's, drafts shrink towards greedy's single token; with
+one row and a large fixed cost they grow.  Only the lengths change: the
+verifier decides what is accepted, so the output stays greedy's.
+"""
+import statistics
+import time
+from dataclasses import dataclass
+from typing import List, Optional, Sequence
+
+from .drafters.base import Branch
+from .options import check_draft_cost
+
+
+@dataclass
+class PassCost:
+    """Milliseconds of one verification pass: ``fixed + per_position * positions``."""
+
+    fixed: float
+    per_position: float
+    measured: bool = False
+
+    def __str__(self):
+        how = "measured" if self.measured else "given"
+        return f"{self.fixed:.3f} ms + {self.per_position:.3f} ms per position ({how})"
+
+    @classmethod
+    def parse(cls, text: str) -> "PassCost":
+        fixed, per = check_draft_cost(text)
+        return cls(fixed, per)
+
+
+def measure_pass_cost(engine, src_tokens, repeats: int = 7) -> PassCost:
+    """Time passes of ``engine`` over the batch ``src_tokens``: every row with 1
+    and then with 5 positions (medians of ``repeats``), on a scratch state.
+    The drafted tokens are padding, which greedy never chooses: every position
+    is computed and projected, as the drafted positions a rejection wastes are."""
+    B = src_tokens.size(0)
+    times = {}
+    for T in (1, 5):
+        state = engine.begin(src_tokens, repeats + T + 4)
+        sents = list(range(B))
+        rows = [[engine.eos] + [engine.pad] * (T - 1) for _ in sents]
+        samples = []
+        for _ in range(repeats + 1):
+            t0 = time.perf_counter()
+            state.step(sents, rows, 1 << 20, 0, 0.0, 1.0)
+            samples.append(time.perf_counter() - t0)
+        times[T] = statistics.median(samples[1:]) * 1000.0
+    per = max((times[5] - times[1]) / (4 * B), 1e-4)
+    fixed = max(times[1] - per * B, 1e-4)
+    return PassCost(fixed, per, measured=True)
+
+
+class DraftBudget:
+    """Chooses branch lengths for a pass under a :class:`PassCost`."""
+
+    def __init__(self, cost: PassCost, max_positions: int = 64):
+        self.cost = cost
+        self.max_positions = max_positions  # per row, a cap on the tree's size
+
+    def select(self, rows: Sequence[Sequence[Branch]]) -> List[List[int]]:
+        """Lengths to keep of every branch of every row (0 = drop it)."""
+        keep = [[0] * len(branches) for branches in rows]
+        used = [0] * len(rows)
+        cands = []
+        for r, branches in enumerate(rows):
+            for i, br in enumerate(branches):
+                for d, g in enumerate(br.gains or []):
+                    # (gain, then shallower first, row, branch order): a branch's positions in order
+                    cands.append((-g, d, r, i))
+        cands.sort()
+        tokens = float(len(rows))  # every row emits a token
+        ms = self.cost.fixed + self.cost.per_position * len(rows)
+        per = self.cost.per_position
+        for neg_g, d, r, i in cands:
+            g = -neg_g
+            if g * ms <= per * tokens:  # the position adds fewer tokens per ms than the pass yields
+                break
+            if keep[r][i] != d or used[r] >= self.max_positions:
+                continue  # its branch stopped earlier
+            keep[r][i] = d + 1
+            used[r] += 1
+            tokens += g
+            ms += per
+        return keep
