@@ -67,6 +67,20 @@ class DraftBudget:
     def __init__(self, cost: PassCost, max_positions: int = 64):
         self.cost = cost
         self.max_positions = max_positions  # per row, a cap on the tree's size
+        self.reset(cost)  # passes observed (_n); the calibration counts as one
+
+    def reset(self, cost: PassCost) -> None:
+        self.cost = cost
+        self._n, self._sum = 0, cost.fixed
+
+    def observe(self, positions: int, seconds: float) -> None:
+        """A measured pass (the generator's whole iteration): the fixed cost
+        becomes the running mean of what the positions do not explain (the
+        generator's own Python per pass, which a bare engine pass misses)."""
+        rest = 1000.0 * seconds - self.cost.per_position * positions
+        self._n += 1
+        self._sum += max(rest, 0.0)
+        self.cost.fixed = self._sum / (self._n + 1)
 
     def select(self, rows: Sequence[Sequence[Branch]]) -> List[List[int]]:
         """Lengths to keep of every branch of every row (0 = drop it)."""

@@ -277,7 +277,7 @@ class AggressiveGenerator(nn.Module):
             if self._measure_cost:
                 from .draft_budget import measure_pass_cost
 
-                self.budget.cost = measure_pass_cost(native, src_tokens)
+                self.budget.reset(measure_pass_cost(native, src_tokens))
                 self._measure_cost = False
                 logger.info(f"draft budget: a pass costs {self.budget.cost}")
             room = 0
@@ -305,7 +305,9 @@ class AggressiveGenerator(nn.Module):
         self.last_sentence_passes = sent_passes = [0] * bsz  # passes each sentence took part in
         stats.sentences += bsz
 
+        learn_cost = self.budget is not None and self.budget.cost.measured and native is not None
         while active:
+            t_pass = time.perf_counter()
             caps = [max_len - len(outputs[b]) for b in active]
             if lmax is not None:
                 caps = [min(c, lmax) for c in caps]
@@ -343,8 +345,12 @@ class AggressiveGenerator(nn.Module):
                     continue
                 keep.append(i)
                 last[b] = outputs[b][-1]
-                n_draft = drafts[i] if branching else len(drafts[i])
-                self.drafter.update(b, outputs[b], n_draft, n_match[i], branch=won[i])
+                if branching:
+                    self.drafter.update(b, outputs[b], drafts[i], n_match[i], branch=won[i])
+                else:  # (drafters written before branches take four arguments)
+                    self.drafter.update(b, outputs[b], len(drafts[i]), n_match[i])
+            if learn_cost:  # the whole iteration, Python included, is what a pass costs
+                self.budget.observe(sum(len(r) for r in rows), time.perf_counter() - t_pass)
             if len(keep) < len(active):
                 active = [active[i] for i in keep]
                 if active and native is None:

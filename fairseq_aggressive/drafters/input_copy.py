@@ -17,7 +17,8 @@ keeps the cache of the branch that accepted most; the output stays greedy's.
 Each branch carries the expected tokens each of its positions adds (its
 ``gains``): the drafter counts, over everything it decodes, how often a branch
 of each kind has its first token accepted and how often a token after an
-accepted one is accepted too.  A cost-aware budget
+accepted one is accepted too (and the latter for each sentence, with the
+overall rate as its prior).  A cost-aware budget
 (:mod:`fairseq_aggressive.draft_budget`) uses them to choose lengths.
 """
 from typing import Dict, List, Optional, Tuple
@@ -82,7 +83,8 @@ class InputCopyDrafter(Drafter):
         self._proposed: Dict[int, List[Tuple[Branch, int]]] = {}  # sentence -> (branch, source start)
         self._index: Dict[int, Dict[Tuple[int, ...], int]] = {}
         self.first = {kind: _Rate(p) for kind, p in PRIORS.items()}
-        self.cont = _Rate(CONTINUE_PRIOR)
+        self.cont = _Rate(CONTINUE_PRIOR)  # over everything decoded
+        self.sent_cont: List[List[float]] = []  # per sentence of the batch: [hits, trials]
         self.wins: Dict[str, int] = {kind: 0 for kind in PRIORS}  # passes each kind of branch was kept
 
     def begin(self, sample, encoder_out=None) -> None:
@@ -94,6 +96,7 @@ class InputCopyDrafter(Drafter):
         self.ptr = [0] * len(self.src)
         self.anchor = [None] * len(self.src)
         self.since = [0] * len(self.src)
+        self.sent_cont = [[0.0, 0.0] for _ in self.src]
         self._proposed = {}
         self._index = {}
 
@@ -121,9 +124,11 @@ class InputCopyDrafter(Drafter):
         return kept[: self.max_branches]
 
     def propose_branches(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
-        alpha = self.cont.value
+        glob = self.cont.value
         out = []
         for sent, output, cap in zip(sents, outputs, caps):
+            h, t = self.sent_cont[sent]  # this sentence's own rate, the global one as its prior
+            alpha = (h + glob * PRIOR_WEIGHT) / (t + PRIOR_WEIGHT)
             branches = []
             for kind, r in (self._starts(sent, output) if cap > 0 else []):
                 tokens = self.src[sent][r : r + cap]
@@ -145,7 +150,10 @@ class InputCopyDrafter(Drafter):
             if br.tokens:
                 self.first[br.kind].add(float(i == branch and n_match >= 1), 1.0)
         if n_match >= 1:  # tokens after an accepted one
-            self.cont.add(n_match - 1, n_match - 1 + (n_match < n_draft))
+            hits, trials = n_match - 1, n_match - 1 + (n_match < n_draft)
+            self.cont.add(hits, trials)
+            self.sent_cont[sent][0] += hits
+            self.sent_cont[sent][1] += trials
         if not proposed:  # nothing to copy: one more token since the edit
             self.ptr[sent] = None
             self.since[sent] += 1

@@ -1,0 +1,208 @@
+"""Several drafts per pass (tree rows of the native engine), IAD's multi-branch
+re-anchoring, the cost-aware draft budget and the edit-span counts of the bench."""
+import random
+
+import pytest
+
+from fairseq_aggressive.bench import edit_spans, mode_overrides, pass_bound, span_lengths
+from fairseq_aggressive.draft_budget import DraftBudget, PassCost
+from fairseq_aggressive.drafters import Drafter, InputCopyDrafter
+from fairseq_aggressive.drafters.base import Branch
+from fairseq_aggressive.options import check_draft_cost, check_iad_branches
+from helpers import make_model, make_sample, make_task
+from test_equivalence import SHAPES, check, random_sources
+from test_native import NATIVE_SHAPES, _decode, _same_bits, needs_native
+
+
+class OracleBranches(Drafter):
+    """Per pass, 1-4 branches in random order: greedy's own continuation
+    (sometimes cut short or corrupted after a few tokens) among corrupted
+    copies whose first token differs.  Any branch may win; exactness and the
+    kept branch's cache must not depend on which."""
+
+    multi_branch = True
+    max_branches = 4
+    ref_offset = 0
+
+    def __init__(self, ref, rng, vocab):
+        self.ref = [r[0]["tokens"].tolist() for r in ref]
+        self.rng, self.vocab = rng, vocab
+        self.kept = []  # (index of the branch kept, index of greedy's branch)
+
+    def begin(self, sample, encoder_out=None):
+        pass
+
+    def propose_branches(self, sents, outputs, caps):
+        out = []
+        self._true = []
+        for sent, output, cap in zip(sents, outputs, caps):
+            ref = self.ref[sent + self.ref_offset][len(output):]
+            n = min(cap, self.rng.choice([1, 2, 5, 40]))
+            good = ref[:n]
+            if good and self.rng.random() < 0.3:  # a late corruption: partly accepted
+                j = self.rng.randrange(len(good))
+                good = good[:j] + [self.rng.randrange(4, self.vocab)] + good[j + 1:]
+            branches = [good] if good else []
+            for _ in range(self.rng.randrange(0, 4)):
+                if n < 1:
+                    break
+                bad = [self.rng.randrange(4, self.vocab) for _ in range(self.rng.randrange(1, n + 1))]
+                if not ref or bad[0] != ref[0]:
+                    branches.append(bad)
+            order = list(range(len(branches)))
+            self.rng.shuffle(order)
+            self._true.append(order.index(0) if good else -1)
+            out.append([Branch([*branches[i]]) for i in order] or [Branch([])])
+        self._row = {s: i for i, s in enumerate(sents)}
+        return out
+
+    def update(self, sent, output, n_draft, n_match, branch=0):
+        if n_match:
+            self.kept.append((branch, self._true[self._row[sent]]))
+
+
+@needs_native
+@pytest.mark.parametrize("shape", ["post-norm, sinusoidal", "pre-norm, learned positions",
+                                   "gelu, post-norm, 8 heads"])
+def test_tree_passes_are_bit_identical_to_native_greedy(shape):
+    """Whichever branch wins, its positions see the cache, the last token and
+    their own branch only, at their own output positions, and its keys and
+    values move into place: the result equals the engine's greedy bit for bit."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=9, **NATIVE_SHAPES[shape])
+    rng = random.Random(len(shape))
+    rows = random_sources(rng, 24, len(d), d.eos()) + random_sources(rng, 16, len(d), d.eos(), repeat=True)
+    ref, _ = _decode(model, task, rows, 1, max_len_b=40, max_draft_len=0)
+    for bsz in (1, 8):
+        drafter = OracleBranches(ref, rng, len(d))
+        out, gen = _decode(model, task, rows, bsz, drafter=drafter, max_len_b=40)
+        _same_bits(ref, out)
+        assert gen.stats.tree_passes > 0 and gen.stats.branch_wins > 0
+        # the pass kept greedy's branch whenever that one accepted something
+        assert drafter.kept and all(k == t for k, t in drafter.kept if t >= 0)
+
+
+@needs_native
+def test_tree_row_bad_split_is_refused():
+    task = make_task()
+    d = task.target_dictionary
+    from fairseq_aggressive.native import NativeEngine
+
+    model = make_model(task, seed=1)
+    batch = NativeEngine(model, d).begin(make_sample([[5, 6, 7, d.eos()]], d.pad())["net_input"]["src_tokens"], 20)
+    with pytest.raises(ValueError, match="do not split"):
+        batch.step([0], [[d.eos(), 5, 6, 7]], 20, 1, 0.0, 1.0, branches=[[1, 1]])
+    with pytest.raises(ValueError, match="do not split"):
+        batch.step([0], [[d.eos(), 5, 6]], 20, 1, 0.0, 1.0, branches=[[2, 0]])
+    with pytest.raises(RuntimeError, match="does not fit"):  # beyond the cache: no room was asked for
+        batch.step([0], [[d.eos()] + [5] * 30], 20, 1, 0.0, 1.0, branches=[[10, 10, 10]])
+    emit, _, n_match, _, won = batch.step([0], [[d.eos(), 5, 6]], 20, 1, 0.0, 1.0, branches=[[1, 1]])
+    assert len(emit[0]) == n_match[0] + 1 and won[0] in (0, 1)
+
+
+SRC = [10, 11, 12, 13, 14, 15, 16, 17, 2]
+
+
+def _iad(branches):
+    task = make_task()
+    d = task.target_dictionary
+    drafter = InputCopyDrafter(d, d, branches=branches)
+    drafter.begin(make_sample([SRC], d.pad()))
+    return drafter
+
+
+def test_iad_branches_after_an_edit():
+    """A rejection at source position 3 (the verifier emitted 40 instead of 13):
+    the next pass tries the substitution (copy on at 14), the insertion (at 13),
+    the deletion (at 15), ... one branch per distinct first token."""
+    drafter = _iad(branches=3)
+    assert [b.tokens for b in drafter.propose_branches([0], [[]], [4])[0]] == [[10, 11, 12, 13]]
+    out = [10, 11, 12, 40]
+    drafter.update(0, out, 4, 3, branch=0)
+    branches = drafter.propose_branches([0], [out], [4])[0]
+    assert [b.tokens[0] for b in branches] == [14, 13, 15]
+    assert {b.kind for b in branches} == {"sub", "ins", "del"}
+    assert all(b.gains == sorted(b.gains, reverse=True) and 0 < b.gains[0] < 1 for b in branches)
+    # the insertion branch (index 1) accepted 2 tokens, then another edit (99): branches around it
+    out += [13, 14, 99]
+    drafter.update(0, out, 4, 2, branch=1)
+    assert sorted(b.tokens[0] for b in drafter.propose_branches([0], [out], [4])[0]) == [15, 16, 17]
+    # the deletion branch accepted all its tokens and the verifier's next token continues it
+    out += [17, 2]
+    deletion = next(i for i, (b, _) in enumerate(drafter._proposed[0]) if b.kind == "del")
+    drafter.update(0, out, 1, 1, branch=deletion)
+    assert drafter.ptr[0] is None and drafter.anchor[0] == len(SRC)
+    # one branch: the paper's drafter, nothing until a unique suffix re-anchors
+    single = _iad(branches=1)
+    single.propose_branches([0], [[]], [4])
+    single.update(0, [10, 11, 12, 40], 4, 3)
+    assert [b.tokens for b in single.propose_branches([0], [[10, 11, 12, 40]], [4])[0]] == [[]]
+
+
+@pytest.mark.parametrize("shape", ["post-norm, sinusoidal", "pre-norm, learned positions",
+                                   "deep-shallow 3+1, output dim differs"])  # the last: torch verifier
+@pytest.mark.parametrize("bsz", [1, 8])
+def test_multi_branch_iad_matches_greedy(shape, bsz):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=len(shape), **SHAPES[shape])
+    rng = random.Random(bsz)
+    rows = random_sources(rng, 32, len(d), d.eos()) + random_sources(rng, 16, len(d), d.eos(), repeat=True)
+    for agg in (dict(max_draft_len=3), dict(draft_cost="auto"), dict(draft_cost="0.5,0.01", max_draft_len=8)):
+        factory = lambda ref: InputCopyDrafter(d, d, branches=3)  # noqa: E731
+        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40), drafter_factory=factory, agg_kw=agg)
+        assert cmp.identical + cmp.near_ties == len(rows)
+
+
+def test_budget_keeps_positions_that_pay():
+    copy = Branch(list(range(10)), [0.9 ** (i + 1) for i in range(10)])
+    other = Branch([50, 51], [0.05, 0.04])
+    # one row, a pass costs 10x a position: the copy's likely positions pay, the unlikely branch not
+    keep = DraftBudget(PassCost(1.0, 0.1)).select([[copy, other]])
+    assert 3 <= keep[0][0] <= 10 and keep[0][1] == 0
+    # positions almost free: everything with a gain is kept
+    assert DraftBudget(PassCost(1.0, 1e-4)).select([[copy, other]]) == [[10, 2]]
+    # positions dear against the pass (or 32 rows sharing its fixed cost): nothing is drafted
+    assert DraftBudget(PassCost(0.01, 1.0)).select([[copy, other]]) == [[0, 0]]
+    many = DraftBudget(PassCost(1.0, 0.1)).select([[copy]] * 32)
+    assert sum(k[0] for k in many) < 32 * keep[0][0]
+    # a branch's positions are kept as a prefix, whatever the gains of other rows
+    for lengths in DraftBudget(PassCost(2.0, 0.1)).select([[copy, other], [other, copy]]):
+        assert all(n >= 0 for n in lengths)
+
+
+def test_budget_learns_the_fixed_cost():
+    budget = DraftBudget(PassCost(0.1, 0.01, measured=True))
+    for _ in range(20):
+        budget.observe(5, 0.00105)  # 1.05 ms for 5 positions: 1.0 ms fixed
+    assert 0.9 < budget.cost.fixed < 1.0
+
+
+def test_edit_spans_and_bound():
+    assert edit_spans([1, 2, 3], [1, 2, 3]) == 0 and pass_bound([1, 2, 3], [1, 2, 3]) == 1
+    assert edit_spans([1, 2, 3, 4], [1, 9, 3, 4]) == 1  # substitution
+    assert span_lengths([1, 2, 3, 4], [1, 9, 8, 3, 4]) == [2]  # substitution + insertion: one span
+    assert edit_spans([1, 2, 3, 4, 5, 6], [1, 3, 4, 5, 9, 6]) == 2  # a deletion, a substitution
+    assert pass_bound([1, 2, 3, 4, 5, 6], [1, 3, 4, 5, 9, 6]) == 3
+    assert pass_bound([1, 2, 3], [1, 7, 8, 9, 2, 3]) == 4  # three new tokens: three passes after the first
+
+
+def test_options_are_checked():
+    assert check_iad_branches(3) == 3
+    for bad in (0, 9, 1.5, "x"):
+        with pytest.raises(ValueError, match="--iad-branches"):
+            check_iad_branches(bad)
+    assert check_draft_cost("0.2,0.03") == (0.2, 0.03)
+    for bad in ("", "1", "a,b", "1,0", "-1,2", "1,2,3", "inf,1"):
+        with pytest.raises(ValueError, match="--draft-cost"):
+            check_draft_cost(bad)
+    task = make_task()
+    d = task.target_dictionary
+    from fairseq_aggressive.generator import AggressiveGenerator
+
+    with pytest.raises(ValueError, match="--draft-cost"):
+        AggressiveGenerator([make_model(task)], d, InputCopyDrafter(d, d), draft_cost="fast")
+    assert mode_overrides("iad@1024-b3-cost", None) == dict(beam=1, decoding="iad", iad_branches=3,
+                                                             draft_cost="auto", max_draft_len=1024)
+    assert mode_overrides("iad-b2", None)["iad_branches"] == 2
