@@ -118,10 +118,13 @@ def mode_overrides(name: str, args) -> Dict:
         return {}
     m = re.fullmatch(r"iad(?:@(\d+))?(?:-b(\d+))?(-cost)?", name)
     if m:  # IAD with a draft length cap (the SAD paper's Lmax), branches after an edit, a cost budget
-        ov = dict(beam=1, decoding="iad", iad_branches=int(m.group(2) or 1),
-                  draft_cost="auto" if m.group(3) else None)
+        ov = dict(beam=1, decoding="iad")
         if m.group(1):
             ov["max_draft_len"] = int(m.group(1))
+        if m.group(2):
+            ov["iad_branches"] = int(m.group(2))
+        if m.group(3):
+            ov["draft_cost"] = "auto"
         return ov
     m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
     if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
