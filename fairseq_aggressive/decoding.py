@@ -25,7 +25,7 @@ def build_drafter_and_rule(decoding: str, task, models, option: Callable[[str], 
 
         drafter = InputCopyDrafter(task.source_dictionary, task.target_dictionary,
                                    ngram_min=option("iad_ngram_min"), ngram_max=option("iad_ngram_max"),
-                                   branches=option("iad_branches"))
+                                   branches=option("iad_branches") or 1)
         return drafter, build_acceptance()
     if decoding == "blockwise":
         from .drafters import BlockwiseHeadsDrafter
