@@ -203,15 +203,10 @@ def span_lengths(a: List[int], b: List[int]) -> List[int]:
     """Per maximal run of unmatched steps (substitutions, insertions, deletions)
     in a Levenshtein alignment of ``a`` to ``b``, the tokens of ``b`` in it (the
     backtrace prefers matches, then substitutions)."""
+    from fairseq_aggressive.evaluation.m2 import distance_table
+
     n, m = len(a), len(b)
-    d = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n + 1):
-        d[i][0] = i
-    for j in range(m + 1):
-        d[0][j] = j
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+    d = distance_table(a, b)
     i, j, spans, in_span = n, m, [], False
     while i > 0 or j > 0:
         if i > 0 and j > 0 and a[i - 1] == b[j - 1] and d[i][j] == d[i - 1][j - 1]:
@@ -237,10 +232,14 @@ def edit_spans(a: List[int], b: List[int]) -> int:
 
 
 def pass_bound(a: List[int], b: List[int]) -> int:
-    """Fewest passes a drafter that copies ``a`` can need for output ``b``: one,
-    plus per edit span one per output token in it (a pass emits one token it
-    did not draft), at least one (a deletion's span still ends a draft)."""
-    return 1 + sum(max(1, s) for s in span_lengths(a, b))
+    """Fewest passes a drafter that copies ``a`` can need for output ``b``."""
+    return bound_of_spans(span_lengths(a, b))
+
+
+def bound_of_spans(spans: List[int]) -> int:
+    """One pass, plus per edit span one per output token in it (a pass emits
+    one token it did not draft), at least one (a deletion's span still ends a draft)."""
+    return 1 + sum(max(1, k) for k in spans)
 
 
 def gen_args_for(cfg_generation, overrides) -> argparse.Namespace:
@@ -339,8 +338,8 @@ def run(cfg, bench) -> Dict:
         base = rec.get("greedy", rec[modes[0]])["tokens"]
         src = rec.pop("src_tokens")
         rec["edit_ratio"] = levenshtein(src, base) / max(len(src), 1)
-        rec["edit_spans"] = edit_spans(src, base)
-        rec["pass_bound"] = pass_bound(src, base)
+        spans = span_lengths(src, base)
+        rec["edit_spans"], rec["pass_bound"] = len(spans), bound_of_spans(spans)
     return summarize(modes, per_sent, totals, steps, gens, bsz, bench.threads)
 
 
