@@ -1,8 +1,10 @@
 """Cost-aware draft lengths: how many drafted positions a pass should verify.
 
 A pass of the native engine costs about ``fixed + per_position * T`` for T
-positions in all its rows (:class:`PassCost`, measured at start-up or given
-with ``--draft-cost FIXED,PER_POSITION``).  A drafter that knows how likely
+positions in all its rows (:class:`PassCost`, given with ``--draft-cost
+FIXED,PER_POSITION``, or measured at start-up and then fitted to the
+generator's own iterations: the line through their milliseconds against
+their positions, Python included).  A drafter that knows how likely
 each drafted token is to be accepted (:class:`~.drafters.base.Branch` gains)
 lets :class:`DraftBudget` keep the positions that pay: positions are taken in
 order of expected accepted tokens while each one adds more tokens per
@@ -15,10 +17,15 @@ verifier decides what is accepted, so the output stays greedy's.
 import statistics
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import List, Sequence, Tuple
 
 from .drafters.base import Branch
 from .options import check_draft_cost
+
+# the least either part of a pass's cost may be (ms); a measured cost's timings count as
+# this many of the generator's iterations when the cost is learnt on from them
+MIN_MS = 1e-4
+CALIBRATION_WEIGHT = 4.0
 
 
 @dataclass
@@ -28,6 +35,8 @@ class PassCost:
     fixed: float
     per_position: float
     measured: bool = False
+    # the timings a measured cost came from: (positions in the pass, ms)
+    points: Tuple[Tuple[float, float], ...] = ()
 
     def __str__(self):
         how = "measured" if self.measured else "given"
@@ -56,31 +65,51 @@ def measure_pass_cost(engine, src_tokens, repeats: int = 7) -> PassCost:
             state.step(sents, rows, 1 << 20, 0, 0.0, 1.0)
             samples.append(time.perf_counter() - t0)
         times[T] = statistics.median(samples[1:]) * 1000.0
-    per = max((times[5] - times[1]) / (4 * B), 1e-4)
-    fixed = max(times[1] - per * B, 1e-4)
-    return PassCost(fixed, per, measured=True)
+    per = max((times[5] - times[1]) / (4 * B), MIN_MS)
+    fixed = max(times[1] - per * B, MIN_MS)
+    return PassCost(fixed, per, measured=True, points=((B, times[1]), (5 * B, times[5])))
 
 
 class DraftBudget:
     """Chooses branch lengths for a pass under a :class:`PassCost`."""
 
     def __init__(self, cost: PassCost, max_positions: int = 64):
-        self.cost = cost
         self.max_positions = max_positions  # per row, a cap on the tree's size
-        self.reset(cost)  # passes observed (_n); the calibration counts as one
+        self.reset(cost)
 
     def reset(self, cost: PassCost) -> None:
         self.cost = cost
-        self._n, self._sum = 0, cost.fixed
+        # least-squares sums (weight, x, y, xx, xy) of ms against positions; a measured
+        # cost's own timings start them, each worth CALIBRATION_WEIGHT iterations
+        self._sums = [0.0] * 5
+        for x, y in cost.points:
+            self._add(x, y, CALIBRATION_WEIGHT)
+
+    def _add(self, x: float, y: float, w: float) -> None:
+        for i, v in enumerate((1.0, x, y, x * x, x * y)):
+            self._sums[i] += w * v
 
     def observe(self, positions: int, seconds: float) -> None:
-        """A measured pass (the generator's whole iteration): the fixed cost
-        becomes the running mean of what the positions do not explain (the
-        generator's own Python per pass, which a bare engine pass misses)."""
-        rest = 1000.0 * seconds - self.cost.per_position * positions
-        self._n += 1
-        self._sum += max(rest, 0.0)
-        self.cost.fixed = self._sum / (self._n + 1)
+        """A measured pass (the generator's whole iteration, its Python
+        included): both parts of the cost become the least-squares line of
+        the iterations' milliseconds against their positions.  A bare engine
+        pass over padding misses the Python each row and each drafted
+        position costs, and an estimate of one part taken as exact makes the
+        other absorb its error (and grow with the positions it justifies)."""
+        self._add(float(positions), 1000.0 * seconds, 1.0)
+        n, sx, sy, sxx, sxy = self._sums
+        det = n * sxx - sx * sx
+        if n < 2 or det <= 1e-9 * max(n * sxx, 1.0):  # positions have not varied yet
+            return
+        per = (n * sxy - sx * sy) / det
+        self.cost.per_position = max(per, MIN_MS)
+        self.cost.fixed = max((sy - self.cost.per_position * sx) / n, MIN_MS)
+
+    def pays(self, n_rows: int, gain: float) -> bool:
+        """Whether a position with expected ``gain`` accepted tokens adds more
+        tokens per millisecond to a pass of ``n_rows`` undrafted rows than the
+        pass yields (if not, no position of the pass will be kept)."""
+        return gain * (self.cost.fixed + self.cost.per_position * n_rows) > self.cost.per_position * n_rows
 
     def select(self, rows: Sequence[Sequence[Branch]]) -> List[List[int]]:
         """Lengths to keep of every branch of every row (0 = drop it)."""
@@ -98,7 +127,7 @@ class DraftBudget:
         per = self.cost.per_position
         for neg_g, d, r, i in cands:
             g = -neg_g
-            if g * ms <= per * tokens:  # the position adds fewer tokens per ms than the pass yields
+            if g * ms <= per * tokens:  # (the first test is pays())  # the position adds fewer tokens per ms than the pass yields
                 break
             if keep[r][i] != d or used[r] >= self.max_positions:
                 continue  # its branch stopped earlier

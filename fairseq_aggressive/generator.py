@@ -363,6 +363,10 @@ class AggressiveGenerator(nn.Module):
         is one (only the first branch per sentence unless ``several``): per row
         the concatenated drafts, the drafter's indices of the branches kept and
         their lengths."""
+        if self.budget is not None and several and not self.budget.pays(len(active), self.drafter.gain_bound()):
+            # no position can pay for itself: greedy's pass, without asking the drafter
+            # (its update() then sees nothing proposed and re-anchors later from the output)
+            return [[] for _ in active], [[0] for _ in active], [[0] for _ in active]
         cands = self.drafter.propose_branches(active, [outputs[b] for b in active], caps)
         if not several:  # the torch verifier takes one draft
             for c in cands:

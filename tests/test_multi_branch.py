@@ -172,11 +172,24 @@ def test_budget_keeps_positions_that_pay():
         assert all(n >= 0 for n in lengths)
 
 
-def test_budget_learns_the_fixed_cost():
-    budget = DraftBudget(PassCost(0.1, 0.01, measured=True))
-    for _ in range(20):
-        budget.observe(5, 0.00105)  # 1.05 ms for 5 positions: 1.0 ms fixed
-    assert 0.9 < budget.cost.fixed < 1.0
+def test_budget_fits_the_cost_to_the_iterations():
+    # calibrated on a bare pass: 0.1 ms + 0.01 ms per position; the generator's iterations
+    # cost 0.05 ms + 0.05 ms per position (Python per position the bare pass missed)
+    budget = DraftBudget(PassCost(0.1, 0.01, measured=True, points=((1, 0.11), (5, 0.15))))
+    for i in range(200):
+        positions = 1 + i % 9
+        budget.observe(positions, (0.05 + 0.05 * positions) / 1000.0)
+    assert 0.045 < budget.cost.per_position < 0.052 and 0.04 < budget.cost.fixed < 0.07
+    # a row's positions then cost what they earn only with gains near one: a batch of
+    # 32 rows drafts nothing with copy-like gains (the old estimate kept many)
+    copy = Branch(list(range(10)), [0.8 ** (i + 1) for i in range(10)])
+    assert sum(k[0] for k in budget.select([[copy]] * 32)) == 0
+    assert sum(k[0] for k in DraftBudget(PassCost(2.0, 0.01)).select([[copy]] * 32)) > 32
+    # positions that never vary leave the calibration as it was
+    same = DraftBudget(PassCost(0.1, 0.01, measured=True))
+    for _ in range(5):
+        same.observe(4, 0.001)
+    assert (same.cost.fixed, same.cost.per_position) == (0.1, 0.01)
 
 
 def test_edit_spans_and_bound():

@@ -139,6 +139,9 @@ class InputCopyDrafter(Drafter):
             out.append([b for b, _ in branches] or [Branch([], [], "none")])
         return out
 
+    def gain_bound(self) -> float:
+        return max(rate.value for rate in self.first.values())
+
     def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
         return self.propose_branches([sent], [output], [cap])[0][0].tokens
 
