@@ -61,7 +61,7 @@ import logging
 import statistics
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -199,10 +199,11 @@ def levenshtein(a: List[int], b: List[int]) -> int:
     return prev[-1]
 
 
-def span_lengths(a: List[int], b: List[int]) -> List[int]:
+def edit_span_ranges(a: List[int], b: List[int]) -> List[Tuple[int, int]]:
     """Per maximal run of unmatched steps (substitutions, insertions, deletions)
-    in a Levenshtein alignment of ``a`` to ``b``, the tokens of ``b`` in it (the
-    backtrace prefers matches, then substitutions)."""
+    in a Levenshtein alignment of ``a`` to ``b``, the range ``[start, end)`` of
+    the tokens of ``b`` in it (empty for a deletion; the backtrace prefers
+    matches, then substitutions)."""
     from fairseq_aggressive.evaluation.m2 import distance_table
 
     n, m = len(a), len(b)
@@ -213,17 +214,21 @@ def span_lengths(a: List[int], b: List[int]) -> List[int]:
             i, j, in_span = i - 1, j - 1, False
             continue
         if not in_span:
-            spans.append(0)
+            spans.append([j, j])
         in_span = True
         if i > 0 and j > 0 and d[i][j] == d[i - 1][j - 1] + 1:
             i, j = i - 1, j - 1
-            spans[-1] += 1
         elif i > 0 and d[i][j] == d[i - 1][j] + 1:
             i -= 1
         else:
             j -= 1
-            spans[-1] += 1
-    return spans[::-1]
+        spans[-1][0] = j
+    return [(s, e) for s, e in reversed(spans)]
+
+
+def span_lengths(a: List[int], b: List[int]) -> List[int]:
+    """Per edit span (:func:`edit_span_ranges`), the tokens of ``b`` in it."""
+    return [e - s for s, e in edit_span_ranges(a, b)]
 
 
 def edit_spans(a: List[int], b: List[int]) -> int:

@@ -82,6 +82,7 @@ class DraftBudget:
         # least-squares sums (weight, x, y, xx, xy) of ms against positions; a measured
         # cost's own timings start them, each worth CALIBRATION_WEIGHT iterations
         self._sums = [0.0] * 5
+        self._draft_rows, self._draft_ms = 0, 0.0
         for x, y in cost.points:
             self._add(x, y, CALIBRATION_WEIGHT)
 
@@ -105,11 +106,30 @@ class DraftBudget:
         self.cost.per_position = max(per, MIN_MS)
         self.cost.fixed = max((sy - self.cost.per_position * sx) / n, MIN_MS)
 
-    def pays(self, n_rows: int, gain: float) -> bool:
-        """Whether a position with expected ``gain`` accepted tokens adds more
-        tokens per millisecond to a pass of ``n_rows`` undrafted rows than the
-        pass yields (if not, no position of the pass will be kept)."""
-        return gain * (self.cost.fixed + self.cost.per_position * n_rows) > self.cost.per_position * n_rows
+    def observe_drafter(self, n_rows: int, seconds: float) -> None:
+        """The drafter's time for a pass of ``n_rows`` rows (proposing and
+        choosing lengths): what drafting costs per row beyond the positions."""
+        self._draft_rows += n_rows
+        self._draft_ms += 1000.0 * seconds
+
+    @property
+    def draft_ms_per_row(self) -> float:
+        return self._draft_ms / self._draft_rows if self._draft_rows else 0.0
+
+    def pays(self, n_rows: int, gains: Sequence[float]) -> bool:
+        """Whether drafting the first k positions of a branch with ``gains``
+        (expected accepted tokens per position) in each of ``n_rows`` rows, for
+        some k, yields more tokens per millisecond than a pass without the
+        drafter: each row pays for its positions and for the drafter's time
+        per row (if no k does, the generator skips the drafter)."""
+        per, rows = self.cost.per_position, n_rows
+        ms = self.cost.fixed + per * rows  # the pass without drafts
+        total = 0.0
+        for k, g in enumerate(gains, 1):
+            total += g
+            if total * ms > rows * (self.draft_ms_per_row + per * k):
+                return True
+        return False
 
     def select(self, rows: Sequence[Sequence[Branch]]) -> List[List[int]]:
         """Lengths to keep of every branch of every row (0 = drop it)."""

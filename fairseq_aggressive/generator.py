@@ -29,6 +29,8 @@ ENGINES = ("auto", "native", "torch")
 NATIVE_DRAFT_CAP = 4
 # with a cost-aware budget and no --max-draft-len, the longest branch it may keep
 BUDGET_DRAFT_CAP = 16
+# when the budget skips the drafter, one pass in this many drafts anyway (the cost is learnt from them)
+BUDGET_EXPLORE = 16
 logger = logging.getLogger("fairseq_aggressive")
 
 
@@ -151,6 +153,8 @@ class AggressiveGenerator(nn.Module):
         # engine's pass cost on the first batch, "FIXED,PER_POSITION" gives it, None/"off": fixed lengths
         self.budget = None
         self._measure_cost = False
+        self._drafted = False  # whether the last pass asked the drafter (a budget may skip it)
+        self._skipped = 0  # passes in a row the budget skipped the drafter
         if draft_cost not in (None, "off") and self.native is not None and drafter.multi_branch:
             from .draft_budget import DraftBudget, PassCost
 
@@ -316,7 +320,10 @@ class AggressiveGenerator(nn.Module):
                 drafts, kept, blens = self._branches(active, outputs, caps, several=native is not None)
             else:
                 drafts = self.drafter.propose_batch(active, [outputs[b] for b in active], caps)
-            stats.draft_seconds += time.perf_counter() - t0
+            t_draft = time.perf_counter() - t0
+            stats.draft_seconds += t_draft
+            if learn_cost and self._drafted:
+                self.budget.observe_drafter(len(active), t_draft)
             rows = [[last[b]] + d for b, d in zip(active, drafts)]
             won = [0] * len(active)
             if native is not None:
@@ -363,10 +370,15 @@ class AggressiveGenerator(nn.Module):
         is one (only the first branch per sentence unless ``several``): per row
         the concatenated drafts, the drafter's indices of the branches kept and
         their lengths."""
-        if self.budget is not None and several and not self.budget.pays(len(active), self.drafter.gain_bound()):
-            # no position can pay for itself: greedy's pass, without asking the drafter
-            # (its update() then sees nothing proposed and re-anchors later from the output)
+        if (self.budget is not None and several and self._skipped < BUDGET_EXPLORE - 1
+                and not self.budget.pays(len(active), self.drafter.best_gains(max(caps)))):
+            # drafts cannot pay for the drafter and their positions: greedy's pass without the
+            # drafter (its update() sees nothing proposed and re-anchors later from the output);
+            # every BUDGET_EXPLORE-th pass in a row drafts anyway, so that the cost keeps being learnt
+            self._skipped += 1
+            self._drafted = False
             return [[] for _ in active], [[0] for _ in active], [[0] for _ in active]
+        self._drafted, self._skipped = True, 0
         cands = self.drafter.propose_branches(active, [outputs[b] for b in active], caps)
         if not several:  # the torch verifier takes one draft
             for c in cands:

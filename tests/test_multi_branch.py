@@ -185,6 +185,15 @@ def test_budget_fits_the_cost_to_the_iterations():
     copy = Branch(list(range(10)), [0.8 ** (i + 1) for i in range(10)])
     assert sum(k[0] for k in budget.select([[copy]] * 32)) == 0
     assert sum(k[0] for k in DraftBudget(PassCost(2.0, 0.01)).select([[copy]] * 32)) > 32
+    # the gate before the drafter: a copy of gains 0.8, 0.68, ... pays for one row and a
+    # drafter time of 0.03 ms per row, not for 32 rows; a drafter that costs 1 ms a row never pays
+    gains = [0.8 * 0.85 ** i for i in range(8)]
+    one = DraftBudget(PassCost(0.1, 0.025))
+    one.observe_drafter(1, 0.00003)
+    assert one.pays(1, gains) and not one.pays(32, gains)
+    dear = DraftBudget(PassCost(0.1, 0.025))
+    dear.observe_drafter(1, 0.001)
+    assert not dear.pays(1, gains) and not dear.pays(1, [])
     # positions that never vary leave the calibration as it was
     same = DraftBudget(PassCost(0.1, 0.01, measured=True))
     for _ in range(5):

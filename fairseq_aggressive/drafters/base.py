@@ -60,10 +60,11 @@ class Drafter:
         lengths); :meth:`update` then names the branch that was kept."""
         return [[Branch(d)] for d in self.propose_batch(sents, outputs, caps)]
 
-    def gain_bound(self) -> float:
-        """The largest gain any position of :meth:`propose_branches` can carry
-        (a cost-aware budget skips drafting when not even this would pay)."""
-        return 1.0
+    def best_gains(self, n: int) -> List[float]:
+        """The largest gains the first ``n`` positions of a branch of
+        :meth:`propose_branches` can carry (a cost-aware budget skips the
+        drafter when not even these would pay for its time and positions)."""
+        return [1.0] * n
 
     def observe(self, sents: List[int], feats, n_emit) -> None:
         """Called after each pass with the verifier's features (B, W, C) of the

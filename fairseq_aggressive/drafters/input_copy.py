@@ -139,8 +139,9 @@ class InputCopyDrafter(Drafter):
             out.append([b for b, _ in branches] or [Branch([], [], "none")])
         return out
 
-    def gain_bound(self) -> float:
-        return max(rate.value for rate in self.first.values())
+    def best_gains(self, n: int) -> List[float]:
+        p, alpha = max(rate.value for rate in self.first.values()), self.cont.value
+        return [p * alpha ** i for i in range(n)]
 
     def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
         return self.propose_branches([sent], [output], [cap])[0][0].tokens
