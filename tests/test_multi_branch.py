@@ -228,3 +228,23 @@ def test_options_are_checked():
     assert mode_overrides("iad@1024-b3-cost", None) == dict(beam=1, decoding="iad", iad_branches=3,
                                                              draft_cost="auto", max_draft_len=1024)
     assert mode_overrides("iad-b2", None)["iad_branches"] == 2
+
+
+def test_span_predictability_counts():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "span_predictability.py"
+    spec = importlib.util.spec_from_file_location("span_predictability", path)
+    sp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sp)
+    src, hyp, bos = [1, 2, 3, 4, 5, 2], [1, 7, 8, 9, 3, 4, 6, 2], 2  # spans: 7 8 9 (for 2), 6 (for 5)
+    assert sp.passes_for(src, hyp, lambda ctx: None, bos) == pass_bound(src, hyp) == 5
+    assert sp.passes_for(src, hyp, lambda ctx: hyp[len(ctx) - 1], bos) == 1 + edit_spans(src, hyp) == 3
+    nxt = sp.NextToken(2)
+    nxt.add([bos, 7, 8, 9])  # 8 after 7 is guessed, 9 after 8 too: the first span costs one pass
+    assert sp.passes_for(src, hyp, nxt, bos) == 3
+    nxt = sp.NextToken(3)
+    nxt.add([bos, 7, 8, 5, 0, 8, 9])  # after (7, 8): 5; after 8 alone: 5 or 9, the first seen wins
+    assert nxt([1, 7, 8]) == 5 and nxt([3, 8]) == 5 and nxt([0]) == 8 and nxt([42]) is None
+    assert sp.passes_for(src, hyp, nxt, bos) == 4  # 8 guessed, 9 not
