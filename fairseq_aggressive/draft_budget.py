@@ -147,7 +147,7 @@ class DraftBudget:
         per = self.cost.per_position
         for neg_g, d, r, i in cands:
             g = -neg_g
-            if g * ms <= per * tokens:  # (the first test is pays())  # the position adds fewer tokens per ms than the pass yields
+            if g * ms <= per * tokens:  # the position adds fewer tokens per ms than the pass yields
                 break
             if keep[r][i] != d or used[r] >= self.max_positions:
                 continue  # its branch stopped earlier
