@@ -69,6 +69,7 @@ import fairseq_aggressive  # noqa: F401  (registers the task, patches loading)
 from fairseq_aggressive import ct2_baseline
 from fairseq_aggressive.ct2_baseline import COMPUTE_TYPES
 from fairseq_aggressive.cpu_features import describe_machine, machine_info
+from fairseq_aggressive.evaluation.m2 import distance_table
 from fairseq_aggressive.generator import length_cap
 
 logger = logging.getLogger("fairseq_aggressive.bench")
@@ -189,25 +190,14 @@ def add_bench_args(parser):
     return parser
 
 
-def levenshtein(a: List[int], b: List[int]) -> int:
-    prev = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        cur = [i]
-        for j, y in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
-        prev = cur
-    return prev[-1]
-
-
-def edit_span_ranges(a: List[int], b: List[int]) -> List[Tuple[int, int]]:
+def edit_span_ranges(a: List[int], b: List[int], d=None) -> List[Tuple[int, int]]:
     """Per maximal run of unmatched steps (substitutions, insertions, deletions)
     in a Levenshtein alignment of ``a`` to ``b``, the range ``[start, end)`` of
     the tokens of ``b`` in it (empty for a deletion; the backtrace prefers
-    matches, then substitutions)."""
-    from fairseq_aggressive.evaluation.m2 import distance_table
-
+    matches, then substitutions).  ``d``: their table
+    (:func:`~fairseq_aggressive.evaluation.m2.distance_table`), if already made."""
     n, m = len(a), len(b)
-    d = distance_table(a, b)
+    d = distance_table(a, b) if d is None else d
     i, j, spans, in_span = n, m, [], False
     while i > 0 or j > 0:
         if i > 0 and j > 0 and a[i - 1] == b[j - 1] and d[i][j] == d[i - 1][j - 1]:
@@ -226,9 +216,9 @@ def edit_span_ranges(a: List[int], b: List[int]) -> List[Tuple[int, int]]:
     return [(s, e) for s, e in reversed(spans)]
 
 
-def span_lengths(a: List[int], b: List[int]) -> List[int]:
+def span_lengths(a: List[int], b: List[int], d=None) -> List[int]:
     """Per edit span (:func:`edit_span_ranges`), the tokens of ``b`` in it."""
-    return [e - s for s, e in edit_span_ranges(a, b)]
+    return [e - s for s, e in edit_span_ranges(a, b, d)]
 
 
 def edit_spans(a: List[int], b: List[int]) -> int:
@@ -342,8 +332,9 @@ def run(cfg, bench) -> Dict:
     for rec in per_sent.values():
         base = rec.get("greedy", rec[modes[0]])["tokens"]
         src = rec.pop("src_tokens")
-        rec["edit_ratio"] = levenshtein(src, base) / max(len(src), 1)
-        spans = span_lengths(src, base)
+        d = distance_table(src, base)  # one alignment: the edit ratio, the spans and the bound
+        rec["edit_ratio"] = d[-1][-1] / max(len(src), 1)
+        spans = span_lengths(src, base, d)
         rec["edit_spans"], rec["pass_bound"] = len(spans), bound_of_spans(spans)
     return summarize(modes, per_sent, totals, steps, gens, bsz, bench.threads)
 

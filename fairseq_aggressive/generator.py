@@ -152,21 +152,15 @@ class AggressiveGenerator(nn.Module):
         # cost-aware draft lengths (fairseq_aggressive.draft_budget): "auto" measures the
         # engine's pass cost on the first batch, "FIXED,PER_POSITION" gives it, None/"off": fixed lengths
         self.budget = None
-        self._measure_cost = False
-        self._drafted = False  # whether the last pass asked the drafter (a budget may skip it)
         self._skipped = 0  # passes in a row the budget skipped the drafter
-        if draft_cost not in (None, "off") and self.native is not None and drafter.multi_branch:
+        if draft_cost not in (None, "off"):
             from .draft_budget import DraftBudget, PassCost
 
-            if draft_cost == "auto":
-                self._measure_cost = True
-                self.budget = DraftBudget(PassCost(1.0, 1.0))
-            else:
-                self.budget = DraftBudget(PassCost.parse(draft_cost))
-        elif draft_cost not in (None, "off", "auto"):
-            from .draft_budget import PassCost
-
-            PassCost.parse(draft_cost)  # a bad value is an error even where no budget applies
+            # a bad value is an error even where no budget applies
+            cost = PassCost(1.0, 1.0) if draft_cost == "auto" else PassCost.parse(draft_cost)
+            if self.native is not None and drafter.multi_branch:
+                self.budget = DraftBudget(cost)
+        self._measure_cost = self.budget is not None and draft_cost == "auto"  # on the first batch
         if max_draft_len is None and self.native is not None and drafter.open_ended:
             self.max_draft_len = BUDGET_DRAFT_CAP if self.budget is not None else NATIVE_DRAFT_CAP
 
@@ -320,10 +314,7 @@ class AggressiveGenerator(nn.Module):
                 drafts, kept, blens = self._branches(active, outputs, caps, several=native is not None)
             else:
                 drafts = self.drafter.propose_batch(active, [outputs[b] for b in active], caps)
-            t_draft = time.perf_counter() - t0
-            stats.draft_seconds += t_draft
-            if learn_cost and self._drafted:
-                self.budget.observe_drafter(len(active), t_draft)
+            stats.draft_seconds += time.perf_counter() - t0
             rows = [[last[b]] + d for b, d in zip(active, drafts)]
             won = [0] * len(active)
             if native is not None:
@@ -332,16 +323,17 @@ class AggressiveGenerator(nn.Module):
                     branches=blens if branching else None)
             else:
                 emit, emit_scores, n_match, done = self._torch_pass(state, active, rows, max_len, allowed)
-            if branching:  # the kept branch, as the drafter numbered them
+            n_draft = [len(d) for d in drafts]
+            if branching:  # the kept branch, as the drafter numbered them, and its length
                 for i, w in enumerate(won):
                     if len(kept[i]) > 1:
                         stats.tree_passes += 1
                         stats.branch_wins += w > 0
                     won[i] = kept[i][w]
-                    drafts[i] = blens[i][w]
+                    n_draft[i] = blens[i][w]
             stats.passes += 1
             stats.sentence_passes += len(active)
-            stats.drafted += sum(sum(b) for b in blens) if branching else sum(len(d) for d in drafts)
+            stats.drafted += sum(len(d) for d in drafts)  # every branch's positions
             stats.accepted += sum(n_match)
             keep = []
             for i, b in enumerate(active):
@@ -353,9 +345,9 @@ class AggressiveGenerator(nn.Module):
                 keep.append(i)
                 last[b] = outputs[b][-1]
                 if branching:
-                    self.drafter.update(b, outputs[b], drafts[i], n_match[i], branch=won[i])
+                    self.drafter.update(b, outputs[b], n_draft[i], n_match[i], branch=won[i])
                 else:  # (drafters written before branches take four arguments)
-                    self.drafter.update(b, outputs[b], len(drafts[i]), n_match[i])
+                    self.drafter.update(b, outputs[b], n_draft[i], n_match[i])
             if learn_cost:  # the whole iteration, Python included, is what a pass costs
                 self.budget.observe(sum(len(r) for r in rows), time.perf_counter() - t_pass)
             if len(keep) < len(active):
@@ -376,9 +368,9 @@ class AggressiveGenerator(nn.Module):
             # drafter (its update() sees nothing proposed and re-anchors later from the output);
             # every BUDGET_EXPLORE-th pass in a row drafts anyway, so that the cost keeps being learnt
             self._skipped += 1
-            self._drafted = False
             return [[] for _ in active], [[0] for _ in active], [[0] for _ in active]
-        self._drafted, self._skipped = True, 0
+        self._skipped = 0
+        t0 = time.perf_counter()
         cands = self.drafter.propose_branches(active, [outputs[b] for b in active], caps)
         if not several:  # the torch verifier takes one draft
             for c in cands:
@@ -388,6 +380,8 @@ class AggressiveGenerator(nn.Module):
             for c, lengths in zip(cands, self.budget.select(cands)):
                 for br, n in zip(c, lengths):
                     del br.tokens[n:]
+            if several and self.budget.cost.measured:  # what asking the drafter costs per row
+                self.budget.observe_drafter(len(active), time.perf_counter() - t0)
         drafts, kept, blens = [], [], []
         for c in cands:
             idx = [i for i, br in enumerate(c) if br.tokens] or [0]

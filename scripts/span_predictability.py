@@ -24,18 +24,21 @@ count for simple predictors of the next output token, from greedy's outputs in a
 import argparse
 import json
 from collections import Counter, defaultdict
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 
 def passes_for(src: Sequence[int], hyp: Sequence[int], guess: Callable[[Sequence[int]], Optional[int]],
-               bos: int) -> int:
+               bos: int, spans: Optional[List[Tuple[int, int]]] = None) -> int:
     """1 + per edit span 1 + the span's tokens after its first that ``guess``
-    (given the output before a token, BOS first) gets wrong."""
+    (given the output before a token, BOS first) gets wrong; ``spans``: the
+    edit spans' ranges in ``hyp`` (``bench.edit_span_ranges``), if already found."""
     from fairseq_aggressive.bench import edit_span_ranges
 
+    if spans is None:
+        spans = edit_span_ranges(list(src), list(hyp))
     ctx = [bos] + list(hyp)
     n = 1
-    for s, e in edit_span_ranges(list(src), list(hyp)):
+    for s, e in spans:
         n += 1 + sum(guess(ctx[: p + 1]) != hyp[p] for p in range(s + 1, e))
     return n
 
@@ -99,15 +102,22 @@ def main(argv=None):
         bigram.add(seq)
         trigram.add(seq)
 
+    from fairseq_aggressive.bench import edit_span_ranges
+
+    predictors = {
+        "copying only": lambda hyp: lambda ctx: None,
+        "training targets, last token": lambda hyp: bigram,
+        "training targets, last two tokens": lambda hyp: trigram,
+        "earlier outputs, last token": lambda hyp: online,
+        "every token guessed (1 + E)": lambda hyp: lambda ctx: hyp[len(ctx) - 1],
+    }
     totals = Counter()
     for r in recs:
         hyp = r.get("greedy", r.get("greedy-native"))["tokens"]
         src = sources[r["id"]].tolist()
-        totals["copying only"] += passes_for(src, hyp, lambda ctx: None, bos)
-        totals["training targets, last token"] += passes_for(src, hyp, bigram, bos)
-        totals["training targets, last two tokens"] += passes_for(src, hyp, trigram, bos)
-        totals["earlier outputs, last token"] += passes_for(src, hyp, online, bos)
-        totals["every token guessed (1 + E)"] += passes_for(src, hyp, lambda ctx: hyp[len(ctx) - 1], bos)
+        spans = edit_span_ranges(src, hyp)  # one alignment per sentence, for every predictor
+        for name, guess in predictors.items():
+            totals[name] += passes_for(src, hyp, guess(hyp), bos, spans)
         online.add([bos] + list(hyp))
     n = len(recs)
     print(f"{n} sentences of {args.bench_json}; passes per sentence if in-span tokens after the first are guessed by:")

@@ -51,7 +51,11 @@ class _Rate:
 
     @property
     def value(self) -> float:
-        return (self.hits + self.prior * PRIOR_WEIGHT) / (self.trials + PRIOR_WEIGHT)
+        return self.given(self.prior)
+
+    def given(self, prior: float) -> float:
+        """The rate with another prior (a sentence's own, with the overall rate as its prior)."""
+        return (self.hits + prior * PRIOR_WEIGHT) / (self.trials + PRIOR_WEIGHT)
 
 
 class InputCopyDrafter(Drafter):
@@ -84,7 +88,7 @@ class InputCopyDrafter(Drafter):
         self._index: Dict[int, Dict[Tuple[int, ...], int]] = {}
         self.first = {kind: _Rate(p) for kind, p in PRIORS.items()}
         self.cont = _Rate(CONTINUE_PRIOR)  # over everything decoded
-        self.sent_cont: List[List[float]] = []  # per sentence of the batch: [hits, trials]
+        self.sent_cont: List[_Rate] = []  # per sentence of the batch (its prior: self.cont)
         self.wins: Dict[str, int] = {kind: 0 for kind in PRIORS}  # passes each kind of branch was kept
 
     def begin(self, sample, encoder_out=None) -> None:
@@ -96,7 +100,7 @@ class InputCopyDrafter(Drafter):
         self.ptr = [0] * len(self.src)
         self.anchor = [None] * len(self.src)
         self.since = [0] * len(self.src)
-        self.sent_cont = [[0.0, 0.0] for _ in self.src]
+        self.sent_cont = [_Rate(CONTINUE_PRIOR) for _ in self.src]
         self._proposed = {}
         self._index = {}
 
@@ -127,8 +131,7 @@ class InputCopyDrafter(Drafter):
         glob = self.cont.value
         out = []
         for sent, output, cap in zip(sents, outputs, caps):
-            h, t = self.sent_cont[sent]  # this sentence's own rate, the global one as its prior
-            alpha = (h + glob * PRIOR_WEIGHT) / (t + PRIOR_WEIGHT)
+            alpha = self.sent_cont[sent].given(glob)  # this sentence's own rate, the global one as its prior
             branches = []
             for kind, r in (self._starts(sent, output) if cap > 0 else []):
                 tokens = self.src[sent][r : r + cap]
@@ -156,8 +159,7 @@ class InputCopyDrafter(Drafter):
         if n_match >= 1:  # tokens after an accepted one
             hits, trials = n_match - 1, n_match - 1 + (n_match < n_draft)
             self.cont.add(hits, trials)
-            self.sent_cont[sent][0] += hits
-            self.sent_cont[sent][1] += trials
+            self.sent_cont[sent].add(hits, trials)
         if not proposed:  # nothing to copy: one more token since the edit
             self.ptr[sent] = None
             self.since[sent] += 1
