@@ -246,6 +246,11 @@ class AggressiveGenerator(nn.Module):
             t0 = time.perf_counter()
             self.drafter.observe(active, feats, n_emit)
             self.stats.draft_seconds += time.perf_counter() - t0
+        if self.drafter.wants_emitted_features:
+            t0 = time.perf_counter()
+            emitted = torch.arange(width, device=device).unsqueeze(0) < n_emit.unsqueeze(1)
+            self.drafter.observe_emitted(active, feats[emitted], n_emit.tolist())
+            self.stats.draft_seconds += time.perf_counter() - t0
         choice_l, score_l, n_emit_l = choice.tolist(), tok_scores.tolist(), n_emit.tolist()
         emit = [c[:k] for c, k in zip(choice_l, n_emit_l)]
         emit_scores = [sc[:k] for sc, k in zip(score_l, n_emit_l)]
@@ -320,7 +325,11 @@ class AggressiveGenerator(nn.Module):
             if native is not None:
                 emit, emit_scores, n_match, done, won = state.step(
                     active, rows, max_len, self.min_len, self.unk_penalty, self.temperature,
-                    branches=blens if branching else None)
+                    branches=blens if branching else None, features=self.drafter.wants_emitted_features)
+                if self.drafter.wants_emitted_features:
+                    t0 = time.perf_counter()
+                    self.drafter.observe_emitted(active, state.features, [len(e) for e in emit])
+                    stats.draft_seconds += time.perf_counter() - t0
             else:
                 emit, emit_scores, n_match, done = self._torch_pass(state, active, rows, max_len, allowed)
             n_draft = [len(d) for d in drafts]

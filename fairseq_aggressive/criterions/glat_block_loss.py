@@ -1,5 +1,6 @@
 """``glat_block_loss``: block training of the ``block_nat`` drafter with
-glancing (GLAT, Qian et al. 2021).
+glancing (GLAT, Qian et al. 2021).  A ``--verifier-features`` drafter also
+reads the verifier's features of the prefix (teacher-forced, frozen).
 
 Per target sentence a random cut point ``c`` (0 <= c < length, EOS counted):
 the decoder reads ``[bos, y_1 .. y_c]`` followed by ``k`` mask slots and
@@ -142,6 +143,11 @@ class GlatBlockLoss(FairseqCriterion):
             net_input["prev_output_tokens"], target, self.padding_idx, self.block_size, cut
         )
         encoder_out = model.encode(net_input["src_tokens"], net_input["src_lengths"])
+        prefix_feats = None
+        if getattr(model, "reads_verifier_features", False):  # what the verifier knows of each prefix token
+            full = model.verifier_prefix_features(net_input["prev_output_tokens"], encoder_out)
+            cols = torch.arange(tokens.size(1), device=full.device).clamp(max=full.size(1) - 1)
+            prefix_feats = full[:, cols]  # row positions are target positions; the block's are not read
         valid = block_target.ne(self.padding_idx)
         block = slots  # the positions after the prefix (glancing reveals some, they stay block positions)
 
@@ -150,7 +156,8 @@ class GlatBlockLoss(FairseqCriterion):
         loss_mask = valid
         if ratio > 0:
             with torch.no_grad():
-                pred = model.block_logits(tokens, slots, encoder_out, block=block).argmax(-1)
+                pred = model.block_logits(tokens, slots, encoder_out, block=block,
+                                          prefix_feats=prefix_feats).argmax(-1)
             wrong = torch.zeros_like(slots)
             wrong[slots] = pred.ne(block_target[slots])
             shown = reveal(wrong & valid, ratio)
@@ -158,7 +165,8 @@ class GlatBlockLoss(FairseqCriterion):
             slots = slots & ~shown
             loss_mask = valid & ~shown
 
-        feats = model.decoder.extract_block_features(tokens, slots, encoder_out, block=block)
+        feats = model.decoder.extract_block_features(tokens, slots, encoder_out, block=block,
+                                                     prefix_feats=prefix_feats)
         logits = model.decoder.output_layer(feats[loss_mask])
         lprobs = utils.log_softmax(logits, dim=-1, onnx_trace=False).float()
         tgt = block_target[loss_mask]

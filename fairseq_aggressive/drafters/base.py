@@ -39,6 +39,9 @@ class Drafter:
 
     # drafters that read the verifier's features set this and implement observe()
     wants_features = False
+    # drafters that read the features each emitted token was chosen from set this and
+    # implement observe_emitted() (the native engine hands these over, not whole passes)
+    wants_emitted_features = False
     # drafters that read the verifier's encoder output in begin() set this
     needs_encoder_out = False
     # drafters whose drafts have no natural length (IAD: the rest of the source)
@@ -69,6 +72,12 @@ class Drafter:
     def observe(self, sents: List[int], feats, n_emit) -> None:
         """Called after each pass with the verifier's features (B, W, C) of the
         sentences ``sents`` and the number of tokens each emitted."""
+
+    def observe_emitted(self, sents: List[int], feats, n_emit: List[int]) -> None:
+        """Called after each pass with the verifier's features (last layer,
+        normalised) that chose each emitted token: ``feats`` (sum of
+        ``n_emit`` x C), sentence ``sents[i]``'s ``n_emit[i]`` tokens after
+        those of the sentences before it."""
 
     def update(self, sent: int, output: List[int], n_draft: int, n_match: int, branch: int = 0) -> None:
         """``output`` now holds the emitted tokens after a pass in which

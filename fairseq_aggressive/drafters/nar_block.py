@@ -8,7 +8,9 @@ for all still-active sentences at once and projects only the ``k`` slots.
 On a CPU the drafter runs in the native engine where it can
 (:class:`~fairseq_aggressive.native.block_drafter.NativeBlockDrafter`; a
 ``--block-causal-prefix`` drafter then runs only the new prefix tokens and the
-slots each pass), else in torch.
+slots each pass), else in torch.  A ``--verifier-features`` drafter keeps, per
+sentence, the verifier's features that chose each emitted token
+(:meth:`observe_emitted`) and reads them at its prefix positions.
 """
 import logging
 from typing import List, Optional
@@ -42,6 +44,10 @@ class NARBlockDrafter(Drafter):
         self._rows: Optional[List[int]] = None
         self._enc_rows = None
         self.shortlist = shortlist
+        # a --verifier-features drafter: per sentence, the features at each row position
+        self.wants_emitted_features = bool(getattr(model, "reads_verifier_features", False))
+        self._feats: Optional[torch.Tensor] = None  # (B, positions, C); row position 0 (BOS) stays zero
+        self._n_feats: List[int] = []
         self.native = self._native(model, tgt_dict, engine) if fast else None
 
     @staticmethod
@@ -70,6 +76,11 @@ class NARBlockDrafter(Drafter):
             raise ValueError("this drafter reads the verifier's encoder output (--shared-encoder): "
                              "the generator must pass it to begin()")
         self.encoder_out = None
+        if self.wants_emitted_features:
+            proj = self.model.decoder.feature_proj
+            n = (self.batch_max_len or self.max_positions) + self.k + 2
+            self._feats = proj.weight.new_zeros(net_input["src_tokens"].size(0), n, proj.in_features)
+            self._n_feats = [1] * net_input["src_tokens"].size(0)
         if self.native is not None:
             src = net_input["src_tokens"]
             max_len = self.batch_max_len or self.max_positions
@@ -110,6 +121,28 @@ class NARBlockDrafter(Drafter):
     def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
         return self.propose_batch([sent], [output], [cap])[0]
 
+    def observe_emitted(self, sents: List[int], feats, n_emit: List[int]) -> None:
+        if not self.wants_emitted_features:
+            return
+        feats = feats.to(self._feats.dtype)
+        o = 0
+        for s, ne in zip(sents, n_emit):
+            at = self._n_feats[s]
+            ne = min(ne, self._feats.size(1) - at)  # past the cap nothing is drafted any more
+            self._feats[s, at : at + ne] = feats[o : o + ne]
+            self._n_feats[s] = at + ne
+            o += ne
+
+    def _feature_adds(self, sents: List[int], starts: List[int], ends: List[int]):
+        """The projected features the native drafter adds to row positions
+        ``starts[i]`` .. ``ends[i] - 1`` of sentence ``sents[i]``, rows concatenated."""
+        for s, e in zip(sents, ends):
+            if e > self._n_feats[s]:
+                raise RuntimeError(f"drafter: sentence {s} has {self._n_feats[s] - 1} emitted tokens' features, "
+                                   f"its row {e - 1} tokens (the generator must call observe_emitted)")
+        rows = torch.cat([self._feats[s, a:e] for s, a, e in zip(sents, starts, ends)])
+        return self.model.decoder.feature_proj(rows).float().contiguous()
+
     def _encoder_rows(self, sents: List[int]):
         if self._rows is None and sents == list(range(len(sents))) and \
                 len(sents) == self.encoder_out["encoder_out"][0].size(1):
@@ -132,7 +165,12 @@ class NARBlockDrafter(Drafter):
             return [[] for _ in sents]
         k = max(ks)
         if self.encoder_out is None:  # the native engine drafts this batch
-            pred = self.native.propose(sents, [[self.bos] + out for out in outputs], k)
+            rows = [[self.bos] + out for out in outputs]
+            adds = None
+            if self.wants_emitted_features:
+                starts = self.native.starts(sents)
+                adds = self._feature_adds(sents, starts, [len(r) for r in rows])
+            pred = self.native.propose(sents, rows, k, adds)
         else:
             pred = self._torch_propose(sents, outputs, k)
         drafts = []
@@ -154,11 +192,15 @@ class NARBlockDrafter(Drafter):
         tokens = torch.tensor(rows, dtype=torch.long, device=device)
         slots = torch.tensor(slot_rows, dtype=torch.bool, device=device)
         enc = self._encoder_rows(sents)
+        prefix_feats = None
+        if self.wants_emitted_features:
+            idx = torch.tensor(sents, dtype=torch.long, device=self._feats.device)
+            prefix_feats = self._feats.index_select(0, idx)[:, :width].to(device)
         if self.fast:
-            feats = self.model.decoder.fast_block_features(tokens, slots, enc, self._enc_kv_rows)
+            feats = self.model.decoder.fast_block_features(tokens, slots, enc, self._enc_kv_rows, prefix_feats)
             logits = self.model.decoder.output_layer(feats[slots])
         else:
-            logits = self.model.block_logits(tokens, slots, enc)
+            logits = self.model.block_logits(tokens, slots, enc, prefix_feats=prefix_feats)
         logits[:, self.pad] = -float("inf")
         if self._allowed is not None:
             allowed = self._allowed[torch.tensor(sents, device=self._allowed.device)].to(logits.device)

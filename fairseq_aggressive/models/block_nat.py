@@ -28,6 +28,16 @@ Two options make a drafter cheap on a CPU (issue 12):
   to positions ``<= i``), block positions to everything.  The prefix's keys
   and values then do not depend on the block, so a decoder can keep them in a
   cache across passes and run only the new tokens and the ``k`` slots.
+
+``--verifier-features`` (with ``--shared-encoder``) lets the drafter read what
+the verifier already knows about the prefix: each prefix token's input also
+gets a learnt projection of the verifier's decoder features (last layer,
+normalised) at the position before it, the features that token was chosen
+from (nothing for BOS, whose input gets the projection's bias; nothing for the
+slots).  The verifier computes those features for every token it emits, so at
+decoding time they cost nothing but the projection; in training the verifier
+(``--init-encoder-from``'s whole model, frozen, not saved with the drafter)
+runs teacher-forced over the target.
 """
 import math
 from typing import Optional
@@ -48,12 +58,15 @@ from .partial_checkpoint import load_partial
 
 
 class BlockNATDecoder(TransformerDecoderBase):
-    def __init__(self, cfg, dictionary, embed_tokens, src_copy: bool = False, causal_prefix: bool = False):
+    def __init__(self, cfg, dictionary, embed_tokens, src_copy: bool = False, causal_prefix: bool = False,
+                 verifier_features: bool = False):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False)
         dim = embed_tokens.embedding_dim
         self.mask_embed = nn.Parameter(torch.empty(dim).normal_(0, dim**-0.5))
         self.src_copy = src_copy
         self.causal_prefix = causal_prefix
+        # the verifier's features (its output_embed_dim) -> this decoder's input width
+        self.feature_proj = nn.Linear(cfg.decoder.output_dim, self.embed_dim) if verifier_features else None
 
     def forward(self, prev_output_tokens, encoder_out=None, slots: Optional[Tensor] = None,
                 features_only: bool = False, **unused):
@@ -85,31 +98,46 @@ class BlockNATDecoder(TransformerDecoderBase):
             logits = logits.masked_fill(pad, -math.inf)
         return torch.bmm(logits.softmax(-1).to(src_emb.dtype), src_emb)
 
-    def _embed(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
+    def feature_inputs(self, prefix_feats: Tensor, block: Tensor, tokens: Tensor) -> Tensor:
+        """What the verifier's features add to the inputs (B, T, C): their
+        projection at the prefix positions (BOS included), zero at the block's
+        and at padding."""
+        prefix = tokens.ne(self.padding_idx) & ~block
+        return self.feature_proj(prefix_feats.to(self.feature_proj.weight.dtype)) * prefix.unsqueeze(-1)
+
+    def _embed(self, tokens: Tensor, slots: Tensor, encoder_out, prefix_feats: Optional[Tensor] = None,
+               block: Optional[Tensor] = None) -> Tensor:
         x = self.embed_scale * self.slot_inputs(tokens, slots, encoder_out)
         if self.project_in_dim is not None:
             x = self.project_in_dim(x)
         if self.embed_positions is not None:
             x = x + self.embed_positions(tokens)
+        if self.feature_proj is not None:
+            if prefix_feats is None:
+                raise ValueError("this drafter reads the verifier's features (--verifier-features): "
+                                 "pass prefix_feats")
+            x = x + self.feature_inputs(prefix_feats, slots if block is None else block, tokens)
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         return x
 
     @torch.no_grad()
-    def fast_block_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv) -> Tensor:
+    def fast_block_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv,
+                            prefix_feats: Optional[Tensor] = None) -> Tensor:
         """Inference path of :meth:`extract_block_features` (eval mode): the same
         layer arithmetic with encoder keys/values precomputed once per batch
         (``enc_kv`` from :func:`fairseq_aggressive.layer_ops.encoder_kv`) and
         fused attention; no per-call encoder projections."""
-        return self._layer_features(tokens, slots, encoder_out, enc_kv, slots)
+        return self._layer_features(tokens, slots, encoder_out, enc_kv, slots, prefix_feats)
 
-    def _layer_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv, block: Tensor) -> Tensor:
+    def _layer_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv, block: Tensor,
+                        prefix_feats: Optional[Tensor] = None) -> Tensor:
         """The stock layers' arithmetic (:func:`~fairseq_aggressive.layer_ops.decoder_layer`)
         with a per-row self-attention mask; in training mode with the layers' dropout."""
         from ..layer_ops import decoder_layer
 
         train = self.training
-        x = self._embed(tokens, slots, encoder_out)
+        x = self._embed(tokens, slots, encoder_out, prefix_feats, block)
         if train:
             x = self.dropout_module(x)
         mask = self.self_attn_mask(tokens, block)
@@ -143,21 +171,23 @@ class BlockNATDecoder(TransformerDecoderBase):
         return (causal & keep.unsqueeze(1)).unsqueeze(1)
 
     def extract_block_features(self, tokens: Tensor, slots: Tensor, encoder_out,
-                               block: Optional[Tensor] = None) -> Tensor:
+                               block: Optional[Tensor] = None, prefix_feats: Optional[Tensor] = None) -> Tensor:
         """Decoder features (B, T, C).  ``block`` (default ``slots``): the
         positions after the prefix, for the causal-prefix mask (glancing
-        reveals some slots, which stay block positions)."""
+        reveals some slots, which stay block positions).  ``prefix_feats``
+        (B, T, C'), for a ``--verifier-features`` drafter: at prefix position
+        ``i`` the verifier's features that chose token ``i`` (zeros at BOS)."""
         if self.causal_prefix:  # a per-row mask: the stock layers' own attention cannot take it
             from ..layer_ops import encoder_kv
 
             return self._layer_features(tokens, slots, encoder_out, encoder_kv(self.layers, encoder_out),
-                                        slots if block is None else block)
+                                        slots if block is None else block, prefix_feats)
         enc, enc_pad = None, None
         if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
             enc = encoder_out["encoder_out"][0]
         if encoder_out is not None and len(encoder_out["encoder_padding_mask"]) > 0:
             enc_pad = encoder_out["encoder_padding_mask"][0]
-        x = self.dropout_module(self._embed(tokens, slots, encoder_out)).transpose(0, 1)
+        x = self.dropout_module(self._embed(tokens, slots, encoder_out, prefix_feats, block)).transpose(0, 1)
         pad_mask = tokens.eq(self.padding_idx)
         pad_mask = pad_mask if bool(pad_mask.any()) else None
         for layer in self.layers:  # no future mask: bidirectional
@@ -190,6 +220,10 @@ class BlockNATModel(TransformerModel):
         parser.add_argument("--block-causal-prefix", action="store_true",
                             help="prefix positions attend causally (their keys/values can be cached "
                             "across passes), block positions to everything")
+        parser.add_argument("--verifier-features", action="store_true",
+                            help="prefix tokens also read the verifier's decoder features that chose "
+                            "them (needs --shared-encoder; in training the --init-encoder-from model "
+                            "runs teacher-forced, frozen)")
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
@@ -197,6 +231,7 @@ class BlockNATModel(TransformerModel):
             TransformerConfig.from_namespace(args), tgt_dict, embed_tokens,
             src_copy=getattr(args, "block_src_copy", False),
             causal_prefix=getattr(args, "block_causal_prefix", False),
+            verifier_features=getattr(args, "verifier_features", False),
         )
 
     @classmethod
@@ -215,7 +250,29 @@ class BlockNATModel(TransformerModel):
         if model.shared_encoder:
             model.encoder.requires_grad_(False)  # with shared embeddings: those and the output layer too
             model.encoder.eval()
+        model.reads_verifier_features = bool(getattr(args, "verifier_features", False))
+        model._verifier = None
+        if model.reads_verifier_features:
+            if not model.shared_encoder:
+                raise ValueError("--verifier-features needs --shared-encoder: the features are the "
+                                 "verifier's, computed over the verifier's encoder output")
+            if path:  # training: the verifier that produces the features (not a submodule: not saved)
+                object.__setattr__(model, "_verifier", load_verifier(path, task))  # not registered
         return model
+
+    def verifier_prefix_features(self, prev_output_tokens: Tensor, encoder_out) -> Tensor:
+        """Training inputs of a ``--verifier-features`` drafter: the verifier run
+        teacher-forced over ``prev_output_tokens`` (B, L), its features shifted
+        one position right (position ``i`` holds what chose token ``i``, zeros
+        at BOS), (B, L, C)."""
+        verifier = self._verifier
+        if verifier is None:
+            raise ValueError("this drafter's verifier is not loaded: train with --init-encoder-from VERIFIER.pt")
+        if next(verifier.parameters()).device != prev_output_tokens.device:
+            verifier.to(prev_output_tokens.device)
+        with torch.no_grad():
+            feats, _ = verifier.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=True)
+        return torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -234,14 +291,33 @@ class BlockNATModel(TransformerModel):
         encoder_out = self.encode(src_tokens, src_lengths)
         return self.decoder(prev_output_tokens, encoder_out, slots=slots, **kwargs)
 
-    def block_logits(self, tokens: Tensor, slots: Tensor, encoder_out, block: Optional[Tensor] = None) -> Tensor:
+    def block_logits(self, tokens: Tensor, slots: Tensor, encoder_out, block: Optional[Tensor] = None,
+                     prefix_feats: Optional[Tensor] = None) -> Tensor:
         """Logits of the slot positions only, flattened (N_slots, V)."""
-        feats = self.decoder.extract_block_features(tokens, slots, encoder_out, block=block)
+        feats = self.decoder.extract_block_features(tokens, slots, encoder_out, block=block,
+                                                    prefix_feats=prefix_feats)
         return self.decoder.output_layer(feats[slots])
 
     def set_num_updates(self, num_updates):
         self.num_updates = num_updates
         super().set_num_updates(num_updates)
+
+
+def load_verifier(path: str, task):
+    """The autoregressive model at ``path`` (built by ``task``: same
+    dictionaries), frozen, in eval mode."""
+    import os
+
+    from fairseq import checkpoint_utils
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--init-encoder-from: no checkpoint at {path}")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)
+    verifier = task.build_model(state["cfg"]["model"])
+    verifier.load_state_dict(state["model"], strict=True, model_cfg=state["cfg"]["model"])
+    if getattr(verifier, "is_block_drafter", False):
+        raise ValueError(f"--verifier-features: {path} is a block drafter, not the autoregressive verifier")
+    return verifier.eval().requires_grad_(False)
 
 
 def _block_nat_defaults(args):

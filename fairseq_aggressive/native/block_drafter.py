@@ -9,7 +9,7 @@ another one runs its own encoder in the engine.  Proposals need not be exact:
 exactness is the verifier's.
 """
 import ctypes
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -72,9 +72,17 @@ class NativeBlockDrafter:
                 self.engine.set_shortlist(self.state.handle, shortlist, src_tokens)
         self.cached = [0] * bsz
 
-    def propose(self, sents: Sequence[int], rows: Sequence[List[int]], k: int) -> List[List[int]]:
+    def starts(self, sents: Sequence[int]) -> List[int]:
+        """Per sentence, the first row position the next :meth:`propose` sends
+        (after the cached prefix of a causal drafter, else 0)."""
+        return [self.cached[s] for s in sents] if self.causal else [0] * len(sents)
+
+    def propose(self, sents: Sequence[int], rows: Sequence[List[int]], k: int,
+                adds: Optional[torch.Tensor] = None) -> List[List[int]]:
         """``rows[i]``: sentence ``sents[i]``'s ``[bos] + output``; returns ``k``
-        proposed ids per sentence."""
+        proposed ids per sentence.  ``adds``: float32 (tokens sent x C), what
+        a ``--verifier-features`` drafter adds to the inputs of the row
+        positions sent (from :meth:`starts` on), rows concatenated."""
         n = len(sents)
         new = []
         for s, row in zip(sents, rows):
@@ -84,9 +92,11 @@ class NativeBlockDrafter:
         sent = np.array(sents, dtype=np.int32)
         out = np.empty(n * k, dtype=np.int32)
         IP = ctypes.POINTER(ctypes.c_int32)
+        if adds is not None and tuple(adds.shape) != (int(lens.sum()), self.engine.embed_dim):
+            raise ValueError(f"native drafter: {tuple(adds.shape)} feature rows for {int(lens.sum())} tokens")
         rc = self.lib.fa_draft(self.engine.handle, self.state.handle, n, sent.ctypes.data_as(IP),
                                lens.ctypes.data_as(IP), flat.ctypes.data_as(IP), k, int(self.causal),
-                               out.ctypes.data_as(IP))
+                               out.ctypes.data_as(IP), None if adds is None else adds.data_ptr())
         if rc != 0:
             raise RuntimeError("native drafter: a row does not fit its sentence's cache")
         if self.causal:

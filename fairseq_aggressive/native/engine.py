@@ -263,15 +263,20 @@ class NativeBatch:
                 (I * self._rows_cap)() for _ in range(7))
             self._tok, self._choice, self._blen = (I * self._tok_cap)(), (I * self._tok_cap)(), (I * self._tok_cap)()
             self._score = (F * self._tok_cap)()
+            self._feats = None
 
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], max_len: int, min_len: int,
-             unk_penalty: float, temperature: float, branches: Optional[Sequence[List[int]]] = None):
+             unk_penalty: float, temperature: float, branches: Optional[Sequence[List[int]]] = None,
+             features: bool = False):
         """One pass; ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.
         With ``branches``, ``branches[i]`` lists the lengths of the drafts that
         follow the last token in ``rows[i]`` one after the other (each is a
         continuation of the last token; the pass keeps the one that accepts
         most).  Returns per row the emitted tokens, their scores, the accepted
-        draft length, whether EOS was emitted and the index of the kept draft."""
+        draft length, whether EOS was emitted and the index of the kept draft.
+        With ``features``, :attr:`features` then holds the decoder features
+        (last layer, normalised) each emitted token was chosen from, the rows'
+        emitted tokens one after the other (sum of n_emit x C)."""
         n = len(rows)
         lens = [len(r) for r in rows]
         flat = rows[0] if n == 1 else [t for r in rows for t in r]
@@ -287,9 +292,14 @@ class NativeBatch:
                     raise ValueError(f"branch lengths {b} do not split a row of {len(r)} tokens")
             self._nb[:n], self._blen[: len(bflat)] = [len(b) for b in branches], bflat
             nb, blen = self._nb, self._blen
+        fptr = None
+        if features:
+            if self._feats is None:
+                self._feats = torch.empty(self._tok_cap, self.engine.embed_dim, dtype=torch.float32)
+            fptr = self._feats.data_ptr()
         rc = self.lib.fa_pass(self.engine.handle, self.handle, n, self._sent, self._lens, self._tok, max_len,
                               min_len, unk_penalty, temperature, self._choice, self._score, self._n_emit,
-                              self._n_match, self._done, nb, blen, self._win)
+                              self._n_match, self._done, nb, blen, self._win, fptr)
         if rc != 0:
             raise RuntimeError("native engine: a row does not fit its sentence's cache")
         n_emit = self._n_emit[:n]
@@ -298,4 +308,11 @@ class NativeBatch:
             toks.append(self._choice[o : o + ne])
             scores.append(self._score[o : o + ne])
             o += k
+        if features:
+            if n == 1:
+                self.features = self._feats[: n_emit[0]].clone()
+            else:
+                offs = np.cumsum([0] + lens[:-1])
+                idx = np.concatenate([np.arange(a, a + ne) for a, ne in zip(offs, n_emit)])
+                self.features = self._feats[torch.from_numpy(idx)]
         return toks, scores, self._n_match[:n], self._done[:n], self._win[:n]

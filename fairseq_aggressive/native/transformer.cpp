@@ -774,7 +774,8 @@ static void for_rows(Model& m, int M, int max_keys, const std::function<void(int
 }
 
 // embeddings of tokens at positions pos (table row index) into m.x
-static void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool target) {
+static void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool target,
+                  const float* add = nullptr) {
   const int C = m.cfg.C;
   const std::vector<float>& E = target ? m.tgt_embed : m.src_embed;
   const std::vector<float>& P = target ? m.tgt_pos : m.src_pos;
@@ -786,6 +787,10 @@ static void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool 
     if (!P.empty()) {
       const float* p = P.data() + (size_t)pos[r] * C;
       for (int c = 0; c < C; ++c) x[c] = x[c] + p[c];
+    }
+    if (add != nullptr) {  // a drafter's projection of the verifier's features
+      const float* a = add + (size_t)r * C;
+      for (int c = 0; c < C; ++c) x[c] = x[c] + a[c];
     }
   }
   const Norm& ln = target ? m.dec_ln_embed : m.enc_ln_embed;
@@ -842,7 +847,7 @@ static void init_state(Model& m, State& st, int B, const int32_t* src_len, const
 // own branch up to itself.  The final features are in m.x.
 static void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len,
                          const int32_t* tokens, const std::vector<int>& off, int max_keys, const int32_t* bidir_from,
-                         const int32_t* branch_start = nullptr) {
+                         const int32_t* branch_start = nullptr, const float* add = nullptr) {
   const int C = m.cfg.C, H = m.cfg.H, D = m.D;
   auto keys = [&](int r, int t) {
     const int len = st.sents[sent[r]].len;
@@ -857,7 +862,7 @@ static void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const 
       const int depth = (branch_start != nullptr && t > 0) ? t - branch_start[off[r] + t] + 1 : t;
       pos[off[r] + t] = st.sents[sent[r]].len + depth;
     }
-  embed(m, tokens, pos.data(), M, true);
+  embed(m, tokens, pos.data(), M, true, add);
   const bool pre = m.cfg.dec_normalize_before;
   float* x = m.x.data();
   for (size_t l = 0; l < m.dec.size(); ++l) {
@@ -1161,12 +1166,14 @@ int fa_length(void* sp, int b) { return static_cast<State*>(sp)->sents[b].len; }
 // EOS, and commits the cache (the kept branch's keys and values move right
 // after the last token).  Outputs per row: n_emit, n_match, done, winner (if
 // given); choice and score of the emitted tokens from the row's offset in the
-// concatenation.  -1 (nothing changed) if a row does not fit its sentence's
-// cache or its branches do not add up to it.
+// concatenation, and (if feats is given) the decoder features (C floats, after
+// the last layer norm) each emitted token was chosen from, at the same offsets.
+// -1 (nothing changed) if a row does not fit its sentence's cache or its
+// branches do not add up to it.
 int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
             int max_len, int min_len, float unk_penalty, float temperature, int32_t* choice, float* score,
             int32_t* n_emit, int32_t* n_match, int32_t* done, const int32_t* n_branch, const int32_t* branch_len,
-            int32_t* winner) {
+            int32_t* winner, float* feats) {
   Model& m = *static_cast<Model*>(mp);
   State& st = *static_cast<State*>(sp);
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
@@ -1318,6 +1325,7 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
       if (c == m.cfg.unk) val = val - unk_penalty;
       choice[off[r] + j] = c;
       score[off[r] + j] = val - lse;
+      if (feats != nullptr) std::copy(x + (size_t)p * C, x + (size_t)(p + 1) * C, feats + (size_t)(off[r] + j) * C);
     }
     if (b_start[w] != 1)  // the kept branch's cache entries follow the last token
       for (int l = 0; l < nl; ++l) {
@@ -1367,9 +1375,12 @@ void* fa_begin_encoded(void* mp, int B, const float* enc_out, const int32_t* src
 // not yet in its cache, then k slots.  causal: keep the prefix tokens in the
 // cache (the next pass sends only newer ones); else the row is the whole
 // prefix, bidirectional, and nothing stays.  out[r * k + i]: the argmax of
-// slot i (padding excluded, the first maximum).  -1 if a row does not fit.
+// slot i (padding excluded, the first maximum).  add (or null): C floats per
+// prefix token sent (rows concatenated) added to its input before the embedding
+// layer norm (a --verifier-features drafter's projection of the verifier's
+// features); the slots get none.  -1 if a row does not fit.
 int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
-             int k, int causal, int32_t* out) {
+             int k, int causal, int32_t* out, const float* add) {
   Model& m = *static_cast<Model*>(mp);
   State& st = *static_cast<State*>(sp);
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
@@ -1389,7 +1400,14 @@ int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_
   std::vector<int32_t> toks(off[n], -1);
   for (int r = 0, j = 0; r < n; ++r)
     for (int t = 0; t < row_len[r]; ++t) toks[off[r] + t] = tokens[j++];
-  decoder_rows(m, st, n, sent, full.data(), toks.data(), off, max_keys, bidir.data());
+  std::vector<float> adds;
+  if (add != nullptr) {
+    adds.assign((size_t)off[n] * C, 0.f);
+    for (int r = 0, j = 0; r < n; j += row_len[r], ++r)
+      std::copy(add + (size_t)j * C, add + (size_t)(j + row_len[r]) * C, adds.data() + (size_t)off[r] * C);
+  }
+  decoder_rows(m, st, n, sent, full.data(), toks.data(), off, max_keys, bidir.data(), nullptr,
+               add != nullptr ? adds.data() : nullptr);
   float* x = m.x.data();
   ensure(m.h, (size_t)n * k * C);
   for (int r = 0; r < n; ++r)
