@@ -133,15 +133,18 @@ class NARBlockDrafter(Drafter):
             self._n_feats[s] = at + ne
             o += ne
 
-    def _feature_adds(self, sents: List[int], starts: List[int], ends: List[int]):
-        """The projected features the native drafter adds to row positions
-        ``starts[i]`` .. ``ends[i] - 1`` of sentence ``sents[i]``, rows concatenated."""
+    def _feature_rows(self, sents: List[int], starts: List[int], ends: List[int]):
+        """The verifier's features at row positions ``starts[i]`` .. ``ends[i] - 1``
+        of sentence ``sents[i]``, rows concatenated (float32, for the native drafter)."""
         for s, e in zip(sents, ends):
             if e > self._n_feats[s]:
                 raise RuntimeError(f"drafter: sentence {s} has {self._n_feats[s] - 1} emitted tokens' features, "
                                    f"its row {e - 1} tokens (the generator must call observe_emitted)")
-        rows = torch.cat([self._feats[s, a:e] for s, a, e in zip(sents, starts, ends)])
-        return self.model.decoder.feature_proj(rows).float().contiguous()
+        if len(sents) == 1:  # consecutive rows of one sentence: already contiguous
+            rows = self._feats[sents[0], starts[0] : ends[0]]
+        else:
+            rows = torch.cat([self._feats[s, a:e] for s, a, e in zip(sents, starts, ends)])
+        return rows.float().contiguous()
 
     def _encoder_rows(self, sents: List[int]):
         if self._rows is None and sents == list(range(len(sents))) and \
@@ -166,11 +169,10 @@ class NARBlockDrafter(Drafter):
         k = max(ks)
         if self.encoder_out is None:  # the native engine drafts this batch
             rows = [[self.bos] + out for out in outputs]
-            adds = None
+            feats = None
             if self.wants_emitted_features:
-                starts = self.native.starts(sents)
-                adds = self._feature_adds(sents, starts, [len(r) for r in rows])
-            pred = self.native.propose(sents, rows, k, adds)
+                feats = self._feature_rows(sents, self.native.starts(sents), [len(r) for r in rows])
+            pred = self.native.propose(sents, rows, k, feats)
         else:
             pred = self._torch_propose(sents, outputs, k)
         drafts = []

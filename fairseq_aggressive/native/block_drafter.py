@@ -42,6 +42,12 @@ class NativeBlockDrafter:
         self.lib = self.engine.lib
         self._mask = dec.mask_embed.detach().float().contiguous()
         self.lib.fa_set_mask_embed(self.engine.handle, self._mask.data_ptr())
+        proj = getattr(dec, "feature_proj", None)
+        self.feature_dim = 0 if proj is None else proj.in_features
+        if proj is not None:  # the engine projects the verifier's features itself (no torch call per pass)
+            w = proj.weight.detach().float().contiguous()
+            b = proj.bias.detach().float().contiguous()
+            self.lib.fa_set_feature_proj(self.engine.handle, w.data_ptr(), b.data_ptr(), self.feature_dim)
         self.causal = bool(getattr(dec, "causal_prefix", False))
         self.state = None
         self.cached: List[int] = []
@@ -78,11 +84,12 @@ class NativeBlockDrafter:
         return [self.cached[s] for s in sents] if self.causal else [0] * len(sents)
 
     def propose(self, sents: Sequence[int], rows: Sequence[List[int]], k: int,
-                adds: Optional[torch.Tensor] = None) -> List[List[int]]:
+                feats: Optional[torch.Tensor] = None) -> List[List[int]]:
         """``rows[i]``: sentence ``sents[i]``'s ``[bos] + output``; returns ``k``
-        proposed ids per sentence.  ``adds``: float32 (tokens sent x C), what
-        a ``--verifier-features`` drafter adds to the inputs of the row
-        positions sent (from :meth:`starts` on), rows concatenated."""
+        proposed ids per sentence.  ``feats``, for a ``--verifier-features``
+        drafter: float32 (tokens sent x its feature width), the verifier's
+        features at the row positions sent (from :meth:`starts` on; zeros for
+        BOS), rows concatenated."""
         n = len(sents)
         new = []
         for s, row in zip(sents, rows):
@@ -92,11 +99,14 @@ class NativeBlockDrafter:
         sent = np.array(sents, dtype=np.int32)
         out = np.empty(n * k, dtype=np.int32)
         IP = ctypes.POINTER(ctypes.c_int32)
-        if adds is not None and tuple(adds.shape) != (int(lens.sum()), self.engine.embed_dim):
-            raise ValueError(f"native drafter: {tuple(adds.shape)} feature rows for {int(lens.sum())} tokens")
+        if (feats is None) != (self.feature_dim == 0) or (
+                feats is not None and (tuple(feats.shape) != (int(lens.sum()), self.feature_dim)
+                                       or feats.dtype != torch.float32 or not feats.is_contiguous())):
+            raise ValueError(f"native drafter: features {None if feats is None else tuple(feats.shape)} for "
+                             f"{int(lens.sum())} tokens of width {self.feature_dim} (float32, contiguous)")
         rc = self.lib.fa_draft(self.engine.handle, self.state.handle, n, sent.ctypes.data_as(IP),
                                lens.ctypes.data_as(IP), flat.ctypes.data_as(IP), k, int(self.causal),
-                               out.ctypes.data_as(IP), None if adds is None else adds.data_ptr())
+                               out.ctypes.data_as(IP), None if feats is None else feats.data_ptr())
         if rc != 0:
             raise RuntimeError("native drafter: a row does not fit its sentence's cache")
         if self.causal:

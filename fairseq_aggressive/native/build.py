@@ -146,6 +146,7 @@ def _declare(lib) -> None:
     lib.fa_set_mask_embed.argtypes = [P, P]
     lib.fa_begin_encoded.restype = P
     lib.fa_begin_encoded.argtypes = [P, I, P, P, I]
+    lib.fa_set_feature_proj.argtypes = [P, P, P, I]
     lib.fa_draft.restype = I
     lib.fa_draft.argtypes = [P, P, I, IP, IP, IP, I, I, IP, P]
 

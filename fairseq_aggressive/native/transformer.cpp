@@ -696,6 +696,7 @@ struct Model {
   float scaling = 1.f;
   std::vector<float> src_embed, tgt_embed, src_pos, tgt_pos;  // pos tables may be empty
   std::vector<float> mask_embed;  // a block drafter's slot input (fa_set_mask_embed): target id -1
+  Linear feat_proj;  // a --verifier-features drafter's projection of the verifier's features (fa_set_feature_proj)
   Norm enc_ln_embed, enc_final, dec_ln_embed, dec_final;
   std::vector<EncLayer> enc;
   std::vector<DecLayer> dec;
@@ -1361,6 +1362,13 @@ void fa_set_mask_embed(void* mp, const float* v) {
   m.mask_embed.assign(v, v + m.cfg.C);
 }
 
+// A --verifier-features drafter's projection (C x n_in weights W, bias b) of
+// the verifier's features into its prefix inputs.
+void fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
+  Model& m = *static_cast<Model*>(mp);
+  m.feat_proj.pack(W, nullptr, b, m.cfg.C, n_in);
+}
+
 // A state from an encoder output computed elsewhere (the verifier's, for a
 // --shared-encoder drafter): rows of the B sentences concatenated (src_len[b]
 // rows of C floats each).
@@ -1375,16 +1383,17 @@ void* fa_begin_encoded(void* mp, int B, const float* enc_out, const int32_t* src
 // not yet in its cache, then k slots.  causal: keep the prefix tokens in the
 // cache (the next pass sends only newer ones); else the row is the whole
 // prefix, bidirectional, and nothing stays.  out[r * k + i]: the argmax of
-// slot i (padding excluded, the first maximum).  add (or null): C floats per
-// prefix token sent (rows concatenated) added to its input before the embedding
-// layer norm (a --verifier-features drafter's projection of the verifier's
-// features); the slots get none.  -1 if a row does not fit.
+// slot i (padding excluded, the first maximum).  feats (or null), for a
+// --verifier-features drafter: per prefix token sent (rows concatenated) the
+// verifier's features that chose it (n_in floats, zeros for BOS); their
+// projection (fa_set_feature_proj) is added to the token's input before the
+// embedding layer norm; the slots get none.  -1 if a row does not fit.
 int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
-             int k, int causal, int32_t* out, const float* add) {
+             int k, int causal, int32_t* out, const float* feats) {
   Model& m = *static_cast<Model*>(mp);
   State& st = *static_cast<State*>(sp);
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
-  if (m.mask_embed.empty() || k < 1) return -1;
+  if (m.mask_embed.empty() || k < 1 || (feats != nullptr && m.feat_proj.N == 0)) return -1;
   std::vector<int> off(n + 1, 0);
   std::vector<int32_t> full(n), bidir(n);
   int max_keys = 0;
@@ -1401,13 +1410,18 @@ int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_
   for (int r = 0, j = 0; r < n; ++r)
     for (int t = 0; t < row_len[r]; ++t) toks[off[r] + t] = tokens[j++];
   std::vector<float> adds;
-  if (add != nullptr) {
+  if (feats != nullptr) {  // the projected features at the prefix rows, zeros at the slots
+    int sent_tokens = 0;
+    for (int r = 0; r < n; ++r) sent_tokens += row_len[r];
+    std::vector<float> proj((size_t)sent_tokens * C);
+    linear(m.pool, m.feat_proj, feats, m.feat_proj.K, sent_tokens, proj.data(), C);
     adds.assign((size_t)off[n] * C, 0.f);
     for (int r = 0, j = 0; r < n; j += row_len[r], ++r)
-      std::copy(add + (size_t)j * C, add + (size_t)(j + row_len[r]) * C, adds.data() + (size_t)off[r] * C);
+      std::copy(proj.data() + (size_t)j * C, proj.data() + (size_t)(j + row_len[r]) * C,
+                adds.data() + (size_t)off[r] * C);
   }
   decoder_rows(m, st, n, sent, full.data(), toks.data(), off, max_keys, bidir.data(), nullptr,
-               add != nullptr ? adds.data() : nullptr);
+               feats != nullptr ? adds.data() : nullptr);
   float* x = m.x.data();
   ensure(m.h, (size_t)n * k * C);
   for (int r = 0; r < n; ++r)
