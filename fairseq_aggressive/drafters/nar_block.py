@@ -201,8 +201,10 @@ class NARBlockDrafter(Drafter):
         if self.fast:
             feats = self.model.decoder.fast_block_features(tokens, slots, enc, self._enc_kv_rows, prefix_feats)
             logits = self.model.decoder.output_layer(feats[slots])
-        else:
+        elif prefix_feats is not None:
             logits = self.model.block_logits(tokens, slots, enc, prefix_feats=prefix_feats)
+        else:  # (stand-in drafters take three arguments)
+            logits = self.model.block_logits(tokens, slots, enc)
         logits[:, self.pad] = -float("inf")
         if self._allowed is not None:
             allowed = self._allowed[torch.tensor(sents, device=self._allowed.device)].to(logits.device)
