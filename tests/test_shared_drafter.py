@@ -54,17 +54,24 @@ def test_shared_encoder_gad_equals_greedy(engine, variant, tmp_path):
     drafter = NARBlockDrafter(dr, d, 4)
     assert drafter.needs_encoder_out
     dr.encoder.forward = NoOwnEncoder().forward  # decoding must not run the drafter's encoder
-    cmp, drafted = None, 0
-    for bsz, (lo, hi) in ((1, (1, 10)), (8, (1, 40))):
-        for rep in range(3):
-            sample = make_sample(random_rows(d, bsz, lo, hi, seed=100 * bsz + rep), d.pad())
-            ref = greedy(ar, d, sample, max_len_b=40)
-            gen = AggressiveGenerator([ar], d, drafter, engine=engine, max_len_b=40)
-            assert (gen.native is not None) == (engine == "native")
-            cmp = compare(ar, sample, ref, gen.generate([ar], sample), cmp)
-            drafted += gen.stats.drafted
+    cmp, drafted = gad_vs_greedy(ar, d, drafter, engine, [(1, (1, 10), 100 + r) for r in range(3)]
+                                 + [(8, (1, 40), 800 + r) for r in range(3)], max_len_b=40)
     assert cmp.ok() and cmp.identical == cmp.total == 27, cmp
     assert drafted > 0
+
+
+def gad_vs_greedy(ar, d, drafter, engine, batches, max_len_b, cmp=None):
+    """Decode random batches ``(size, (min_len, max_len), seed)`` with GAD and with
+    fairseq's greedy; the comparison and the drafted positions."""
+    drafted = 0
+    for bsz, (lo, hi), seed in batches:
+        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
+        ref = greedy(ar, d, sample, max_len_b=max_len_b)
+        gen = AggressiveGenerator([ar], d, drafter, engine=engine, max_len_b=max_len_b)
+        assert (gen.native is not None) == (engine == "native")
+        cmp = compare(ar, sample, ref, gen.generate([ar], sample), cmp)
+        drafted += gen.stats.drafted
+    return cmp, drafted
 
 
 @pytest.mark.skipif(not NATIVE, reason="no native engine here")

@@ -11,12 +11,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import compare, greedy, make_model, make_sample, make_task, random_rows
+from helpers import make_model, make_sample, make_task, random_rows
 from fairseq_aggressive.criterions.glat_block_loss import GlatBlockLoss
 from fairseq_aggressive.drafters import NARBlockDrafter, check_drafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import build
-from test_shared_drafter import _train_batch
+from test_shared_drafter import _train_batch, gad_vs_greedy
 
 NATIVE = build.available() is None
 ENGINES = ["torch"] + (["native"] if NATIVE else [])
@@ -61,13 +61,8 @@ def test_verifier_features_gad_equals_greedy(engine, causal, tmp_path):
         drafter = NARBlockDrafter(dr, d, 4, engine=drafter_engine)
         assert drafter.wants_emitted_features
         assert (drafter.native is not None) == (NATIVE and drafter_engine == "auto")
-        for bsz, (lo, hi) in ((1, (1, 10)), (6, (1, 30))):
-            sample = make_sample(random_rows(d, bsz, lo, hi, seed=10 * bsz), d.pad())
-            ref = greedy(ar, d, sample, max_len_b=30)
-            gen = AggressiveGenerator([ar], d, drafter, engine=engine, max_len_b=30)
-            assert (gen.native is not None) == (engine == "native")
-            cmp = compare(ar, sample, ref, gen.generate([ar], sample), cmp)
-            drafted += gen.stats.drafted
+        cmp, n = gad_vs_greedy(ar, d, drafter, engine, [(1, (1, 10), 10), (6, (1, 30), 60)], 30, cmp)
+        drafted += n
     assert cmp.ok() and cmp.identical == cmp.total == 14, cmp
     assert drafted > 0
 

@@ -233,6 +233,7 @@ class NativeBatch:
         lengths = np.ascontiguousarray(lengths, dtype=np.int32)
         self.handle = self.lib.fa_begin(engine.handle, n, flat.ctypes.data, lengths.ctypes.data, cap)
         self._rows_cap = self._tok_cap = 0
+        self.features = None  # after step(features=True): the emitted tokens' decoder features
 
     def __del__(self):
         handle = getattr(self, "handle", None)
@@ -312,7 +313,7 @@ class NativeBatch:
             if n == 1:
                 self.features = self._feats[: n_emit[0]].clone()
             else:
-                offs = np.cumsum([0] + lens[:-1])
-                idx = np.concatenate([np.arange(a, a + ne) for a, ne in zip(offs, n_emit)])
+                ne = np.asarray(n_emit)  # emitted token j of row r sits at row offset + j
+                idx = np.arange(ne.sum()) + np.repeat(np.cumsum(lens) - lens - (np.cumsum(ne) - ne), ne)
                 self.features = self._feats[torch.from_numpy(idx)]
         return toks, scores, self._n_match[:n], self._done[:n], self._win[:n]
