@@ -211,6 +211,11 @@ class Pipeline:
         options = deep_merge(self.cfg.get("train-common") or {}, model.get("options") or {})
         if not self.dry_run:
             budget = options.get("max-update")
+            finished = done.read_text().split()[:1] if done.exists() else []
+            if budget and finished and finished[0].isdigit() and int(budget) > int(finished[0]):
+                self.log(f"(model {name}: its budget was raised from {finished[0]} to {budget} updates; "
+                         "models and distilled data made from its older checkpoint are kept: remove them to redo)")
+                done.unlink()
             updates = self.trained_updates(save) if not done.exists() and self.checkpoint(name).exists() else 0
             if budget and updates >= int(budget):
                 done.write_text(f"{budget} updates\n")
