@@ -15,10 +15,11 @@ the verifier's own choice at the first rejected slot (the bifurcation), so
 every pass makes progress.
 
 Rules declare capabilities as attributes, as fairseq's ``Search`` strategies
-do: ``exact_greedy`` (the output is greedy decoding's; the native engine
-implements only such rules) and ``first_chunk_min`` (the first call must cover
-at least that many slots; a later chunk is only used for rows whose every
-earlier slot passed).
+do: ``exact_greedy`` (the output is greedy decoding's), ``native_rank``
+(``(beta, tau)``: the native engine applies the rule itself, see
+:class:`RankAcceptance`; None where it cannot) and ``first_chunk_min`` (the
+first call must cover at least that many slots; a later chunk is only used for
+rows whose every earlier slot passed).
 """
 import math
 from typing import Tuple
@@ -45,6 +46,7 @@ class AcceptanceRule:
     """The contract of every rule (see the module docstring)."""
 
     exact_greedy = False  # capability: output identical to greedy decoding
+    native_rank = None  # capability: (beta, tau) of the native engine's rule that does the same
     first_chunk_min = 1  # slots the first call of a pass must cover
 
     def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
@@ -56,6 +58,7 @@ class ExactAcceptance(AcceptanceRule):
     Output is token-for-token that of greedy decoding."""
 
     exact_greedy = True
+    native_rank = (1, 0.0)  # the engine's beta 1: greedy's choice
 
     def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         choice = scores.argmax(dim=-1)
@@ -73,6 +76,10 @@ class RankAcceptance(AcceptanceRule):
 
     def __init__(self, beta: int, tau: float):
         self.beta, self.tau = beta, tau
+
+    @property
+    def native_rank(self):
+        return (self.beta, self.tau) if self.beta > 1 else None  # (beta 1 ties: ExactAcceptance)
 
     def __call__(self, scores: Tensor, draft: Tensor, n_valid: Tensor, offset: int = 0) -> Tuple[Tensor, Tensor]:
         top1, best = scores.max(dim=-1)

@@ -38,7 +38,8 @@ def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance: Acce
     """The compiled native engine (:mod:`fairseq_aggressive.native`) or None
     for the torch verifier.  ``auto`` takes the native one where it runs: a CPU
     model it supports, exact acceptance, a drafter that needs neither the
-    encoder output nor the verifier's features, a CPU it was built for."""
+    encoder output nor the verifier's features, a CPU it was built for, an
+    acceptance rule it applies itself (exact or GAD++'s top-beta/tau)."""
     if engine not in ENGINES:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "torch":
@@ -48,8 +49,8 @@ def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance: Acce
     try:
         if next(model.parameters()).device.type != "cpu":
             raise NativeUnavailable("the model is not on the CPU")
-        if not acceptance.exact_greedy:
-            raise NativeUnavailable(f"{type(acceptance).__name__} is not exact greedy acceptance")
+        if acceptance.native_rank is None:
+            raise NativeUnavailable(f"the native engine does not apply {type(acceptance).__name__}")
         if drafter.wants_features:
             raise NativeUnavailable(f"{type(drafter).__name__} reads the verifier's decoder features")
         native = NativeEngine(model, tgt_dict)
@@ -325,7 +326,8 @@ class AggressiveGenerator(nn.Module):
             if native is not None:
                 emit, emit_scores, n_match, done, won = state.step(
                     active, rows, max_len, self.min_len, self.unk_penalty, self.temperature,
-                    branches=blens if branching else None, features=self.drafter.wants_emitted_features)
+                    branches=blens if branching else None, features=self.drafter.wants_emitted_features,
+                    beta=self.acceptance.native_rank[0], tau=self.acceptance.native_rank[1])
                 if self.drafter.wants_emitted_features:
                     t0 = time.perf_counter()
                     self.drafter.observe_emitted(active, state.features, [len(e) for e in emit])

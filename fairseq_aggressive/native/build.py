@@ -141,7 +141,7 @@ def _declare(lib) -> None:
     lib.fa_length.argtypes = [P, I]
     lib.fa_pass.restype = I
     IP, FP = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)
-    lib.fa_pass.argtypes = [P, P, I, IP, IP, IP, I, I, F, F, IP, FP, IP, IP, IP, IP, IP, IP, P]
+    lib.fa_pass.argtypes = [P, P, I, IP, IP, IP, I, I, F, F, I, F, IP, FP, IP, IP, IP, IP, IP, IP, P]
     lib.fa_simd.restype = I
     lib.fa_set_mask_embed.argtypes = [P, P]
     lib.fa_begin_encoded.restype = P

@@ -268,7 +268,7 @@ class NativeBatch:
 
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], max_len: int, min_len: int,
              unk_penalty: float, temperature: float, branches: Optional[Sequence[List[int]]] = None,
-             features: bool = False):
+             features: bool = False, beta: int = 1, tau: float = 0.0):
         """One pass; ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.
         With ``branches``, ``branches[i]`` lists the lengths of the drafts that
         follow the last token in ``rows[i]`` one after the other (each is a
@@ -277,7 +277,10 @@ class NativeBatch:
         draft length, whether EOS was emitted and the index of the kept draft.
         With ``features``, :attr:`features` then holds the decoder features
         (last layer, normalised) each emitted token was chosen from, the rows'
-        emitted tokens one after the other (sum of n_emit x C)."""
+        emitted tokens one after the other (sum of n_emit x C).  ``beta`` > 1
+        accepts GAD++'s way (:class:`~fairseq_aggressive.acceptance.RankAcceptance`:
+        a drafted token among the top ``beta`` within ``tau`` of the top one's
+        log-probability) instead of greedy's."""
         n = len(rows)
         lens = [len(r) for r in rows]
         flat = rows[0] if n == 1 else [t for r in rows for t in r]
@@ -299,7 +302,7 @@ class NativeBatch:
                 self._feats = torch.empty(self._tok_cap, self.engine.embed_dim, dtype=torch.float32)
             fptr = self._feats.data_ptr()
         rc = self.lib.fa_pass(self.engine.handle, self.handle, n, self._sent, self._lens, self._tok, max_len,
-                              min_len, unk_penalty, temperature, self._choice, self._score, self._n_emit,
+                              min_len, unk_penalty, temperature, beta, tau, self._choice, self._score, self._n_emit,
                               self._n_match, self._done, nb, blen, self._win, fptr)
         if rc != 0:
             raise RuntimeError("native engine: a row does not fit its sentence's cache")

@@ -1169,10 +1169,15 @@ int fa_length(void* sp, int b) { return static_cast<State*>(sp)->sents[b].len; }
 // given); choice and score of the emitted tokens from the row's offset in the
 // concatenation, and (if feats is given) the decoder features (C floats, after
 // the last layer norm) each emitted token was chosen from, at the same offsets.
+// beta > 1 accepts GAD++'s way instead (Xia et al. 2023): a drafted token passes
+// if fewer than beta tokens score strictly higher than it and its score is
+// within tau of the top one's (fairseq's adjusted log-probabilities; accepted
+// slots emit the drafted token, the first rejected one greedy's choice).
 // -1 (nothing changed) if a row does not fit its sentence's cache or its
 // branches do not add up to it.
 int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
-            int max_len, int min_len, float unk_penalty, float temperature, int32_t* choice, float* score,
+            int max_len, int min_len, float unk_penalty, float temperature, int beta, float tau,
+            int32_t* choice, float* score,
             int32_t* n_emit, int32_t* n_match, int32_t* done, const int32_t* n_branch, const int32_t* branch_len,
             int32_t* winner, float* feats) {
   Model& m = *static_cast<Model*>(mp);
@@ -1224,6 +1229,37 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
   std::vector<int32_t> chosen(M, 0);
   std::vector<int> todo;
   int arena = 0;
+  // the column of token id tok in the logits of sentence s (-1: not projected)
+  auto column_of = [&](const Sentence& s, int tok) {
+    if (tok < 0 || tok >= V) return -1;
+    if (!st.shortlist || tok < m.sl_n) return tok;
+    auto it = std::lower_bound(s.sl_ids.begin(), s.sl_ids.end(), tok);
+    return it != s.sl_ids.end() && *it == tok ? m.sl_n + (int)(it - s.sl_ids.begin()) : -1;
+  };
+  // adjusted score of column v (pad never, unk penalty, only EOS at max_len, no EOS before min_len)
+  auto adjusted = [&](const float* lg, int v, int out_pos) {
+    if (v == m.cfg.pad || (out_pos >= max_len && v != m.cfg.eos) || (out_pos < min_len && v == m.cfg.eos))
+      return ninf;
+    return v == m.cfg.unk ? lg[v] - unk_penalty : lg[v];
+  };
+  // where the flat position p of row r predicts output position s.len + out_step
+  auto out_step = [&](int r, int p) {
+    const int t = p - off[r];
+    return tree && t > 0 ? t - bstart[p] + 1 : t;
+  };
+  // GAD++: whether the drafted token tok passes at flat position p of row r (beta > 1)
+  auto rank_pass = [&](int r, int p, int tok) {
+    const Sentence& s = st.sents[sent[r]];
+    const int col = column_of(s, tok);
+    if (col < 0) return false;
+    const int W = st.shortlist ? m.sl_n + (int)s.sl_ids.size() : V, out_pos = s.len + out_step(r, p);
+    const float* lg = m.logits.data() + (size_t)at[p] * V;
+    const float a = adjusted(lg, col, out_pos);
+    if (a == ninf || a < adjusted(lg, column[p], out_pos) - tau) return false;
+    int better = 0;
+    for (int v = 0; v < W && better < beta; ++v) better += adjusted(lg, v, out_pos) > a;
+    return better < beta;
+  };
   for (int round = 0;; ++round) {
     todo.clear();
     for (int i = 0; i < NB; ++i) {
@@ -1293,7 +1329,9 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
     for (int i = 0; i < NB; ++i) {  // walk each open branch as far as its projected positions go
       while (open[i] && checked[i] <= b_len[i] && at[path(i, checked[i])] >= 0) {
         const int j = checked[i]++;
-        if (j < b_len[i] && chosen[path(i, j)] == tokens[off[row_of[i]] + b_start[i] + j]) {
+        const int p = path(i, j), r = row_of[i];
+        const int drafted = j < b_len[i] ? tokens[off[r] + b_start[i] + j] : -1;
+        if (j < b_len[i] && (beta > 1 ? rank_pass(r, p, drafted) : chosen[p] == drafted)) {
           matched[i] = j + 1;
         } else {
           open[i] = 0;
@@ -1309,9 +1347,11 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
     int w = first_branch[r];
     for (int i = first_branch[r] + 1; i < first_branch[r + 1]; ++i)
       if (matched[i] > matched[w]) w = i;
+    // accepted slots emit the drafted tokens (greedy's choices there unless beta > 1)
+    auto emitted = [&](int j) { return j < matched[w] ? tokens[off[r] + b_start[w] + j] : chosen[path(w, j)]; };
     int ne = matched[w] + 1, fin = 0;
     for (int j = 0; j < ne; ++j)
-      if (chosen[path(w, j)] == m.cfg.eos) {
+      if (emitted(j) == m.cfg.eos) {
         ne = j + 1;
         fin = 1;
         break;
@@ -1321,8 +1361,8 @@ int fa_pass(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_l
       const int p = path(w, j);
       const float* lg = m.logits.data() + (size_t)at[p] * V;
       float lse = logsumexp(lg, W);
-      int c = chosen[p];
-      float val = lg[column[p]];
+      int c = emitted(j);
+      float val = lg[c == chosen[p] ? column[p] : column_of(s, c)];
       if (c == m.cfg.unk) val = val - unk_penalty;
       choice[off[r] + j] = c;
       score[off[r] + j] = val - lse;
