@@ -37,9 +37,9 @@ logger = logging.getLogger("fairseq_aggressive")
 def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule):
     """The compiled native engine (:mod:`fairseq_aggressive.native`) or None
     for the torch verifier.  ``auto`` takes the native one where it runs: a CPU
-    model it supports, exact acceptance, a drafter that needs neither the
-    encoder output nor the verifier's features, a CPU it was built for, an
-    acceptance rule it applies itself (exact or GAD++'s top-beta/tau)."""
+    model it supports, an acceptance rule it applies itself (exact or GAD++'s
+    top-beta/tau), a drafter that needs neither the encoder output nor the
+    verifier's features, a CPU it was built for."""
     if engine not in ENGINES:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "torch":
