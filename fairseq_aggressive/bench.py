@@ -69,6 +69,7 @@ import fairseq_aggressive  # noqa: F401  (registers the task, patches loading)
 from fairseq_aggressive import ct2_baseline
 from fairseq_aggressive.ct2_baseline import COMPUTE_TYPES
 from fairseq_aggressive.cpu_features import describe_machine, machine_info
+from fairseq_aggressive.cpu_load import cpu_load
 from fairseq_aggressive.evaluation.m2 import distance_table
 from fairseq_aggressive.generator import length_cap
 
@@ -176,7 +177,18 @@ def add_bench_args(parser):
                    "greedy-sl is greedy on it)")
     g.add_argument("--bench-shortlist", type=int, default=SHORTLIST_DEFAULT,
                    help="frequent tokens of the -sl modes' shortlist (plus each sentence's source tokens)")
-    g.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
+    g.add_argument("--threads", type=int, default=None,
+                   help="threads of every engine (torch, the native engine, CTranslate2); default: each "
+                   "engine's own default (the native engine: --native-threads auto; CTranslate2: the "
+                   "CPUs this process may use)")
+    g.add_argument("--bench-load", type=int, default=0, metavar="N",
+                   help="run N CPU-bound processes beside the decoder for the whole run (every mode, "
+                   "CTranslate2 included): a machine that is also doing other work")
+    g.add_argument("--bench-workers", type=int, default=0, metavar="W",
+                   help="instead of the table: W decoder processes per mode at once, each decoding its "
+                   "share of the sentences one request at a time, as a service with W workers does "
+                   "(sentences per second in total, per-request latency p50/p95; CTranslate2: one "
+                   "translator with inter_threads=W); each worker gets the CPUs / W threads")
     g.add_argument("--bench-max-sentences", type=int, default=None,
                    help="decode only the first N sentences of the subset")
     g.add_argument("--baseline-path", default=None,
@@ -246,11 +258,13 @@ def gen_args_for(cfg_generation, overrides) -> argparse.Namespace:
 
 def run(cfg, bench) -> Dict:
     from fairseq import checkpoint_utils, tasks, utils
-    from fairseq.logging import progress_bar
 
-    torch.set_num_threads(bench.threads)
+    if bench.threads is not None:
+        torch.set_num_threads(bench.threads)
     modes = [m.strip() for m in bench.bench_modes.split(",") if m.strip()]
     overrides = {m: mode_overrides(m, bench) for m in modes}
+    if bench.threads is not None:
+        overrides = {m: dict(ov, native_threads=bench.threads) for m, ov in overrides.items()}
     task = tasks.setup_task(cfg.task)
     models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
     model = models[0].eval()
@@ -296,6 +310,35 @@ def run(cfg, bench) -> Dict:
     per_sent = {i: {"id": i} for i in ids}
     totals = {m: 0.0 for m in modes}
     steps = {m: 0 for m in modes}  # batched decoder steps of the stock generators
+    with cpu_load(bench.bench_load):
+        decode_blocks(blocks, gens, batches, bench, per_sent, totals, steps, tgt_dict, src_dict, bpe)
+        for m in ct2_modes:
+            run_ct2(m, ct2_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps)
+    for rec in per_sent.values():
+        base = rec.get("greedy", rec[modes[0]])["tokens"]
+        src = rec.pop("src_tokens")
+        d = distance_table(src, base)  # one alignment: the edit ratio, the spans and the bound
+        rec["edit_ratio"] = d[-1][-1] / max(len(src), 1)
+        spans = span_lengths(src, base, d)
+        rec["edit_spans"], rec["pass_bound"] = len(spans), bound_of_spans(spans)
+    threads = {"torch": torch.get_num_threads(),
+               "engine": sorted({g.native.threads for _, g in gens.values() if getattr(g, "native", None)}),
+               "ctranslate2": ct2_threads(bench) if ct2_modes else None}
+    return summarize(modes, per_sent, totals, steps, gens, bsz, threads, bench.bench_load)
+
+
+def ct2_threads(bench) -> int:
+    """CTranslate2's intra-op threads: ``--threads``, else the CPUs this process may use."""
+    from fairseq_aggressive.threads import usable_cpus
+
+    return bench.threads or usable_cpus()
+
+
+def decode_blocks(blocks, gens, batches, bench, per_sent, totals, steps, tgt_dict, src_dict, bpe):
+    """Every batch with every mode of the torch and native blocks (see the module's docstring)."""
+    from fairseq import utils
+    from fairseq.logging import progress_bar
+
     for block in [b for b in blocks if b]:
         for sample in batches[: bench.warmup]:
             for m in block:
@@ -327,16 +370,6 @@ def run(cfg, bench) -> Dict:
                 if sample.get("target") is not None:
                     ref = utils.strip_pad(sample["target"][k], tgt_dict.pad())
                     rec["ref_text"] = tgt_dict.string(ref, bpe)
-    for m in ct2_modes:
-        run_ct2(m, ct2_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps)
-    for rec in per_sent.values():
-        base = rec.get("greedy", rec[modes[0]])["tokens"]
-        src = rec.pop("src_tokens")
-        d = distance_table(src, base)  # one alignment: the edit ratio, the spans and the bound
-        rec["edit_ratio"] = d[-1][-1] / max(len(src), 1)
-        spans = span_lengths(src, base, d)
-        rec["edit_spans"], rec["pass_bound"] = len(spans), bound_of_spans(spans)
-    return summarize(modes, per_sent, totals, steps, gens, bsz, bench.threads)
 
 
 def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps):
@@ -353,7 +386,7 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
         toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
         requests.append({"tokens": toks, "max_len": max_len})
     try:
-        res = ct2_baseline.decode(model_dir, requests, mode, bench.threads, bench.warmup)
+        res = ct2_baseline.decode(model_dir, requests, mode, ct2_threads(bench), bench.warmup)
     except ct2_baseline.CT2Error as e:
         raise SystemExit(f"error: {e}")
     bpe = cfg.common_eval.post_process
@@ -368,12 +401,12 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
     logger.info(f"{mode}: CTranslate2 {res['version']}, {model_dir}")
 
 
-def summarize(modes, per_sent, totals, steps, gens, bsz, threads) -> Dict:
+def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dict:
     import sacrebleu
 
     recs = [per_sent[i] for i in sorted(per_sent)]
     has_ref = all("ref_text" in r for r in recs)
-    out = {"sentences": len(recs), "batch_size": bsz, "threads": threads,
+    out = {"sentences": len(recs), "batch_size": bsz, "threads": threads, "load": load,
            "machine": machine_info(), "modes": {}}
     for m in modes:
         row = {
@@ -508,6 +541,22 @@ def plot_edit_spans(res, path):
     fig.savefig(path, dpi=120)
 
 
+def describe_threads(threads) -> str:
+    """``threads`` of a result (a count, or per engine) in words."""
+    if not isinstance(threads, dict):
+        return str(threads)
+    parts = [f"torch {threads['torch']}"]
+    if threads.get("engine"):
+        parts.append("native engine " + "/".join(str(t) for t in threads["engine"]))
+    if threads.get("ctranslate2"):
+        parts.append(f"CTranslate2 {threads['ctranslate2']}")
+    return ", ".join(parts)
+
+
+def describe_load(load: int) -> str:
+    return f"load: {load} CPU-bound process{'es' if load != 1 else ''} beside it" if load else "no load beside it"
+
+
 def print_table(res, file=sys.stdout):
     has_base = "base_beam5" in res["modes"]
     has_int8 = any(m.endswith("-int8") or m.endswith("-sl") for m in res["modes"])
@@ -515,7 +564,8 @@ def print_table(res, file=sys.stdout):
     cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy"] + (
         ["x greedy-native"] if has_native else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
     print(f"machine: {describe_machine(res['machine'])}", file=file)
-    print(f"{res['sentences']} sentences, batch {res['batch_size']}, {res['threads']} threads", file=file)
+    print(f"{res['sentences']} sentences, batch {res['batch_size']}, threads: {describe_threads(res['threads'])}; "
+          f"{describe_load(res.get('load', 0))}", file=file)
     print("| " + " | ".join(cols) + " |", file=file)
     print("|" + "---|" * len(cols), file=file)
     for m, r in res["modes"].items():
@@ -558,7 +608,8 @@ def plot(res, path, mode="iad", base="beam5"):
     ax.plot(mids, means, "r-o", label="binned mean")
     ax.set_xlabel("edit ratio (edit distance source -> output / source length)")
     ax.set_ylabel(f"speedup of {mode} over {base}")
-    ax.set_title(f"{mode} speedup vs edit ratio ({res['threads']} threads, batch {res['batch_size']})")
+    ax.set_title(f"{mode} speedup vs edit ratio (threads: {describe_threads(res['threads'])}, "
+                 f"batch {res['batch_size']})")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -575,6 +626,19 @@ def main(argv=None):
     cfg = convert_namespace_to_omegaconf(args)
     if cfg.common_eval.path is None:
         parser.error("--path CHECKPOINT is required")
+    if args.bench_load < 0 or args.bench_workers < 0:
+        parser.error("--bench-load and --bench-workers must be >= 0")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be >= 1")
+    if args.bench_workers:
+        from fairseq_aggressive.bench_workers import print_workers_table, run_workers
+
+        res = run_workers(sys.argv[1:] if argv is None else list(argv), args)
+        print_workers_table(res)
+        if args.bench_json:
+            with open(args.bench_json, "w") as f:
+                json.dump(res, f, indent=1)
+        return res
     res = run(cfg, args)
     print_table(res)
     print_edit_table(res)

@@ -82,8 +82,22 @@ def decode(model_dir: str, batches: List[Dict], mode: str, threads: int, warmup:
     hypotheses as token strings)."""
     request = {"compute_type": COMPUTE_TYPES[mode], "threads": threads, "warmup": warmup,
                "batches": batches}
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    proc = subprocess.run([sys.executable, WORKER, "decode", model_dir], input=json.dumps(request),
+    return _worker("decode", model_dir, request, mode, threads)
+
+
+def serve(model_dir: str, shards: List[List[Dict]], mode: str, threads: int, warmup: int) -> Dict:
+    """Decode each shard's batches in its own client thread of one CTranslate2
+    translator with ``inter_threads=len(shards)`` (``intra_threads=threads``),
+    all shards at once (a service with that many workers); returns per shard
+    the seconds and hypotheses of each batch, and the wall time of the whole."""
+    request = {"compute_type": COMPUTE_TYPES[mode], "workers": len(shards), "threads": threads,
+               "warmup": warmup, "shards": shards}
+    return _worker("serve", model_dir, request, mode, threads * len(shards))
+
+
+def _worker(command: str, model_dir: str, request: Dict, mode: str, omp_threads: int) -> Dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(omp_threads))
+    proc = subprocess.run([sys.executable, WORKER, command, model_dir], input=json.dumps(request),
                           capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise CT2Error(f"CTranslate2 decoding failed ({mode}):\n{proc.stderr[-2000:]}")

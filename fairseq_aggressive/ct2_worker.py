@@ -4,6 +4,7 @@ by 14-34x when both live in one process).
 
     python ct2_worker.py convert CKPT DATA_DIR USER_DIR OUT_DIR
     python ct2_worker.py decode MODEL_DIR < request.json > result.json
+    python ct2_worker.py serve MODEL_DIR < request.json > result.json
 
 ``convert`` writes a CTranslate2 model with CTranslate2's own fairseq
 converter (float32 weights; int8 is chosen at load time with
@@ -13,7 +14,14 @@ greedily (beam 1), first ``warmup`` batches untimed, then all batches timed one
 by one, and writes ``{"batches": [{"seconds": float, "hyps": [[str]]}],
 "version": str}``.
 
-This file imports only the standard library and ctranslate2 (for ``decode``).
+``serve`` reads ``{"compute_type", "workers", "threads", "warmup", "shards":
+[[{"tokens": [[str]], "max_len": int}]]}``: one translator with
+``inter_threads=workers`` (``intra_threads=threads``) and one client thread per
+shard, all started at once, each sending its shard's batches one by one, as a
+service with that many workers does; writes ``{"wall": float, "shards":
+[[{"seconds": float, "hyps": [[str]]}]], "version": str}``.
+
+This file imports only the standard library and ctranslate2 (for ``decode`` and ``serve``).
 """
 import json
 import sys
@@ -55,12 +63,54 @@ def decode(model_dir, request):
     return {"batches": out, "version": ctranslate2.__version__}
 
 
+def serve(model_dir, request):
+    import threading
+
+    import ctranslate2
+
+    shards = request["shards"]
+    translator = ctranslate2.Translator(
+        model_dir, device="cpu", compute_type=request["compute_type"],
+        inter_threads=request["workers"], intra_threads=request["threads"],
+    )
+
+    def run(batch):
+        res = translator.translate_batch(
+            batch["tokens"], beam_size=1, max_decoding_length=batch["max_len"],
+            min_decoding_length=1, return_scores=False,
+        )
+        return [r.hypotheses[0] for r in res]
+
+    for shard in shards:
+        for batch in shard[: request.get("warmup", 0)]:
+            run(batch)
+    out = [[] for _ in shards]
+    start = threading.Barrier(len(shards) + 1)
+
+    def client(k):
+        start.wait()
+        for batch in shards[k]:
+            t0 = time.perf_counter()
+            hyps = run(batch)
+            out[k].append({"seconds": time.perf_counter() - t0, "hyps": hyps})
+
+    clients = [threading.Thread(target=client, args=(k,)) for k in range(len(shards))]
+    for c in clients:
+        c.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for c in clients:
+        c.join()
+    return {"wall": time.perf_counter() - t0, "shards": out, "version": ctranslate2.__version__}
+
+
 def main(argv):
     if len(argv) == 5 and argv[0] == "convert":
         convert(*argv[1:])
         return 0
-    if len(argv) == 2 and argv[0] == "decode":
-        json.dump(decode(argv[1], json.load(sys.stdin)), sys.stdout)
+    if len(argv) == 2 and argv[0] in ("decode", "serve"):
+        run = decode if argv[0] == "decode" else serve
+        json.dump(run(argv[1], json.load(sys.stdin)), sys.stdout)
         return 0
     print(__doc__, file=sys.stderr)
     return 2

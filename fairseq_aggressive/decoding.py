@@ -12,6 +12,7 @@ import torch
 from .acceptance import build_acceptance, build_blockwise_acceptance
 from .cpu_features import use_bf16
 from .options import check_generation_args
+from .threads import engine_threads, parse_threads
 
 logger = logging.getLogger("fairseq_aggressive")
 
@@ -61,7 +62,10 @@ def build_gad_drafter(task, models, option):
 
         n = check_positive_int(option("drafter_shortlist"), "--drafter-shortlist")
         shortlist = VocabShortlist(task.source_dictionary, task.target_dictionary, n)
-    return NARBlockDrafter(drafter_model, task.target_dictionary, k, engine=engine, shortlist=shortlist)
+    # the drafter's engine runs on the verifier's threads
+    threads = engine_threads(parse_threads(option("native_threads")))
+    return NARBlockDrafter(drafter_model, task.target_dictionary, k, engine=engine, shortlist=shortlist,
+                           threads=threads)
 
 
 def build_aggressive_generator(task, models, args, decoding: str, option: Callable[[str], object], **kwargs):
@@ -90,6 +94,7 @@ def build_aggressive_generator(task, models, args, decoding: str, option: Callab
         engine=str(option("engine")),
         shortlist=_shortlist(task, option("vocab_shortlist")),
         draft_cost=option("draft_cost"),
+        native_threads=option("native_threads"),
     )
     atexit.register(_log_summary, generator, decoding)
     return generator

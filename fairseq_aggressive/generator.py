@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from .acceptance import AcceptanceRule, ExactAcceptance
 from .drafters.base import Drafter
 from .options import check_max_draft_len, check_single_model, check_temperature
+from .threads import parse_threads, torch_single_threaded
 from .verifier import CachedDecoderVerifier
 
 ENGINES = ("auto", "native", "torch")
@@ -34,12 +35,14 @@ BUDGET_EXPLORE = 16
 logger = logging.getLogger("fairseq_aggressive")
 
 
-def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule):
+def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance: AcceptanceRule,
+                threads: Optional[int] = None):
     """The compiled native engine (:mod:`fairseq_aggressive.native`) or None
     for the torch verifier.  ``auto`` takes the native one where it runs: a CPU
     model it supports, an acceptance rule it applies itself (exact or GAD++'s
     top-beta/tau), a drafter that needs neither the encoder output nor the
-    verifier's features, a CPU it was built for."""
+    verifier's features, a CPU it was built for.  ``threads``: the engine's
+    threads (None: :func:`~fairseq_aggressive.threads.engine_threads`' policy)."""
     if engine not in ENGINES:
         raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "torch":
@@ -53,8 +56,9 @@ def pick_engine(engine: str, model, tgt_dict, drafter: Drafter, acceptance: Acce
             raise NativeUnavailable(f"the native engine does not apply {type(acceptance).__name__}")
         if drafter.wants_features:
             raise NativeUnavailable(f"{type(drafter).__name__} reads the verifier's decoder features")
-        native = NativeEngine(model, tgt_dict)
-        logger.info(f"verifier: the native engine ({native.isa}; {native.int8_linears} int8 linear layers, "
+        native = NativeEngine(model, tgt_dict, threads=threads)
+        logger.info(f"verifier: the native engine ({native.isa}, {native.threads} thread(s); "
+                    f"{native.int8_linears} int8 linear layers, "
                     f"{native.half_linears} stored as float16, their values are float16 values)")
         return native
     except NativeUnavailable as e:
@@ -122,6 +126,7 @@ class AggressiveGenerator(nn.Module):
         engine: str = "auto",
         shortlist=None,
         draft_cost: Optional[str] = None,
+        native_threads=None,
     ):
         super().__init__()
         check_single_model(models)
@@ -149,7 +154,8 @@ class AggressiveGenerator(nn.Module):
         # positions projected to the vocabulary before checking (the rule may need more at once)
         self.first_chunk = max(8, self.acceptance.first_chunk_min)
         self.model.eval()
-        self.native = pick_engine(engine, self.model, tgt_dict, drafter, self.acceptance)
+        self.native = pick_engine(engine, self.model, tgt_dict, drafter, self.acceptance,
+                                  threads=parse_threads(native_threads))
         # cost-aware draft lengths (fairseq_aggressive.draft_budget): "auto" measures the
         # engine's pass cost on the first batch, "FIXED,PER_POSITION" gives it, None/"off": fixed lengths
         self.budget = None
@@ -264,20 +270,29 @@ class AggressiveGenerator(nn.Module):
             raise ValueError("aggressive decoding does not support prefix tokens (--prefix-size)")
         if constraints is not None:
             raise ValueError("aggressive decoding does not support lexical constraints")
-        net_input = sample["net_input"]
-        src_tokens = net_input["src_tokens"]
-        bsz, src_len = src_tokens.size()[:2]
+        src_tokens = sample["net_input"]["src_tokens"]
+        src_len = src_tokens.size(1)
         max_len = length_cap(self.max_len_a, self.max_len_b, src_len, self.max_len)
         if self.min_len > max_len:
             raise ValueError("min_len cannot be larger than max_len, please adjust these!")
-        device = src_tokens.device
 
         native = self.native  # None, or off for this batch if on a GPU or beyond its position tables
-        if native is not None and (device.type != "cpu" or not native.can_decode(src_len, max_len)):
+        if native is not None and (src_tokens.device.type != "cpu" or not native.can_decode(src_len, max_len)):
             native = None
+        if native is None:
+            return self._decode(sample, native, max_len, bos_token)
+        with torch_single_threaded():  # torch's idle OpenMP workers would take turns with the engine's
+            return self._decode(sample, native, max_len, bos_token)
+
+    def _decode(self, sample, native, max_len: int, bos_token=None):
+        """The draft -> verify -> accept loop over one batch, on ``native`` (a
+        :class:`~fairseq_aggressive.native.NativeEngine`) or, if None, the torch verifier."""
+        net_input = sample["net_input"]
+        src_tokens = net_input["src_tokens"]
+        bsz = src_tokens.size(0)
+        device = src_tokens.device
         branching = self.drafter.multi_branch
         if native is not None:
-            native.set_threads(torch.get_num_threads())
             if self._measure_cost:
                 from .draft_budget import measure_pass_cost
 

@@ -7,6 +7,9 @@ torch_threads = int(os.environ.get("TEST_THREADS", "2"))
 import torch  # noqa: E402
 
 torch.set_num_threads(torch_threads)
+# the native engine on the same count: its thread pool takes part in every exactness test
+# (the default policy gives small test models one thread; tests/test_threads.py checks it)
+os.environ.setdefault("FAIRSEQ_AGGRESSIVE_NATIVE_THREADS", str(torch_threads))
 
 
 def pytest_terminal_summary(terminalreporter):

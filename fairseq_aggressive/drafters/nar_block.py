@@ -26,10 +26,11 @@ DRAFTER_ENGINES = ("auto", "native", "torch")
 
 class NARBlockDrafter(Drafter):
     def __init__(self, model, tgt_dict, block_size: int, fast: bool = True, engine: str = "auto",
-                 shortlist=None):
+                 shortlist=None, threads: Optional[int] = None):
         """``shortlist``: a :class:`~fairseq_aggressive.shortlist.VocabShortlist` the
         drafter proposes from (``--drafter-shortlist``; proposals only, the
-        verifier's choices are unaffected)."""
+        verifier's choices are unaffected).  ``threads``: the native engine's
+        threads (None: :func:`~fairseq_aggressive.threads.engine_threads`' policy)."""
         self.k = check_positive_int(block_size, "--block-size")
         self.model = model.eval()
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
@@ -48,10 +49,10 @@ class NARBlockDrafter(Drafter):
         self.wants_emitted_features = bool(getattr(model, "reads_verifier_features", False))
         self._feats: Optional[torch.Tensor] = None  # (B, positions, C); row position 0 (BOS) stays zero
         self._n_feats: List[int] = []
-        self.native = self._native(model, tgt_dict, engine) if fast else None
+        self.native = self._native(model, tgt_dict, engine, threads) if fast else None
 
     @staticmethod
-    def _native(model, tgt_dict, engine):
+    def _native(model, tgt_dict, engine, threads):
         if engine not in DRAFTER_ENGINES:
             raise ValueError(f"drafter engine must be one of {', '.join(DRAFTER_ENGINES)}, not {engine!r}")
         if engine == "torch" or not hasattr(model.decoder, "mask_embed"):
@@ -60,7 +61,7 @@ class NARBlockDrafter(Drafter):
         from ..native.block_drafter import NativeBlockDrafter
 
         try:
-            native = NativeBlockDrafter(model, tgt_dict)  # raises NativeUnavailable where it cannot run
+            native = NativeBlockDrafter(model, tgt_dict, threads)  # raises NativeUnavailable where it cannot run
         except NativeUnavailable as e:
             if engine == "native":
                 raise ValueError(f"drafter engine native: {e}") from e

@@ -27,6 +27,12 @@ from typing import List, Optional, Tuple
 logger = logging.getLogger("fairseq_aggressive")
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transformer.cpp")
+
+
+def _sources() -> List[str]:
+    """The engine's source and the headers it includes (all in this directory)."""
+    d = os.path.dirname(SOURCE)
+    return [SOURCE] + sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".h"))
 BASE_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-pthread"]
 
 
@@ -94,8 +100,7 @@ def library(generic: bool = False) -> ctypes.CDLL:
         if generic in _LOADED:
             return _LOADED[generic]
         cxx = _compiler()
-        with open(SOURCE, "rb") as f:
-            src = f.read()
+        src = b"".join(open(p, "rb").read() for p in _sources())
         key = hashlib.sha256(src + " ".join([cxx] + BASE_FLAGS + flags).encode()).hexdigest()[:16]
         path = os.path.join(_cache_dir(), f"transformer-{name}-{key}.so")
         if not os.path.isfile(path):
@@ -128,6 +133,12 @@ def _declare(lib) -> None:
     lib.fa_int8_linears.argtypes = [P]
     lib.fa_model_free.argtypes = [P]
     lib.fa_set_threads.argtypes = [P, I]
+    lib.fa_threads.restype = I
+    lib.fa_threads.argtypes = [P]
+    L64 = ctypes.POINTER(ctypes.c_int64)
+    lib.fa_pool_stats.argtypes = [P, L64]
+    lib.fa_pool_selftest.restype = ctypes.c_int64
+    lib.fa_pool_selftest.argtypes = [I, I, I, I, I, L64]
     lib.fa_begin.restype = P
     lib.fa_begin.argtypes = [P, I, P, P, I]
     lib.fa_state_free.argtypes = [P]

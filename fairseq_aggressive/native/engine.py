@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from ..quantization import Int8Linear
+from ..threads import engine_threads
 from .build import NativeUnavailable, library
 
 
@@ -99,7 +100,7 @@ class NativeEngine:
     """One model in the compiled engine; decodes batches with :meth:`begin` /
     :meth:`step`.  Thread-safe only per instance (one batch at a time)."""
 
-    def __init__(self, model, tgt_dict, generic: bool = False):
+    def __init__(self, model, tgt_dict, generic: bool = False, threads: Optional[int] = None):
         check_native(model)
         self.lib = library(generic)
         self.isa = "avx2" if self.lib.fa_simd() else "generic"
@@ -171,7 +172,7 @@ class NativeEngine:
         self.half_linears = self.lib.fa_half_linears(self.handle)
         self.int8_linears = self.lib.fa_int8_linears(self.handle)
         self.threads = 0
-        self.set_threads(torch.get_num_threads())
+        self.set_threads(engine_threads(threads))
 
     def _lin(self, m):
         if isinstance(m, Int8Linear):
@@ -185,9 +186,20 @@ class NativeEngine:
         return [None, None] if m is None else [_f32(m.weight), _f32(m.bias)]
 
     def set_threads(self, n: int) -> None:
+        """Run on ``n`` threads (the caller's and ``n - 1`` workers)."""
         if n != self.threads:
             self.lib.fa_set_threads(self.handle, int(n))
             self.threads = n
+
+    def pool_stats(self) -> dict:
+        """The thread pool's counters since the engine was made: parallel calls,
+        items its workers ran, waits for a worker's item and stalls (waits far
+        longer than an item: the worker was not running), seconds waited."""
+        out = (ctypes.c_int64 * 6)()
+        self.lib.fa_pool_stats(self.handle, out)
+        calls, parallel, worker_items, waits, stalls, wait_ns = list(out)
+        return dict(calls=calls, parallel=parallel, worker_items=worker_items, waits=waits, stalls=stalls,
+                    wait_seconds=wait_ns / 1e9)
 
     def __del__(self):
         handle = getattr(self, "handle", None)

@@ -15,14 +15,14 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "parallel.h"
 
 #if defined(__AVX2__) && defined(__FMA__) && !defined(FA_GENERIC)
 #include <immintrin.h>
@@ -116,90 +116,8 @@ static inline float half_to_float(uint16_t h) {
 }
 
 // ---------------------------------------------------------------- threads
-// A small pool: run(f, n) calls f(i) for i in [0, n) on the caller and the
-// workers.  Workers spin briefly before sleeping (work items are microseconds).
-class Pool {
- public:
-  explicit Pool(int n) { resize(n); }
-  ~Pool() { stop(); }
-  int size() const { return (int)workers_.size() + 1; }
-  void resize(int n) {
-    if (n < 1) n = 1;
-    if (n == size()) return;
-    stop();
-    quit_ = false;
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { loop(); });
-  }
-  void run(const std::function<void(int)>& f, int n) {
-    if (workers_.empty() || n <= 1) {
-      for (int i = 0; i < n; ++i) f(i);
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      job_ = &f;
-      n_items_ = n;
-      next_.store(0);
-      pending_.store((int)workers_.size());
-      ++gen_;
-    }
-    cv_.notify_all();
-    work();
-    while (pending_.load(std::memory_order_acquire) > 0) {
-    }
-    job_ = nullptr;
-  }
-
- private:
-  void work() {
-    for (;;) {
-      int i = next_.fetch_add(1);
-      if (i >= n_items_) break;
-      (*job_)(i);
-    }
-  }
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      // spin about 100 microseconds (the gaps between the calls of one pass, and
-      // between passes), yielding the core to anyone runnable, then sleep
-      bool have = false;
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int spin = 0; !have; ++spin) {
-        if (gen_.load(std::memory_order_acquire) != seen || quit_.load()) have = true;
-        else if ((spin & 63) == 63) {
-          std::this_thread::yield();
-          if (std::chrono::steady_clock::now() - t0 > std::chrono::microseconds(100)) break;
-        }
-      }
-      if (!have) {
-        std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return gen_.load() != seen || quit_.load(); });
-      }
-      if (quit_.load()) return;
-      seen = gen_.load();
-      work();
-      pending_.fetch_sub(1, std::memory_order_release);
-    }
-  }
-  void stop() {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      quit_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : workers_) t.join();
-    workers_.clear();
-  }
-  std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  const std::function<void(int)>* job_ = nullptr;
-  int n_items_ = 0;
-  std::atomic<int> next_{0}, pending_{0};
-  std::atomic<uint64_t> gen_{0};
-  std::atomic<bool> quit_{false};
-};
+// parallel.h: the pool (calls complete when their items are done, whoever ran them)
+using fa::Pool;
 
 // ------------------------------------------------------------------ linear
 // y = x W^T + b with W (N x K) row-major, packed once as panels of 8 outputs:
@@ -935,6 +853,11 @@ static void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const 
 
 }  // namespace
 
+static void put_stats(const fa::PoolStats& s, int64_t* out) {
+  const int64_t v[6] = {s.calls, s.parallel, s.worker_items, s.waits, s.stalls, s.wait_ns};
+  std::memcpy(out, v, sizeof v);
+}
+
 extern "C" {
 
 int fa_version() { return 1; }
@@ -1051,6 +974,35 @@ void* fa_model_create(const Config* cfg, const float* const* w, const uint16_t* 
 void fa_model_free(void* mp) { delete static_cast<Model*>(mp); }
 
 void fa_set_threads(void* mp, int n) { static_cast<Model*>(mp)->pool.resize(n); }
+
+int fa_threads(void* mp) { return static_cast<Model*>(mp)->pool.size(); }
+
+// the pool's counters (fa::PoolStats, in its order): calls, parallel, worker_items,
+// waits, stalls, wait_ns
+void fa_pool_stats(void* mp, int64_t* out) { put_stats(static_cast<Model*>(mp)->pool.stats(), out); }
+
+// A pool of `threads` runs `calls` calls of `items` items each; every item records
+// that it ran.  Every `slow`-th item (0: none) sleeps `slow_us` microseconds, as a
+// descheduled thread would.  Returns the number of items that did not run exactly
+// once (0 when the pool is right); its counters go to stats (6 values, as fa_pool_stats).
+int64_t fa_pool_selftest(int threads, int calls, int items, int slow, int slow_us, int64_t* stats) {
+  Pool pool(threads);
+  std::vector<std::atomic<int>> hits(items);
+  int64_t bad = 0;
+  for (int c = 0; c < calls; ++c) {
+    for (auto& h : hits) h.store(0, std::memory_order_relaxed);
+    pool.run([&](int i) {
+      hits[i].fetch_add(1, std::memory_order_relaxed);
+      volatile uint64_t spin = 0;
+      for (int j = 0; j < 200; ++j) spin = spin + j;  // an item's work: about a microsecond
+      if (slow > 0 && (uint64_t)(c * 7919 + i) % (uint64_t)slow == 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
+    }, items);
+    for (auto& h : hits) bad += h.load(std::memory_order_relaxed) != 1;
+  }
+  if (stats != nullptr) put_stats(pool.stats(), stats);
+  return bad;
+}
 
 // Encode B sentences (tokens without padding, concatenated; lengths src_len)
 // and allocate decoder caches for cap positions each.

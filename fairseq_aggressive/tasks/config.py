@@ -109,6 +109,15 @@ class AggressiveTranslationConfig(TranslationConfig):
             "torch with torch, else native where it runs"
         },
     )
+    native_threads: str = field(
+        default="auto",
+        metadata={
+            "help": "threads of the native engine (and a native GAD drafter): auto = the CPUs this "
+            "process may use (its CPU affinity within a cgroup CPU quota), or a number; "
+            "FAIRSEQ_AGGRESSIVE_NATIVE_THREADS sets it for every model. A service running W decoder "
+            "processes on N cores gives each N/W (docs/threads-and-load.md)"
+        },
+    )
     vocab_shortlist: Optional[int] = field(
         default=None,
         metadata={

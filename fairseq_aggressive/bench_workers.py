@@ -1,0 +1,228 @@
+"""``fairseq-aggressive-bench --bench-workers W``: decoding as a service with W
+workers runs it.
+
+For each mode, W decoder processes start at once on a shared input: worker k
+decodes sentences k, k + W, k + 2W, ... one request (batch) at a time, with
+``threads`` threads (``--threads``, default the CPUs this process may use
+divided by W).  Each worker loads the model and decodes ``--warmup`` batches,
+then all start together; the result is the sentences per second of all
+workers together (sentences / wall time from the start to the last worker's
+end) and the per-request latency (p50 / p95).  CTranslate2 modes run one
+translator with ``inter_threads=W`` and W client threads (its own way of
+serving W requests at once).  ``--bench-load N`` runs beside all of it.
+
+A worker process is this module run as a script with one JSON argument
+(:func:`worker`); it speaks to the benchmark over its standard input and output.
+"""
+import json
+import logging
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+import torch
+
+logger = logging.getLogger("fairseq_aggressive.bench")
+
+READY = "FAIRSEQ-AGGRESSIVE-WORKER-READY"
+
+
+def _load(argv):
+    """(cfg, bench args, task, dataset, sentence count) for the bench's command line."""
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    from .bench import add_bench_args
+
+    parser = options.get_generation_parser(default_task="aggressive_translation")
+    add_bench_args(parser)
+    args = options.parse_args_and_arch(parser, input_args=argv)
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    task.load_dataset(cfg.dataset.gen_subset)
+    dataset = task.dataset(cfg.dataset.gen_subset)
+    n = len(dataset) if args.bench_max_sentences is None else min(len(dataset), args.bench_max_sentences)
+    return cfg, args, task, dataset, n
+
+
+def _shard_batches(dataset, n: int, k: int, workers: int, bsz: int):
+    ids = list(range(n))[k::workers]
+    return [dataset.collater([dataset[i] for i in ids[j : j + bsz]]) for j in range(0, len(ids), bsz)]
+
+
+def worker(spec: Dict) -> None:
+    """One worker: load, warm up, say ready, wait for the start, decode its shard."""
+    from fairseq import checkpoint_utils, utils
+
+    import fairseq_aggressive  # noqa: F401
+
+    from .bench import gen_args_for, mode_overrides
+
+    torch.set_num_threads(spec["threads"])
+    cfg, args, task, dataset, n = _load(spec["argv"])
+    models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
+    model = models[0].eval()
+    ov = dict(mode_overrides(spec["mode"], args), native_threads=spec["threads"])
+    gen = task.build_generator([model], gen_args_for(cfg.generation, ov))
+    batches = _shard_batches(dataset, n, spec["shard"], spec["workers"], cfg.dataset.batch_size or 1)
+    for sample in batches[: args.warmup]:
+        gen.generate([model], sample)
+    print(READY, flush=True)
+    sys.stdin.readline()  # the start
+    recs = []
+    for sample in batches:
+        t0 = time.perf_counter()
+        hypos = gen.generate([model], sample)
+        dt = time.perf_counter() - t0
+        for sid, h in zip(sample["id"].tolist(), hypos):
+            recs.append({"id": sid, "seconds": dt, "tokens": h[0]["tokens"].tolist()})
+    with open(spec["out"], "w") as f:
+        json.dump({"requests": recs}, f)
+
+
+def _run_processes(argv, mode: str, workers: int, threads: int) -> Dict:
+    """W worker processes of ``mode``, started together; their requests and the wall time."""
+    with tempfile.TemporaryDirectory(prefix="fa-workers-") as tmp:
+        procs, logs = [], []
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        for k in range(workers):
+            spec = dict(argv=argv, mode=mode, shard=k, workers=workers, threads=threads,
+                        out=os.path.join(tmp, f"{k}.json"))
+            log = open(os.path.join(tmp, f"{k}.log"), "w+")
+            logs.append(log)
+            procs.append(subprocess.Popen([sys.executable, "-m", "fairseq_aggressive.bench_workers", json.dumps(spec)],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                                          env=env))
+        try:
+            for k, p in enumerate(procs):
+                for line in p.stdout:
+                    if line.strip() == READY:
+                        break
+                else:
+                    p.wait()
+                    logs[k].seek(0)
+                    raise RuntimeError(f"worker {k} of {mode} exited before it was ready:\n"
+                                       + logs[k].read()[-2000:])
+            t0 = time.perf_counter()
+            for p in procs:
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            for k, p in enumerate(procs):
+                if p.wait() != 0:
+                    logs[k].seek(0)
+                    raise RuntimeError(f"worker {k} of {mode} failed:\n" + logs[k].read()[-2000:])
+            wall = time.perf_counter() - t0
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            for log in logs:
+                log.close()
+        recs = []
+        for k in range(workers):
+            with open(os.path.join(tmp, f"{k}.json")) as f:
+                recs += json.load(f)["requests"]
+    return {"wall": wall, "requests": recs}
+
+
+def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
+    from fairseq import checkpoint_utils, utils
+
+    from . import ct2_baseline
+    from .generator import length_cap
+
+    src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+    models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
+    max_pos = models[0].max_decoder_positions()
+    model_dir = ct2_baseline.converted_model(cfg.common_eval.path, cfg.task.data)
+    gen = cfg.generation
+    shards, ids = [], []
+    for k in range(workers):
+        reqs, sids = [], []
+        for sample in _shard_batches(dataset, n, k, workers, cfg.dataset.batch_size or 1):
+            src = sample["net_input"]["src_tokens"]
+            toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
+            reqs.append({"tokens": toks, "max_len": length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos)})
+            sids.append(sample["id"].tolist())
+        shards.append(reqs)
+        ids.append(sids)
+    res = ct2_baseline.serve(model_dir, shards, mode, threads, args.warmup)
+    recs = []
+    for sids_k, out_k in zip(ids, res["shards"]):
+        for sids, out in zip(sids_k, out_k):
+            for sid, hyp in zip(sids, out["hyps"]):
+                recs.append({"id": sid, "seconds": out["seconds"],
+                             "tokens": [tgt_dict.index(t) for t in hyp] + [tgt_dict.eos()]})
+    return {"wall": res["wall"], "requests": recs}
+
+
+def _percentile(xs: List[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
+
+
+def run_workers(argv, bench_args) -> Dict:
+    """Every ``--bench-modes`` mode served by ``--bench-workers`` workers, under ``--bench-load``."""
+    from .cpu_features import machine_info
+    from .cpu_load import cpu_load
+    from .ct2_baseline import COMPUTE_TYPES, CT2Error
+    from .threads import usable_cpus
+
+    workers = bench_args.bench_workers
+    threads = bench_args.threads or max(1, usable_cpus() // workers)
+    modes = [m.strip() for m in bench_args.bench_modes.split(",") if m.strip()]
+    cfg, args, task, dataset, n = _load(argv)
+    if n < workers:
+        raise SystemExit(f"error: --bench-workers {workers} needs at least {workers} sentences, the subset has {n}")
+    runs = {}
+    with cpu_load(bench_args.bench_load):
+        for m in modes:
+            logger.info(f"workers: {workers} x {m} ({threads} thread(s) each)")
+            try:
+                runs[m] = (_run_ct2(m, cfg, args, task, dataset, n, workers, threads) if m in COMPUTE_TYPES
+                           else _run_processes(argv, m, workers, threads))
+            except (CT2Error, RuntimeError) as e:
+                raise SystemExit(f"error: {e}")
+    ref = {r["id"]: r["tokens"] for r in runs["greedy"]["requests"]} if "greedy" in runs else None
+    out = {"sentences": n, "workers": workers, "threads_per_worker": threads, "load": bench_args.bench_load,
+           "batch_size": cfg.dataset.batch_size or 1, "machine": machine_info(), "modes": {}}
+    for m, r in runs.items():
+        lat = [1000 * q["seconds"] for q in r["requests"]]
+        row = {"wall_s": r["wall"], "sentences_per_s": len(r["requests"]) / r["wall"],
+               "latency_ms_p50": _percentile(lat, 0.5), "latency_ms_p95": _percentile(lat, 0.95),
+               "latency_ms_mean": statistics.mean(lat)}
+        if ref is not None:
+            row["identical_to_greedy"] = sum(q["tokens"] == ref[q["id"]] for q in r["requests"])
+        out["modes"][m] = row
+    for base in ("ct2", "greedy-native"):
+        if base in out["modes"]:
+            for row in out["modes"].values():
+                row[f"throughput_vs_{base}"] = row["sentences_per_s"] / out["modes"][base]["sentences_per_s"]
+    return out
+
+
+def print_workers_table(res, file=sys.stdout) -> None:
+    from .bench import describe_load
+    from .cpu_features import describe_machine
+
+    print(f"machine: {describe_machine(res['machine'])}", file=file)
+    print(f"{res['sentences']} sentences, {res['workers']} workers x {res['threads_per_worker']} thread(s), "
+          f"batch {res['batch_size']}; {describe_load(res['load'])}", file=file)
+    bases = [b for b in ("ct2", "greedy-native") if b in res["modes"]]
+    cols = ["mode", "sent/s", "latency p50 ms", "latency p95 ms"] + [f"x {b}" for b in bases] + ["=greedy"]
+    print("| " + " | ".join(cols) + " |", file=file)
+    print("|" + "---|" * len(cols), file=file)
+    for m, r in res["modes"].items():
+        cells = [m, f"{r['sentences_per_s']:.1f}", f"{r['latency_ms_p50']:.1f}", f"{r['latency_ms_p95']:.1f}"]
+        cells += [f"{r[f'throughput_vs_{b}']:.2f}" for b in bases]
+        cells.append(f"{r['identical_to_greedy']}/{res['sentences']}" if "identical_to_greedy" in r else "-")
+        print("| " + " | ".join(cells) + " |", file=file)
+
+
+if __name__ == "__main__":
+    worker(json.loads(sys.argv[1]))
