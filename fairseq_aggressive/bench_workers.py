@@ -6,8 +6,8 @@ decodes sentences k, k + W, k + 2W, ... one request (batch) at a time, with
 ``threads`` threads (``--threads``, default the CPUs this process may use
 divided by W).  Each worker loads the model and decodes ``--warmup`` batches,
 then all start together; the result is the sentences per second of all
-workers together (sentences / wall time from the start to the last worker's
-end) and the per-request latency (p50 / p95).  CTranslate2 modes run one
+workers together (sentences / the time from the first worker's start to the
+last one's end) and the per-request latency (p50 / p95).  CTranslate2 modes run one
 translator with ``inter_threads=W`` and W client threads (its own way of
 serving W requests at once).  ``--bench-load N`` runs beside all of it.
 
@@ -73,6 +73,7 @@ def worker(spec: Dict) -> None:
         gen.generate([model], sample)
     print(READY, flush=True)
     sys.stdin.readline()  # the start
+    start = time.monotonic()  # one clock for every process of the machine
     recs = []
     for sample in batches:
         t0 = time.perf_counter()
@@ -80,8 +81,9 @@ def worker(spec: Dict) -> None:
         dt = time.perf_counter() - t0
         for sid, h in zip(sample["id"].tolist(), hypos):
             recs.append({"id": sid, "seconds": dt, "tokens": h[0]["tokens"].tolist()})
+    end = time.monotonic()
     with open(spec["out"], "w") as f:
-        json.dump({"requests": recs}, f)
+        json.dump({"start": start, "end": end, "requests": recs}, f)
 
 
 def _run_processes(argv, mode: str, workers: int, threads: int) -> Dict:
@@ -107,7 +109,6 @@ def _run_processes(argv, mode: str, workers: int, threads: int) -> Dict:
                     logs[k].seek(0)
                     raise RuntimeError(f"worker {k} of {mode} exited before it was ready:\n"
                                        + logs[k].read()[-2000:])
-            t0 = time.perf_counter()
             for p in procs:
                 p.stdin.write("go\n")
                 p.stdin.flush()
@@ -115,7 +116,6 @@ def _run_processes(argv, mode: str, workers: int, threads: int) -> Dict:
                 if p.wait() != 0:
                     logs[k].seek(0)
                     raise RuntimeError(f"worker {k} of {mode} failed:\n" + logs[k].read()[-2000:])
-            wall = time.perf_counter() - t0
         finally:
             for p in procs:
                 if p.poll() is None:
@@ -123,11 +123,15 @@ def _run_processes(argv, mode: str, workers: int, threads: int) -> Dict:
                     p.wait()
             for log in logs:
                 log.close()
-        recs = []
+        recs, starts, ends = [], [], []
         for k in range(workers):
             with open(os.path.join(tmp, f"{k}.json")) as f:
-                recs += json.load(f)["requests"]
-    return {"wall": wall, "requests": recs}
+                res = json.load(f)
+            recs += res["requests"]
+            starts.append(res["start"])
+            ends.append(res["end"])
+    # from the first worker's start to the last one's end (not counting the processes' exit)
+    return {"wall": max(ends) - min(starts), "requests": recs}
 
 
 def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:

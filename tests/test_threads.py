@@ -1,0 +1,224 @@
+"""The native engine on a machine that is also doing other work: its thread
+pool runs every item exactly once and never waits for a thread that is not
+running, outputs are bit-identical for any thread count with or without load
+beside them, and the thread policy follows what the process may use."""
+import ctypes
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers import make_model, make_sample, make_task, random_rows
+
+from fairseq_aggressive.cpu_load import cpu_load
+from fairseq_aggressive.native import available
+from fairseq_aggressive.threads import THREADS_ENV, _cgroup_quota, engine_threads, parse_threads, usable_cpus
+
+needs_native = pytest.mark.skipif(available() is not None, reason=f"native engine unavailable: {available()}")
+
+
+def selftest(threads, calls, items, slow=0, slow_us=0):
+    from fairseq_aggressive.native import library
+
+    stats = (ctypes.c_int64 * 6)()
+    bad = library().fa_pool_selftest(threads, calls, items, slow, slow_us, stats)
+    return bad, dict(zip(("calls", "parallel", "worker_items", "waits", "stalls", "wait_ns"), list(stats)))
+
+
+def busy_children():
+    """Load processes (cpu_load's) still running."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"parent = os.getppid()" in f.read():
+                        out.append(int(pid))
+            except OSError:
+                pass
+    return out
+
+
+# ------------------------------------------------------------------ the pool
+@needs_native
+@pytest.mark.parametrize("threads", [2, 4, 8])
+def test_pool_runs_every_item_once_oversubscribed(threads):
+    """More pool threads than cores, and some items as slow as a descheduled
+    thread: every item of every call runs exactly once."""
+    bad, st = selftest(threads, calls=3000, items=24, slow=37, slow_us=50)
+    assert bad == 0, st
+    assert st["calls"] == 3000 and st["worker_items"] > 0, st
+
+
+@needs_native
+def test_pool_under_load_and_stalls():
+    """With two CPU-bound processes beside it the pool still runs every item
+    once, and a worker that holds an item for long (as a descheduled one
+    does) is seen as a stall: the pool then runs calls on the caller alone."""
+    with cpu_load(2):
+        bad, st = selftest(4, calls=2000, items=16)
+        assert bad == 0, st
+    bad, st = selftest(2, calls=400, items=16, slow=5, slow_us=2000)
+    assert bad == 0, st
+    assert st["stalls"] > 0, st
+    assert st["parallel"] < st["calls"], st  # calls after a stall ran on the caller alone
+    assert not busy_children()
+
+
+@needs_native
+def test_pool_on_a_quiet_machine_stays_parallel():
+    """Items that finish promptly never count as stalls."""
+    bad, st = selftest(2, calls=2000, items=8)
+    assert bad == 0 and st["stalls"] == 0, st
+
+
+# ------------------------------------------------- outputs: threads and load
+def _decode(model, task, rows, threads, drafter_copy):
+    from fairseq_aggressive.drafters import InputCopyDrafter
+    from fairseq_aggressive.generator import AggressiveGenerator
+
+    d = task.target_dictionary
+    drafter = InputCopyDrafter(d, d)
+    gen = AggressiveGenerator([model], d, drafter, engine="native", native_threads=threads, max_len_b=40,
+                              max_draft_len=None if drafter_copy else 0)
+    assert gen.native is not None and gen.native.threads == threads
+    out = []
+    for i in range(0, len(rows), 3):
+        for h in gen.generate([model], make_sample(rows[i: i + 3], d.pad())):
+            out.append((h[0]["tokens"].tolist(), h[0]["positional_scores"].tolist()))
+    return out, gen
+
+
+@needs_native
+def test_outputs_bit_identical_for_any_threads_and_load():
+    """Greedy and IAD on the engine: the same tokens and the same float scores
+    (bit for bit) with 1, 2 and 5 threads, quiet and with two CPU-bound
+    processes beside it; the engine's greedy is fairseq's greedy."""
+    from helpers import greedy
+
+    task = make_task()
+    model = make_model(task, encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=256,
+                       decoder_ffn_embed_dim=256)
+    d = task.target_dictionary
+    rows = random_rows(d, 12, 5, 30, seed=3) + [r[:-1] * 3 + [d.eos()] for r in random_rows(d, 6, 4, 9, seed=4)]
+    before = torch.get_num_threads()
+    ref, _ = _decode(model, task, rows, 1, drafter_copy=False)
+    runs = []
+    for load in (0, 2):
+        with cpu_load(load):
+            for threads in (1, 2, 5):
+                for copy in (False, True):
+                    out, gen = _decode(model, task, rows, threads, copy)
+                    runs.append((load, threads, copy, out, gen))
+    for load, threads, copy, out, gen in runs:
+        assert out == ref, (load, threads, copy)
+    # the IAD runs drafted and had drafts accepted: the pool served multi-position passes
+    assert all(gen.stats.accepted > 0 for _, _, copy, _, gen in runs if copy)
+    # a 5-thread engine on 2 cores ran calls on its workers
+    assert any(gen.native.pool_stats()["worker_items"] > 0 for _, t, _, _, gen in runs if t > 1)
+    assert torch.get_num_threads() == before  # torch's count is restored after each batch
+    for i in range(0, len(rows), 3):  # and the engine's greedy is fairseq's
+        sample = make_sample(rows[i: i + 3], d.pad())
+        for k, h in enumerate(greedy(model, d, sample, max_len_b=40)):
+            assert h[0]["tokens"].tolist() == ref[i + k][0]
+    assert not busy_children()
+
+
+# -------------------------------------------------------------- the policy
+def test_default_threads_follow_the_affinity():
+    """A process allowed one CPU gets one engine thread by default."""
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from fairseq_aggressive.threads import engine_threads, usable_cpus; "
+            "print(usable_cpus(), engine_threads())")
+    env = {k: v for k, v in os.environ.items() if k != THREADS_ENV}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["1", "1"]
+    env = dict(env, **{THREADS_ENV: "3"})
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split() == ["1", "3"]
+
+
+def test_usable_cpus_within_affinity(monkeypatch):
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    assert 1 <= usable_cpus() <= len(os.sched_getaffinity(0))
+    assert engine_threads() == usable_cpus()
+    assert engine_threads(4) == 4
+
+
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_cgroup_quota(tmp_path, version):
+    proc = tmp_path / "cgroup"
+    root = tmp_path / "fs"
+    if version == "v2":
+        proc.write_text("0::/svc\n")
+        (root / "svc").mkdir(parents=True)
+        (root / "svc" / "cpu.max").write_text("150000 100000\n")
+        assert _cgroup_quota(str(proc), str(root)) == 1.5
+        (root / "svc" / "cpu.max").write_text("max 100000\n")
+        assert _cgroup_quota(str(proc), str(root)) is None
+    else:
+        proc.write_text("4:memory:/x\n3:cpu,cpuacct:/svc\n")
+        d = root / "cpu,cpuacct" / "svc"
+        d.mkdir(parents=True)
+        (d / "cpu.cfs_quota_us").write_text("300000\n")
+        (d / "cpu.cfs_period_us").write_text("100000\n")
+        assert _cgroup_quota(str(proc), str(root)) == 3.0
+        (d / "cpu.cfs_quota_us").write_text("-1\n")
+        assert _cgroup_quota(str(proc), str(root)) is None
+    assert _cgroup_quota(str(tmp_path / "missing"), str(root)) is None
+
+
+def test_bad_thread_counts_are_clear_errors(monkeypatch):
+    for bad in ("x", "-1", -2, "1.5"):
+        with pytest.raises(ValueError, match="--native-threads must be 'auto' or a positive integer"):
+            parse_threads(bad)
+    assert parse_threads("auto") is None and parse_threads("3") == 3
+    monkeypatch.setenv(THREADS_ENV, "many")
+    with pytest.raises(ValueError, match=THREADS_ENV):
+        engine_threads()
+    from helpers import make_dict
+    from fairseq_aggressive.tasks.aggressive_translation import AggressiveTranslationConfig, AggressiveTranslationTask
+
+    d = make_dict()
+    with pytest.raises(ValueError, match="--native-threads"):
+        AggressiveTranslationTask(AggressiveTranslationConfig(native_threads="zero"), d, d)
+
+
+# ------------------------------------------------------------ the benchmark
+def test_bench_under_load_and_with_workers(trained, tmp_path):
+    """--bench-load N: every mode, CTranslate2 included, decodes beside N
+    CPU-bound processes, which are gone afterwards; --bench-workers W: W
+    decoder processes at once on a shared input, outputs still greedy's."""
+    import json
+
+    from helpers import run, tool
+
+    data, ckpt = trained
+    native = available() is None
+    common = [tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--gen-subset", "test",
+              "--remove-bpe", "--bench-max-sentences", "20", "--warmup", "1"]
+    js = tmp_path / "load.json"
+    modes = "greedy,iad,ct2" + (",greedy-native" if native else "")
+    proc = run(common + ["--bench-modes", modes, "--bench-load", "1", "--bench-json", str(js)])
+    res = json.loads(js.read_text())
+    assert res["load"] == 1 and "load: 1 CPU-bound process beside it" in proc.stdout
+    assert res["modes"]["iad"]["identical_to_greedy"] == 20
+    assert res["modes"]["ct2"]["identical_to_greedy"] >= 19
+    if native:
+        assert res["threads"]["engine"] == [usable_cpus()] and "native engine" in proc.stdout
+    assert not busy_children()
+
+    js = tmp_path / "workers.json"
+    proc = run(common + ["--bench-modes", "greedy,iad,ct2", "--bench-workers", "2", "--bench-json", str(js)])
+    res = json.loads(js.read_text())
+    assert res["workers"] == 2 and res["threads_per_worker"] == max(1, usable_cpus() // 2)
+    for m in ("greedy", "iad", "ct2"):
+        row = res["modes"][m]
+        assert row["sentences_per_s"] > 0 and row["latency_ms_p95"] >= row["latency_ms_p50"] > 0, row
+    assert res["modes"]["iad"]["identical_to_greedy"] == res["modes"]["greedy"]["identical_to_greedy"] == 20
+    assert res["modes"]["ct2"]["identical_to_greedy"] >= 19
+    assert "| iad |" in proc.stdout and "2 workers" in proc.stdout
+    bad = subprocess.run(common + ["--bench-workers", "-1"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--bench-load and --bench-workers must be >= 0" in bad.stderr
