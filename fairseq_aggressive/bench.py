@@ -428,6 +428,8 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
             row["draft_time_share"] = st["draft_seconds"] / totals[m] if totals[m] else 0.0
             row["wasted_per_pass"] = st["wasted_per_pass"]
             row["tree_passes"], row["branch_wins"] = st["tree_passes"], st["branch_wins"]
+            if getattr(gen, "native", None) is not None:  # where the engine's threads spent their time
+                row["pool"] = gen.native.pool_stats()
             wins = getattr(gen.drafter, "wins", None)
             if wins:
                 row["kept_branch_kinds"] = dict(wins)

@@ -119,7 +119,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--train", action="store_true", help="train on the bundled sample first")
     ap.add_argument("--work", default=os.environ.get("WORK", str(ROOT / "work")))
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads of every engine (default: each engine's own default, the CPUs this process may use)")
+    ap.add_argument("--load", type=int, default=0,
+                    help="decode beside N CPU-bound processes (fairseq-aggressive-bench --bench-load N)")
     ap.add_argument("--sentences", type=int, default=None,
                     help="benchmark only the first N test sentences (default all 300)")
     args = ap.parse_args(argv)
@@ -129,7 +132,8 @@ def main(argv=None):
 
     import torch
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     print(f"machine: {describe_machine()}")
     print("== 1/3 model and data")
     data, ckpt, _ = trained_data(work) if args.train else shipped_data(work)
@@ -155,12 +159,14 @@ def main(argv=None):
     import importlib.util
 
     has_ct2 = importlib.util.find_spec("ctranslate2") is not None  # make setup installs it
-    print(f"== 3/3 beam 5 vs greedy vs IAD{' vs CTranslate2 greedy' if has_ct2 else ''}, batch 1, "
-          f"{args.threads} threads (fairseq-aggressive-bench)")
+    print(f"== 3/3 beam 5 vs greedy vs IAD{' vs CTranslate2 greedy' if has_ct2 else ''}, batch 1"
+          + (f", {args.threads} threads" if args.threads else "")
+          + (f", beside {args.load} CPU-bound processes" if args.load else "") + " (fairseq-aggressive-bench)")
     js = work / "bench.json"
     proc = sh([tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
                "--source-lang", "src", "--target-lang", "tgt", "--gen-subset", "test", "--remove-bpe",
-               "--batch-size", "1", "--threads", str(args.threads), *LEN,
+               "--batch-size", "1", *(["--threads", str(args.threads)] if args.threads else []),
+               "--bench-load", str(args.load), *LEN,
                *(["--bench-max-sentences", str(args.sentences)] if args.sentences else []),
                "--bench-modes", "beam5,greedy,iad" + (",ct2" if has_ct2 else ""),
                "--bench-json", str(js), "--bench-plot", str(work / "bench.png")])

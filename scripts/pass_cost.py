@@ -42,7 +42,8 @@ def main(argv=None):
     d = task.target_dictionary
     shortlist = VocabShortlist(task.source_dictionary, d, args.shortlist) if args.shortlist else None
     gen = AggressiveGenerator([model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2,
-                              max_len_b=10, max_draft_len=0, engine="native", shortlist=shortlist)
+                              max_len_b=10, max_draft_len=0, engine="native", shortlist=shortlist,
+                              native_threads=args.threads)
     outputs = [gen.generate([model], s)[0][0]["tokens"].tolist() for s in samples]
     print(f"machine: {describe_machine(machine_info())}; {args.threads} threads; engine {gen.native.isa}"
           + (f"; shortlist {args.shortlist}" if shortlist else ""))
