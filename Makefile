@@ -6,6 +6,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 WORK   ?= work
+# make demo LOAD=N: its benchmark runs beside N CPU-bound processes (a machine doing other work)
+LOAD   ?= 0
 
 .PHONY: setup demo demo-train test test-fast ende-cpu gad-ende blockwise-ende clean
 
@@ -20,7 +22,7 @@ $(BIN)/.installed: setup.py
 setup: $(BIN)/.installed
 
 demo: setup
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --work $(WORK)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --work $(WORK) --load $(LOAD)
 
 demo-train: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --train --work $(WORK)
