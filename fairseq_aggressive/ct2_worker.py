@@ -37,6 +37,15 @@ def convert(ckpt, data_dir, user_dir, out_dir):
     )
 
 
+def translate(translator, batch):
+    """Greedy hypotheses (token strings) of one batch, fairseq's length cap."""
+    res = translator.translate_batch(
+        batch["tokens"], beam_size=1, max_decoding_length=batch["max_len"],
+        min_decoding_length=1, return_scores=False,
+    )
+    return [r.hypotheses[0] for r in res]
+
+
 def decode(model_dir, request):
     import ctranslate2
 
@@ -45,20 +54,13 @@ def decode(model_dir, request):
         inter_threads=1, intra_threads=request["threads"],
     )
 
-    def run(batch):
-        res = translator.translate_batch(
-            batch["tokens"], beam_size=1, max_decoding_length=batch["max_len"],
-            min_decoding_length=1, return_scores=False,
-        )
-        return [r.hypotheses[0] for r in res]
-
     batches = request["batches"]
     for batch in batches[: request.get("warmup", 0)]:
-        run(batch)
+        translate(translator, batch)
     out = []
     for batch in batches:
         t0 = time.perf_counter()
-        hyps = run(batch)
+        hyps = translate(translator, batch)
         out.append({"seconds": time.perf_counter() - t0, "hyps": hyps})
     return {"batches": out, "version": ctranslate2.__version__}
 
@@ -74,16 +76,9 @@ def serve(model_dir, request):
         inter_threads=request["workers"], intra_threads=request["threads"],
     )
 
-    def run(batch):
-        res = translator.translate_batch(
-            batch["tokens"], beam_size=1, max_decoding_length=batch["max_len"],
-            min_decoding_length=1, return_scores=False,
-        )
-        return [r.hypotheses[0] for r in res]
-
     for shard in shards:
         for batch in shard[: request.get("warmup", 0)]:
-            run(batch)
+            translate(translator, batch)
     out = [[] for _ in shards]
     start = threading.Barrier(len(shards) + 1)
 
@@ -91,7 +86,7 @@ def serve(model_dir, request):
         start.wait()
         for batch in shards[k]:
             t0 = time.perf_counter()
-            hyps = run(batch)
+            hyps = translate(translator, batch)
             out[k].append({"seconds": time.perf_counter() - t0, "hyps": hyps})
 
     clients = [threading.Thread(target=client, args=(k,)) for k in range(len(shards))]
