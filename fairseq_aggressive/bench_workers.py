@@ -203,6 +203,8 @@ def run_workers(argv, bench_args) -> Dict:
         if ref is not None:
             row["identical_to_greedy"] = sum(q["tokens"] == ref[q["id"]] for q in r["requests"])
         out["modes"][m] = row
+        # per sentence: its output and its request's latency (to compare runs, e.g. loaded with quiet)
+        out.setdefault("per_request", {})[m] = sorted(r["requests"], key=lambda q: q["id"])
     for base in ("ct2", "greedy-native"):
         if base in out["modes"]:
             for row in out["modes"].values():

@@ -219,6 +219,8 @@ def test_bench_under_load_and_with_workers(trained, tmp_path):
         assert row["sentences_per_s"] > 0 and row["latency_ms_p95"] >= row["latency_ms_p50"] > 0, row
     assert res["modes"]["iad"]["identical_to_greedy"] == res["modes"]["greedy"]["identical_to_greedy"] == 20
     assert res["modes"]["ct2"]["identical_to_greedy"] >= 19
+    assert [q["id"] for q in res["per_request"]["iad"]] == list(range(20))
+    assert [q["tokens"] for q in res["per_request"]["iad"]] == [q["tokens"] for q in res["per_request"]["greedy"]]
     assert "| iad |" in proc.stdout and "2 workers" in proc.stdout
     bad = subprocess.run(common + ["--bench-workers", "-1"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--bench-load and --bench-workers must be >= 0" in bad.stderr
