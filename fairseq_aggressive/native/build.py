@@ -133,8 +133,6 @@ def _declare(lib) -> None:
     lib.fa_int8_linears.argtypes = [P]
     lib.fa_model_free.argtypes = [P]
     lib.fa_set_threads.argtypes = [P, I]
-    lib.fa_threads.restype = I
-    lib.fa_threads.argtypes = [P]
     L64 = ctypes.POINTER(ctypes.c_int64)
     lib.fa_pool_stats.argtypes = [P, L64]
     lib.fa_pool_selftest.restype = ctypes.c_int64

@@ -975,8 +975,6 @@ void fa_model_free(void* mp) { delete static_cast<Model*>(mp); }
 
 void fa_set_threads(void* mp, int n) { static_cast<Model*>(mp)->pool.resize(n); }
 
-int fa_threads(void* mp) { return static_cast<Model*>(mp)->pool.size(); }
-
 // the pool's counters (fa::PoolStats, in its order): calls, parallel, worker_items,
 // waits, stalls, wait_ns
 void fa_pool_stats(void* mp, int64_t* out) { put_stats(static_cast<Model*>(mp)->pool.stats(), out); }
