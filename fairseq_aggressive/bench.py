@@ -20,7 +20,7 @@ engine's measured pass cost (``--draft-cost auto``).  For every aggressive
 mode the JSON gives each sentence's passes, and the table after the main one
 puts the mean passes against E, the edit spans between the source and
 greedy's output (maximal runs of unmatched steps in a Levenshtein
-alignment), with the goal 1 + 1.3E of issue 14.
+alignment), with the target 1 + 1.3E.
 
 ``-int8`` after any other mode (``greedy-int8``, ``iad-int8``,
 ``greedy-native-int8``, ``beam5-int8``) decodes a copy of the model with int8
@@ -460,7 +460,7 @@ EDIT_BUCKETS = [0, 1, 2, 3, 4, 5]  # E = 0 .. 4, then 5 or more
 
 def passes_by_edit_spans(modes, recs) -> Dict:
     """Per mode with per-sentence passes: mean passes by E (edit spans), the
-    sentences' mean of 1 + 1.3E (issue 14's goal), and the fit of passes =
+    sentences' mean of the target 1 + 1.3E, and the fit of passes =
     a + b*E (least squares: b is the passes one edit span costs)."""
     out = {}
     for m in modes:
