@@ -980,21 +980,35 @@ void fa_set_threads(void* mp, int n) { static_cast<Model*>(mp)->pool.resize(n); 
 void fa_pool_stats(void* mp, int64_t* out) { put_stats(static_cast<Model*>(mp)->pool.stats(), out); }
 
 // A pool of `threads` runs `calls` calls of `items` items each; every item records
-// that it ran.  Every `slow`-th item (0: none) sleeps `slow_us` microseconds, as a
-// descheduled thread would.  Returns the number of items that did not run exactly
-// once (0 when the pool is right); its counters go to stats (6 values, as fa_pool_stats).
+// that it ran.  In every `slow`-th call (0: none) the items the workers run sleep
+// `slow_us` microseconds, as a descheduled worker would, and the caller gives the
+// workers up to 2 ms to come before it takes its first item.  Returns the number of
+// items that did not run exactly once (0 when the pool is right); its counters go
+// to stats (6 values, as fa_pool_stats).
 int64_t fa_pool_selftest(int threads, int calls, int items, int slow, int slow_us, int64_t* stats) {
   Pool pool(threads);
+  const std::thread::id caller = std::this_thread::get_id();
   std::vector<std::atomic<int>> hits(items);
+  std::atomic<int> worker_came{0};
   int64_t bad = 0;
   for (int c = 0; c < calls; ++c) {
     for (auto& h : hits) h.store(0, std::memory_order_relaxed);
+    worker_came.store(0, std::memory_order_relaxed);
+    const bool slow_call = slow > 0 && c % slow == 0;
+    bool caller_waited = false;
     pool.run([&](int i) {
+      const bool on_caller = std::this_thread::get_id() == caller;
+      if (slow_call && on_caller && !caller_waited) {
+        caller_waited = true;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+        while (worker_came.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+          std::this_thread::yield();
+      }
+      if (!on_caller) worker_came.store(1, std::memory_order_release);
       hits[i].fetch_add(1, std::memory_order_relaxed);
       volatile uint64_t spin = 0;
       for (int j = 0; j < 200; ++j) spin = spin + j;  // an item's work: about a microsecond
-      if (slow > 0 && (uint64_t)(c * 7919 + i) % (uint64_t)slow == 0)
-        std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
+      if (slow_call && !on_caller) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
     }, items);
     for (auto& h : hits) bad += h.load(std::memory_order_relaxed) != 1;
   }
