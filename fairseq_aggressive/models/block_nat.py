@@ -13,7 +13,7 @@ Decoder input layout (one row): ``[bos, y_1 .. y_p, M x k, pad ...]`` with a
 bool ``slots`` mask marking the ``M`` positions; slot ``i`` predicts
 ``y_{p+1+i}``.  The ids at slot positions are ignored (any non-pad id).
 
-Two options make a drafter cheap on a CPU (issue 12):
+Two options make a drafter cheap on a CPU:
 
 * ``--shared-encoder``: the drafter reads the *verifier's* encoder output
   instead of encoding the source itself.  The encoder is initialised from
