@@ -17,10 +17,11 @@ import platform
 
 import torch
 
+from .constants import PRECISION_CHOICES
+
 logger = logging.getLogger("fairseq_aggressive")
 
 NO_NATIVE_BF16_ENV = "FAIRSEQ_AGGRESSIVE_NO_NATIVE_BF16"
-PRECISION_CHOICES = ("auto", "on", "off")
 
 
 @functools.lru_cache(maxsize=None)

@@ -23,7 +23,6 @@ depend on the other positions of the pass).
 import torch
 from torch import Tensor, nn
 
-PRECISIONS = ("float32", "int8")
 QMAX = 127.0
 
 

@@ -6,10 +6,7 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks.translation import TranslationConfig
 
-from ..cpu_features import PRECISION_CHOICES
-from ..decoding import DECODINGS
-from ..generator import ENGINES
-from ..quantization import PRECISIONS
+from ..constants import DECODINGS, ENGINES, PRECISION_CHOICES, PRECISIONS
 
 DECODING_CHOICES = ChoiceEnum(DECODINGS)
 PRECISION = ChoiceEnum(list(PRECISION_CHOICES))
