@@ -27,10 +27,10 @@ demo: setup
 demo-train: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --train --work $(WORK)
 
-# GAD and blockwise heads at CPU scale on the Debian en-de corpus: scripts/pipeline.py with the
+# GAD and blockwise heads at CPU scale on the Debian en-de corpus: scripts/experiments/pipeline.py with the
 # cpu scale of configs/translation/wmt14_ende.yaml (about 3 h on 2 cores; resumable; see README)
 ende-cpu: setup
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/pipeline.py configs/translation/wmt14_ende.yaml \
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/experiments/pipeline.py configs/translation/wmt14_ende.yaml \
 	    --scale cpu --work $(WORK)/ende-cpu
 
 # the former names of the same run

@@ -15,7 +15,7 @@ setup(
         "fairseq==0.12.2; python_version < '3.11'",
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
         "numpy<2",
-        "pyyaml",  # configs/ (scripts/pipeline.py); fairseq pulls it in too
+        "pyyaml",  # configs/ (scripts/experiments/pipeline.py); fairseq pulls it in too
         "sacrebleu>=2.0",
         "sacremoses",
         "subword-nmt",

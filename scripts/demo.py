@@ -26,9 +26,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from fairseq_aggressive.data_prep import common as prep_common
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import prep_common  # noqa: E402
 
 SAMPLE = ROOT / "data" / "uagec-sample"
 SHIPPED = ROOT / "models" / "uagec-9x3"
@@ -92,7 +92,7 @@ def trained_data(work: Path):
     """Prepare the bundled sample and train the small model (skipped if its checkpoint exists)."""
     data = work / "data"
     if not (data / "bin" / "dict.src.txt").is_file():
-        sh([sys.executable, str(ROOT / "scripts" / "prepare_uagec.py"), "--from-text", str(SAMPLE),
+        sh([sys.executable, str(ROOT / "scripts" / "data" / "prepare_uagec.py"), "--from-text", str(SAMPLE),
             "--out", str(data), "--bpe-ops", "2000", "--workers", "1"])
     ckpt = work / "ckpt" / "checkpoint_last.pt"
     # fairseq-train resumes from checkpoint_last.pt (an interrupted run continues; a finished

@@ -67,7 +67,7 @@ def trained(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("cli")
     data = work / "data"
-    run([sys.executable, "scripts/prepare_uagec.py", "--from-text", "data/uagec-sample",
+    run([sys.executable, "scripts/data/prepare_uagec.py", "--from-text", "data/uagec-sample",
          "--out", str(data), "--bpe-ops", "1000"])
     save = work / "ckpt"
     run([tool("fairseq-train"), str(data / "bin"), "--user-dir", USER_DIR,

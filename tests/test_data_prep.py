@@ -1,5 +1,6 @@
-"""Data preparation: scripts/prep_common.py, prepare_wmt.py, prepare_bea19.py and
-the from-text path of prepare_uagec.py (tiny synthetic inputs, no network)."""
+"""Data preparation: fairseq_aggressive/data_prep/common.py and the scripts of
+scripts/data/: prepare_wmt.py, prepare_bea19.py and the from-text path of
+prepare_uagec.py (tiny synthetic inputs, no network)."""
 
 import importlib.util
 import io
@@ -10,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from fairseq_aggressive.data_prep import common as prep_common
+
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "scripts"
-sys.path.insert(0, str(SCRIPTS))
-import prep_common  # noqa: E402
+SCRIPTS = ROOT / "scripts" / "data"
 
 
 def load_script(name):
@@ -53,7 +54,7 @@ DE = ["Die Katze saß auf der Matte.", "Öffne bitte nicht die Tür!", "Es koste
 
 
 # --------------------------------------------------------------------------
-# prep_common
+# fairseq_aggressive.data_prep.common
 
 
 def test_tokenize_bpe_binarize_round_trip(tmp_path):
@@ -285,7 +286,7 @@ def test_prepare_bea19_end_to_end(tmp_path):
 
 
 # --------------------------------------------------------------------------
-# prepare_uagec.py --from-text (refactored onto prep_common)
+# prepare_uagec.py --from-text
 
 
 def test_prepare_uagec_from_text(tmp_path):

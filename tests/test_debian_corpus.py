@@ -1,6 +1,7 @@
-"""The Debian en-de corpus builder (scripts/prepare_debian_ende.py and its
-modules debian_text.py, debian_packages.py): text processing and .deb reading
-on hand-made inputs (no network, no downloaded .deb files)."""
+"""The Debian en-de corpus builder (scripts/data/prepare_debian_ende.py and its
+modules fairseq_aggressive/data_prep/debian_text.py, debian_packages.py): text
+processing and .deb reading on hand-made inputs (no network, no downloaded .deb
+files)."""
 
 import importlib.util
 import io
@@ -10,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "prepare_debian_ende.py"
+from fairseq_aggressive.data_prep import debian_packages as debs
+from fairseq_aggressive.data_prep import debian_text as dtext
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "data" / "prepare_debian_ende.py"
 spec = importlib.util.spec_from_file_location("prepare_debian_ende", SCRIPT)
 pde = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(pde)  # puts scripts/ on sys.path
-import debian_packages as debs  # noqa: E402
-import debian_text as dtext  # noqa: E402
+spec.loader.exec_module(pde)
 
 
 def make_mo(entries):

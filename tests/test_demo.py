@@ -1,6 +1,7 @@
 """The shipped UA-GEC model (models/uagec-9x3) and the demo that decodes it
 (`make demo` = scripts/demo.py): the model loads with stock fairseq, copies
 (IAD accepts long drafts on it) and IAD equals greedy on it; the demo runs end to end."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -21,8 +22,9 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path):
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator
 
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import demo
+    spec = importlib.util.spec_from_file_location("demo", DEMO)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
 
     mdir = Path(ROOT) / "models" / "uagec-9x3"
     meta = json.loads((mdir / "MODEL.json").read_text())

@@ -10,6 +10,8 @@ import pytest
 
 from helpers import ROOT, USER_DIR, compare, generate, run, sample_test_size, tool
 
+DISTILL = os.path.join(ROOT, "scripts", "experiments", "distill.py")
+
 
 def losses(log, key):
     return [float(x) for x in re.findall(rf"\b{key}[ =]([\d.]+)", log)]
@@ -153,7 +155,7 @@ def test_distill_script(trained, tmp_path):
 
     data, ckpt = trained
     out = tmp_path / "kd"
-    proc = run([sys.executable, "scripts/distill.py", "--teacher", str(ckpt), "--data", str(data),
+    proc = run([sys.executable, DISTILL, "--teacher", str(ckpt), "--data", str(data),
                 "--out", str(out), "--cpu", "--num-shards", "16", "--shard-ids", "3", "--beam", "2"])
     assert "distilled" in proc.stdout
     for lang in ("src", "tgt"):
@@ -169,7 +171,7 @@ def test_distill_script(trained, tmp_path):
     assert sorted(hyps) == sorted(printed.values())
     # refuses to overwrite
     import subprocess
-    again = subprocess.run([sys.executable, "scripts/distill.py", "--teacher", str(ckpt), "--data", str(data),
+    again = subprocess.run([sys.executable, DISTILL, "--teacher", str(ckpt), "--data", str(data),
                             "--out", str(out), "--cpu"], capture_output=True, text=True, cwd=ROOT)
     assert again.returncode != 0 and "exists" in again.stderr
 

@@ -1,4 +1,4 @@
-"""The reproduction pipelines (scripts/pipeline.py + configs/): every config at every scale
+"""The reproduction pipelines (scripts/experiments/pipeline.py + configs/): every config at every scale
 produces commands that stock fairseq's own parsers accept, bad configs fail clearly, and
 the shortest pipeline (GEC on the bundled sample) runs end to end."""
 import glob
@@ -14,12 +14,13 @@ import yaml
 
 from helpers import ROOT, run
 
+PIPELINE = os.path.join(ROOT, "scripts", "experiments", "pipeline.py")
 CONFIGS = sorted(glob.glob(os.path.join(ROOT, "configs", "*", "*.yaml")))
 CONFIGS = [c for c in CONFIGS if "kind:" in open(c).read()]  # not the shared scale files
 
 
 def load_pipeline():
-    spec = importlib.util.spec_from_file_location("pipeline", os.path.join(ROOT, "scripts", "pipeline.py"))
+    spec = importlib.util.spec_from_file_location("pipeline", PIPELINE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -121,7 +122,8 @@ def test_budgets_in_updates_and_no_hidden_bf16(config, scale, tmp_path, monkeypa
 
 
 def test_scripts_have_no_wall_clock_budgets():
-    for path in glob.glob(os.path.join(ROOT, "scripts", "*.sh")) + [os.path.join(ROOT, "Makefile")]:
+    shell_scripts = glob.glob(os.path.join(ROOT, "scripts", "**", "*.sh"), recursive=True)
+    for path in shell_scripts + [os.path.join(ROOT, "Makefile")]:
         text = open(path, encoding="utf-8").read()
         assert "stop-time-hours" not in text and "max-minutes" not in text, path
         assert "--cpu-bf16" not in text.replace("CPU_BF16=--cpu-bf16", ""), path
@@ -150,7 +152,7 @@ def test_config_errors(tmp_path):
     bad.write_text("kind: speech\nsrc: en\ntgt: de\nprepare: [x.py]\nmodels: {}\n")
     with pytest.raises(SystemExit, match="kind must be"):
         pipeline.load_config(bad, "paper")
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "pipeline.py"),
+    proc = subprocess.run([sys.executable, PIPELINE,
                            os.path.join(ROOT, "configs", "gec", "bea19.yaml"), "--steps", "train,fly"],
                           capture_output=True, text=True)
     assert proc.returncode != 0 and "unknown step(s) fly" in proc.stderr
@@ -165,7 +167,7 @@ def test_option_args():
 
 
 def run_pipeline(config, scale, work, *extra):
-    return run([sys.executable, os.path.join(ROOT, "scripts", "pipeline.py"),
+    return run([sys.executable, PIPELINE,
                 os.path.join(ROOT, "configs", config), "--scale", scale, "--work", str(work), *extra])
 
 

@@ -1,4 +1,4 @@
-"""scripts/profile_pass.py: the split of IAD time into its parts adds up, the
+"""scripts/diagnostics/profile_pass.py: the split of IAD time into its parts adds up, the
 pass-cost table covers the widths, the operator table is printed."""
 import os
 import re
@@ -10,7 +10,7 @@ from helpers import ROOT
 
 def test_profile_pass(trained):
     data, ckpt = trained
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "profile_pass.py"), str(data),
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "profile_pass.py"), str(data),
                            "--path", str(ckpt), "--sentences", "12", "--reps", "5", "--threads", "1"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

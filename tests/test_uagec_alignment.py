@@ -1,4 +1,4 @@
-"""UA-GEC sentence alignment (scripts/prepare_uagec.py) on hand-made documents:
+"""UA-GEC sentence alignment (scripts/data/prepare_uagec.py) on hand-made documents:
 sentence spans from the package's sentence files, closing quotes given back to
 their sentence, edits assigned to sentences (merging those an edit crosses),
 target sentences rendered from the edits, the whole-document check."""

@@ -1,4 +1,4 @@
-"""Texts of the Debian English-German corpus (scripts/prepare_debian_ende.py):
+"""Texts of the Debian English-German corpus (scripts/data/prepare_debian_ende.py):
 cleaning, pairing per source format (Ding lines, help pages, .mo catalogues),
 filtering, deduplication and splitting.  No I/O beyond the bytes given."""
 import collections

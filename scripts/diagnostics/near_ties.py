@@ -5,7 +5,7 @@ sentence whose outputs differ between mode A and mode B in a
 checkpoint's model (fairseq's full forward pass over A's prefix) at the first
 differing token.  A small gap means a near-tie that rounding may flip.
 
-    python scripts/near_ties.py BENCH.json --path CKPT --data DATA-BIN \
+    python scripts/diagnostics/near_ties.py BENCH.json --path CKPT --data DATA-BIN \
         --modes greedy-int8,iad-int8 [--int8]
 
 ``--int8`` measures the gaps on the model with int8 linear layers

@@ -50,9 +50,9 @@ either order); the sacreBLEU reference is then ``test.raw.en``.
 
 Examples::
 
-    python scripts/prepare_wmt.py --pair wmt14-en-de --out data-bin/wmt14_en_de --workers 8
-    python scripts/prepare_wmt.py --pair wmt16-en-ro --out /tmp/enro --download-only
-    python scripts/prepare_wmt.py --pair wmt16-en-ro --out /tmp/enro-small \\
+    python scripts/data/prepare_wmt.py --pair wmt14-en-de --out data-bin/wmt14_en_de --workers 8
+    python scripts/data/prepare_wmt.py --pair wmt16-en-ro --out /tmp/enro --download-only
+    python scripts/data/prepare_wmt.py --pair wmt16-en-ro --out /tmp/enro-small \\
         --raw-dir /tmp/enro/orig --max-train-pairs 100000 --bpe-ops 8000
 """
 
@@ -68,8 +68,7 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prep_common  # noqa: E402  (scripts/prep_common.py: tokenize, BPE, binarize)
+from fairseq_aggressive.data_prep import common as prep_common
 
 SPLITS = prep_common.SPLITS
 MAX_TOKENS, MAX_RATIO = 250, 1.5

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """How few passes a drafter could need if it also guessed the new tokens of an edit.
 
-    python scripts/span_predictability.py BENCH_JSON DATA-BIN [--subset test]
+    python scripts/diagnostics/span_predictability.py BENCH_JSON DATA-BIN [--subset test]
         [--source-lang src] [--target-lang tgt] [--train-subset train]
 
 A drafter that copies the source needs, per edit span between the source and

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The README's UA-GEC benchmark: 6+6 and 9+3 models trained by scripts/train_ar.sh on the
-# full corpus (scripts/prepare_uagec.py --out work/uagec), test set, 2 threads.
-#   scripts/bench_uagec.sh [WORK=work] [BATCH=1]
+# The README's UA-GEC benchmark: 6+6 and 9+3 models trained by scripts/experiments/train_ar.sh on the
+# full corpus (scripts/data/prepare_uagec.py --out work/uagec), test set, 2 threads.
+#   scripts/experiments/bench_uagec.sh [WORK=work] [BATCH=1]
 set -euo pipefail
 work=${WORK:-work} batch=${BATCH:-1}
 common=(--gen-subset test --remove-bpe --batch-size "$batch" --threads 2 --warmup 10)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Cost of one verification pass of the native engine at T positions.
 
-    python scripts/pass_cost.py DATA-BIN --path CKPT [--sentences 200] [--threads 2]
+    python scripts/diagnostics/pass_cost.py DATA-BIN --path CKPT [--sentences 200] [--threads 2]
         [--positions 1,2,4,8,16] [--shortlist N] [--subset test]
 
 For each sentence, greedy's output is computed first; then one pass over
@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from profile_pass import load_model_and_samples  # scripts/ is on sys.path when a script runs
+from fairseq_aggressive.loading import load_model_and_samples
 
 
 def main(argv=None):

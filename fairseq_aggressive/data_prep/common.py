@@ -1,12 +1,10 @@
-"""Shared steps of the data preparation scripts (prepare_*.py).
+"""Shared steps of the data preparation scripts (scripts/data/prepare_*.py).
 
 Moses tokenization (sacremoses), joint BPE (subword-nmt), binarization
 (fairseq-preprocess with a joined dictionary) and plain-text file helpers.
-The scripts are run as ``python scripts/X.py`` and import this module from
-their own directory::
+The scripts import it as::
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import prep_common
+    from fairseq_aggressive.data_prep import common as prep_common
 
 Errors (a missing module, a failing fairseq-preprocess) end the program with
 ``sys.exit("error: ...")``, like the scripts themselves.

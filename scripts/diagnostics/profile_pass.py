@@ -2,7 +2,7 @@
 """Where the time of one IAD pass of the torch verifier goes (batch 1; the
 native engine, ``--engine native``, runs a whole pass in one compiled call).
 
-    python scripts/profile_pass.py DATA --path CKPT [--sentences 100] [--threads 2]
+    python scripts/diagnostics/profile_pass.py DATA --path CKPT [--sentences 100] [--threads 2]
 
 Prints, with the machine:
 
@@ -28,6 +28,8 @@ from collections import defaultdict
 
 import torch
 
+from fairseq_aggressive.loading import load_model_and_samples
+
 
 def timed(obj, name, bucket, key):
     """Wrap ``obj.name`` so that its wall time is added to ``bucket[key]``."""
@@ -40,18 +42,6 @@ def timed(obj, name, bucket, key):
         return out
 
     setattr(obj, name, wrapper)
-
-
-def load_model_and_samples(data, path, subset, n, **overrides):
-    """The model (eval), its task and the first ``n`` sentences of ``subset`` as batch-1 samples."""
-    from fairseq import checkpoint_utils
-
-    import fairseq_aggressive  # noqa: F401  (registers the task)
-
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=dict(data=data, **overrides))
-    task.load_dataset(subset)
-    ds = task.dataset(subset)
-    return models[0].eval(), task, [ds.collater([ds[i]]) for i in range(min(n, len(ds)))]
 
 
 def main(argv=None):

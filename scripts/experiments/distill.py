@@ -7,7 +7,7 @@ Decodes the training set of a binarized fairseq data directory with a teacher
 share the teacher and the vocabulary.  valid/test are linked from the original
 data (evaluate against the real references).
 
-    python scripts/distill.py --teacher T.pt --data DATA/bin --out DATA/distill
+    python scripts/experiments/distill.py --teacher T.pt --data DATA/bin --out DATA/distill
 
 Large training sets: ``--num-shards N --shard-ids 0,1`` decodes only those
 shards (fairseq-generate splits its input by ``--distributed-world-size N

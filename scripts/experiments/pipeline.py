@@ -1,14 +1,15 @@
 #!/usr/bin/env python
 """Run a paper-reproduction pipeline described by a config in ``configs/``.
 
-    python scripts/pipeline.py configs/translation/wmt14_ende.yaml [--scale paper|cpu|ci]
+    python scripts/experiments/pipeline.py configs/translation/wmt14_ende.yaml [--scale paper|cpu|ci]
         [--work DIR] [--steps prepare,train,decode,bench] [--dry-run]
-    python scripts/pipeline.py CONFIG [--scale S] --train-options MODEL
+    python scripts/experiments/pipeline.py CONFIG [--scale S] --train-options MODEL
 
-A config names the data preparation command, the models to train (stock
-``fairseq-train`` options, trained in the order listed, on the raw or on the
-distilled data), the decodings to evaluate (``fairseq-generate`` options) and the
-speed benchmarks (``fairseq-aggressive-bench`` runs).  ``scales:`` in the config
+A config names the data preparation command (a script of ``scripts/data/``, or
+an absolute path), the models to train (stock ``fairseq-train`` options, trained
+in the order listed, on the raw or on the distilled data), the decodings to
+evaluate (``fairseq-generate`` options) and the speed benchmarks
+(``fairseq-aggressive-bench`` runs).  ``scales:`` in the config
 overrides the paper settings for a smaller machine: ``cpu`` runs end to end on 2
 CPU cores on the offline corpora (Debian en-de, UA-GEC), ``ci`` on the bundled
 sample in a few minutes.  Values may name other things with ``{work}``,
@@ -38,7 +39,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 USER_DIR = ROOT / "fairseq_aggressive"
 STEPS = ("prepare", "train", "decode", "bench")
 
@@ -178,7 +179,7 @@ class Pipeline:
             self.log(f"(prepared data found in {self.data})")
             return
         argv = self.expand(list(self.cfg["prepare"]))
-        script = argv[0] if os.path.isabs(argv[0]) else ROOT / "scripts" / argv[0]
+        script = argv[0] if os.path.isabs(argv[0]) else ROOT / "scripts" / "data" / argv[0]
         self.run([sys.executable, script] + argv[1:] + ["--out", self.raw])
 
     def selected(self, name):
@@ -236,7 +237,7 @@ class Pipeline:
     def train_options(self, name):
         """The fairseq-train options of model ``name`` (train-common + its own), without
         the data, the save directory and options that name other models' checkpoints
-        (those belong to a run's work directory): the settings ``scripts/train_ar.sh``
+        (those belong to a run's work directory): the settings ``scripts/experiments/train_ar.sh``
         and ``train_drafter.sh`` take from the configs."""
         if name not in self.cfg["models"]:
             raise ConfigError(f"no model {name!r} (models: {', '.join(self.cfg['models'])})")
@@ -253,7 +254,7 @@ class Pipeline:
             self.log(f"(distilled data found in {self.distill_dir})")
             return
         teacher = spec.get("teacher", "teacher")
-        argv = [sys.executable, ROOT / "scripts" / "distill.py", "--teacher", self.checkpoint(teacher),
+        argv = [sys.executable, ROOT / "scripts" / "experiments" / "distill.py", "--teacher", self.checkpoint(teacher),
                 "--data", self.data, "--out", self.distill_dir, "--user-dir", USER_DIR]
         self.run(argv + option_args(self.expand(spec.get("options") or {})))
 

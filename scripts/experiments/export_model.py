@@ -3,7 +3,7 @@
 (loaded back into float32 by fairseq), no optimizer state, with the dictionaries
 and BPE codes it needs, and a MODEL.json that says how it was made.
 
-    python scripts/export_model.py CKPT.pt --data DATA/bin --bpe-codes DATA/bpe.codes \
+    python scripts/experiments/export_model.py CKPT.pt --data DATA/bin --bpe-codes DATA/bpe.codes \
         --out models/uagec-9x3 [--note "how it was trained"]
 
 The exported ``model.pt`` decodes with stock tools exactly like the original

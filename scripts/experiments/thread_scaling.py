@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Does a second engine thread pay, by model size, quiet and under load?
 
-    python scripts/thread_scaling.py [--load 2] [--sentences 30] [--threads 1,2]
+    python scripts/experiments/thread_scaling.py [--load 2] [--sentences 30] [--threads 1,2]
 
 Random-weight fairseq Transformers of several widths (6 encoder layers, an
 8,424-token vocabulary, as the UA-GEC models) decode the same random

@@ -12,7 +12,7 @@ own greedy outputs) it prints
   criterion's own counts), and, for a ``--verifier-features`` drafter, the same
   with the verifier's features zeroed (what the features add).
 
-    python scripts/gad_limits.py --drafter work/ende-cpu/models/drafter/checkpoint_last.pt \\
+    python scripts/diagnostics/gad_limits.py --drafter work/ende-cpu/models/drafter/checkpoint_last.pt \\
         --verifier work/ende-cpu/models/teacher/checkpoint_best.pt [--sentences 600]
 """
 import argparse

@@ -49,20 +49,20 @@ source of every pair: ``ding``, ``lo-help``, ``apps/gimp-data``, ...), ``{split}
 joined dictionary), ``packages.tsv`` (the .deb files used) and
 ``licences/PKG.copyright``.
 
-The code: this file is the command line; ``debian_text.py`` cleans, pairs,
-filters and splits the texts, ``debian_packages.py`` downloads and reads .deb
-files, ``debian_sources.py`` lists the sources and their readers.
+The code: this file is the command line; in ``fairseq_aggressive/data_prep/``,
+``debian_text.py`` cleans, pairs, filters and splits the texts,
+``debian_packages.py`` downloads and reads .deb files, ``debian_sources.py``
+lists the sources and their readers.
 
 Examples::
 
-    python scripts/prepare_debian_ende.py --out work/ende
-    python scripts/prepare_debian_ende.py --out /tmp/small --sources ding,wesnoth \\
+    python scripts/data/prepare_debian_ende.py --out work/ende
+    python scripts/data/prepare_debian_ende.py --out /tmp/small --sources ding,wesnoth \\
         --max-pairs 20000 --bpe-ops 4000 --no-binarize
 """
 
 import argparse
 import collections
-import os
 import shutil
 import signal
 import sys
@@ -70,12 +70,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prep_common  # noqa: E402  (scripts/prep_common.py: tokenize, BPE, binarize)
-from prep_common import require, write_lines  # noqa: E402
-from debian_packages import download, package_version  # noqa: E402
-from debian_sources import all_sources  # noqa: E402
-from debian_text import clean_corpus, split_corpus  # noqa: E402
+from fairseq_aggressive.data_prep import common as prep_common
+from fairseq_aggressive.data_prep.common import require, write_lines
+from fairseq_aggressive.data_prep.debian_packages import download, package_version
+from fairseq_aggressive.data_prep.debian_sources import all_sources
+from fairseq_aggressive.data_prep.debian_text import clean_corpus, split_corpus
 
 SPLITS = prep_common.SPLITS
 LANGS = ("en", "de")

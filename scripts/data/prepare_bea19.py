@@ -32,7 +32,7 @@ which are missing).
 
 Example::
 
-    python scripts/prepare_bea19.py --lang8 lang8.train.auto.bea19.m2 \\
+    python scripts/data/prepare_bea19.py --lang8 lang8.train.auto.bea19.m2 \\
         --nucle nucle.train.gold.bea19.m2 --fce fce.*.gold.bea19.m2 \\
         --wi-train ABC.train.gold.bea19.m2 --wi-dev ABCN.dev.gold.bea19.m2 \\
         --conll13 official-2013.combined.m2 --conll14 official-2014.combined.m2 \\
@@ -41,14 +41,12 @@ Example::
 
 import argparse
 import collections
-import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prep_common  # noqa: E402  (scripts/prep_common.py: BPE, binarize, files)
+from fairseq_aggressive.data_prep import common as prep_common
 
 TRAIN_SOURCES = ("lang8", "nucle", "fce", "wi_train")
 

@@ -25,23 +25,21 @@ the bundled sample in data/uagec-sample), so the ua-gec package is not needed.
 
 Examples::
 
-    python scripts/prepare_uagec.py --out data-bin/uagec
-    python scripts/prepare_uagec.py --out /tmp/s --sample 4000,300,300 --no-binarize
-    python scripts/prepare_uagec.py --from-text data/uagec-sample --out /tmp/p --bpe-ops 4000
+    python scripts/data/prepare_uagec.py --out data-bin/uagec
+    python scripts/data/prepare_uagec.py --out /tmp/s --sample 4000,300,300 --no-binarize
+    python scripts/data/prepare_uagec.py --from-text data/uagec-sample --out /tmp/p --bpe-ops 4000
 """
 
 import argparse
 import collections
-import os
 import random
 import re
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prep_common  # noqa: E402  (scripts/prep_common.py: tokenize, BPE, binarize)
-from prep_common import require  # noqa: E402
+from fairseq_aggressive.data_prep import common as prep_common
+from fairseq_aggressive.data_prep.common import require
 
 SPLITS = prep_common.SPLITS
 SIDES = ("src", "tgt")

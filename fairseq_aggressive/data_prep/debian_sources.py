@@ -5,8 +5,8 @@ import io
 import sys
 import zipfile
 
-from debian_packages import Source, deb_files, newest, wesnoth_packages
-from debian_text import GERMAN_MO, ding_pairs, help_pairs, mo_pairs, ordered_paragraph_pairs, read_mo
+from .debian_packages import Source, deb_files, newest, wesnoth_packages
+from .debian_text import GERMAN_MO, ding_pairs, help_pairs, mo_pairs, ordered_paragraph_pairs, read_mo
 
 
 

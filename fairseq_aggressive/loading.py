@@ -1,0 +1,14 @@
+"""A checkpoint with its task and the first sentences of a data split, as the
+diagnostic scripts (scripts/diagnostics/) measure them."""
+
+
+def load_model_and_samples(data, path, subset, n, **overrides):
+    """The model (eval), its task and the first ``n`` sentences of ``subset`` as batch-1 samples."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_aggressive  # noqa: F401  (registers the task)
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides=dict(data=data, **overrides))
+    task.load_dataset(subset)
+    ds = task.dataset(subset)
+    return models[0].eval(), task, [ds.collater([ds[i]]) for i in range(min(n, len(ds)))]
