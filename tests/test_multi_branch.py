@@ -234,7 +234,7 @@ def test_span_predictability_counts():
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "span_predictability.py"
+    path = Path(__file__).resolve().parent.parent / "scripts" / "diagnostics" / "span_predictability.py"
     spec = importlib.util.spec_from_file_location("span_predictability", path)
     sp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(sp)
