@@ -235,8 +235,8 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
 
 
 def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
-    """`make ende-cpu` (wmt14_ende.yaml --scale cpu) trains what the README's en-de sections
-    describe: teacher 6+6 d=128 for 4000 updates, self-distillation (greedy), drafter K=8 with 2
+    """`make ende-cpu` (wmt14_ende.yaml --scale cpu) trains what docs/results-debian-ende.md
+    describes: teacher 6+6 d=128 for 4000 updates, self-distillation (greedy), drafter K=8 with 2
     causal-prefix layers on the teacher's frozen encoder and decoder features for 1500, heads k=2,4,8 on the teacher (frozen lr 1e-3, fine-tuned 1e-4) for 150 each, and
     benchmarks every head set and GAD at batch 1 on 400 sentences."""
     cfg, pipe = dry_run(os.path.join(ROOT, "configs", "translation", "wmt14_ende.yaml"), "cpu", tmp_path, monkeypatch)
