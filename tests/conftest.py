@@ -1,7 +1,8 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+import pytest
+
 torch_threads = int(os.environ.get("TEST_THREADS", "2"))
 
 import torch  # noqa: E402
@@ -26,27 +27,8 @@ def pytest_terminal_summary(terminalreporter):
         )
 
 
-# ---------------------------------------------- fast and slow tests
-import pytest  # noqa: E402
-
-# tests that train models with fairseq-train or run whole pipelines: minutes each.
-# `pytest -m "not slow"` (make test-fast) runs the rest, every random-weight
-# equivalence test included, in a few minutes; `make test` runs everything.
-SLOW_FIXTURES = {"trained", "trained_drafter", "trained_blockwise"}
-SLOW_MODULES = {"test_pipeline.py", "test_demo.py"}
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: trains a model or runs a whole pipeline (minutes)")
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if SLOW_FIXTURES & set(item.fixturenames) or item.path.name in SLOW_MODULES:
-            item.add_marker(pytest.mark.slow)
-
-
 # ---------------------------------------------- models trained on the sample
+# (minutes: the tests that use them are marked slow)
 
 
 TINY = ["--encoder-layers", "2", "--decoder-layers", "1",

@@ -10,6 +10,9 @@ import pytest
 
 from helpers import BIN, ROOT, USER_DIR, generate, run, sample_test_size, tool
 
+# trains models on the sample (conftest.py's `trained`): minutes
+pytestmark = pytest.mark.slow
+
 
 def test_blockwise_training_loss_goes_down(trained_blockwise):
     ckpt, log = trained_blockwise

@@ -9,6 +9,9 @@ import pytest
 
 from helpers import ROOT, USER_DIR, generate, run, sample_test_size, tool
 
+# trains a model on the sample (conftest.py's `trained`): minutes
+pytestmark = pytest.mark.slow
+
 
 def test_generate_iad_equals_greedy(trained):
     data, ckpt = trained

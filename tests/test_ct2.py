@@ -17,6 +17,7 @@ def bench(data, ckpt, out, modes, n, bsz):
                 "--batch-size", str(bsz), "--bench-modes", modes, "--bench-json", str(out)])
 
 
+@pytest.mark.slow
 def test_bench_ct2_modes(trained, tmp_path):
     data, ckpt = trained
     js = tmp_path / "b1.json"
@@ -53,6 +54,7 @@ def test_ct2_missing_is_a_clear_error(monkeypatch):
         ct2_baseline.require()
 
 
+@pytest.mark.slow
 def test_ct2_bad_checkpoint_leaves_nothing(tmp_path, trained):
     data, _ = trained
     bad = tmp_path / "broken.pt"

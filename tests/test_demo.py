@@ -8,9 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import ROOT, compare
 
 DEMO = os.path.join(ROOT, "scripts", "demo.py")
+
+# minutes: the shipped 9+3 model decodes the sample's test sentences, the demo runs end to end
+pytestmark = pytest.mark.slow
 
 
 def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path):

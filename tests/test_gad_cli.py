@@ -12,6 +12,9 @@ from helpers import ROOT, USER_DIR, compare, generate, run, sample_test_size, to
 
 DISTILL = os.path.join(ROOT, "scripts", "experiments", "distill.py")
 
+# trains models on the sample (conftest.py's `trained`): minutes
+pytestmark = pytest.mark.slow
+
 
 def losses(log, key):
     return [float(x) for x in re.findall(rf"\b{key}[ =]([\d.]+)", log)]

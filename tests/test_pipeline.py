@@ -129,6 +129,16 @@ def test_scripts_have_no_wall_clock_budgets():
         assert "--cpu-bf16" not in text.replace("CPU_BF16=--cpu-bf16", ""), path
 
 
+def test_scripts_share_code_through_the_package():
+    """What the scripts share is imported from the package (fairseq_aggressive.data_prep,
+    fairseq_aggressive.loading): no script or test puts a folder on sys.path."""
+    paths = glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True)
+    paths += glob.glob(os.path.join(ROOT, "tests", "*.py"))
+    for path in paths:
+        text = open(path, encoding="utf-8").read()
+        assert not re.search(r"sys\.path\.(insert|append)\(|sys\.path \+?=", text), path
+
+
 def test_paper_gec_needs_the_licensed_paths(tmp_path, monkeypatch):
     for k in LICENSED_ENV:
         monkeypatch.delenv(k, raising=False)
@@ -178,6 +188,7 @@ def m2_cli(hyps, gold, tmp_path):
     return {k.strip(): float(v) for k, v in (line.split(":") for line in out.strip().splitlines())}
 
 
+@pytest.mark.slow
 def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
     """The shortest pipeline, as CI runs it: sample -> BPE/binarize -> 9+3 for a minute ->
     greedy / IAD on the whole test set -> M2 F0.5 and GLEU -> benchmark (beam 5, greedy, IAD)."""
@@ -205,6 +216,7 @@ def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
     assert "$ " not in again.stdout and "found" in again.stdout
 
 
+@pytest.mark.slow
 def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     """Every translation step at toy size on the bundled sample: teacher -> Seq-KD -> block_nat
     drafter and blockwise heads (fine-tuned and frozen) -> GAD, GAD++ and blockwise decoding of

@@ -5,7 +5,12 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from helpers import ROOT
+
+# trains a model on the sample (conftest.py's `trained`): minutes
+pytestmark = pytest.mark.slow
 
 
 def test_profile_pass(trained):

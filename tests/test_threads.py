@@ -180,6 +180,7 @@ def test_bad_thread_counts_are_clear_errors(monkeypatch):
 
 
 # ------------------------------------------------------------ the benchmark
+@pytest.mark.slow
 def test_bench_under_load_and_with_workers(trained, tmp_path):
     """--bench-load N: every mode, CTranslate2 included, decodes beside N
     CPU-bound processes, which are gone afterwards; --bench-workers W: W
