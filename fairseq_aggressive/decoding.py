@@ -11,7 +11,8 @@ import torch
 
 from .acceptance import build_acceptance, build_blockwise_acceptance
 from .cpu_features import use_bf16
-from .options import check_generation_args
+from .options import (check_block_size, check_draft_cost, check_generation_args, check_iad_branches,
+                      check_max_draft_len, check_shortlist)
 from .threads import engine_threads, parse_threads
 
 logger = logging.getLogger("fairseq_aggressive")
@@ -111,3 +112,16 @@ def _shortlist(task, n):
 def _log_summary(generator, decoding):
     if generator.stats.sentences:
         logger.info(f"aggressive decoding ({decoding}): {generator.stats.summary()}")
+
+
+def check_task_options(cfg) -> None:
+    """Every decoding option of the task's configuration, at task creation."""
+    check_max_draft_len(cfg.max_draft_len)
+    check_iad_branches(cfg.iad_branches)
+    if cfg.draft_cost not in (None, "off", "auto"):
+        check_draft_cost(cfg.draft_cost)
+    check_block_size(cfg.block_size)
+    parse_threads(cfg.native_threads)
+    check_shortlist(cfg.vocab_shortlist, str(cfg.decoding))
+    build_acceptance(cfg.gad_beta, cfg.gad_tau)
+    build_blockwise_acceptance(cfg.blockwise_topk, cfg.min_block_size)

@@ -100,19 +100,3 @@ def check_generation_args(args, decoding: str) -> None:
         value = getattr(args, name, off)
         if value not in (off, None, False, 0, -1, ""):
             raise ValueError(f"{flag} is not supported with --decoding {decoding}; use --decoding beam")
-
-
-def check_task_options(cfg) -> None:
-    """Every decoding option of the task's configuration, at task creation."""
-    from .acceptance import build_acceptance, build_blockwise_acceptance
-    from .threads import parse_threads
-
-    check_max_draft_len(cfg.max_draft_len)
-    check_iad_branches(cfg.iad_branches)
-    if cfg.draft_cost not in (None, "off", "auto"):
-        check_draft_cost(cfg.draft_cost)
-    check_block_size(cfg.block_size)
-    parse_threads(cfg.native_threads)
-    check_shortlist(cfg.vocab_shortlist, str(cfg.decoding))
-    build_acceptance(cfg.gad_beta, cfg.gad_tau)
-    build_blockwise_acceptance(cfg.blockwise_topk, cfg.min_block_size)

@@ -2,11 +2,14 @@
 top-K and minimum block, argument checks, and the contract every rule keeps
 (one call signature; a draft checked chunk by chunk, as the generator does,
 decides as the whole draft does)."""
+import math
+
 import pytest
 import torch
 
 from helpers import crafted, make_model, make_task
 from fairseq_aggressive.acceptance import (
+    AcceptanceParams,
     AcceptanceRule,
     ExactAcceptance,
     MinBlockAcceptance,
@@ -132,5 +135,18 @@ def test_generator_takes_rules_only():
     model = make_model(task)
     with pytest.raises(TypeError, match="AcceptanceRule"):
         AggressiveGenerator([model], d, InputCopyDrafter(d, d), acceptance=lambda s, dr, n: None)
-    assert not AcceptanceRule.exact_greedy and ExactAcceptance.exact_greedy
-    assert not any(type(r).exact_greedy for r in RULES[1:])
+    assert ExactAcceptance().exact_greedy and ExactAcceptance().params == AcceptanceParams()
+    assert not any(r.exact_greedy for r in RULES[1:])
+
+
+def test_rules_describe_themselves():
+    """Each rule's description is what it applies, and tells the native engine
+    what it can run: rank rules yes, forced minimum blocks no."""
+    assert TopBetaTauAcceptance(2, 0.5).params == AcceptanceParams(2, 0.5, 1)
+    assert TopKAcceptance(3).params == AcceptanceParams(3, math.inf, 1)
+    assert MinBlockAcceptance(TopKAcceptance(3), 6).params == AcceptanceParams(3, math.inf, 6)
+    assert build_acceptance(1, 0.0).params.native == (1, 0.0)
+    assert build_acceptance(3, 1.0).params.native == (3, 1.0)
+    assert MinBlockAcceptance(ExactAcceptance(), 3).params.native is None
+    assert MinBlockAcceptance(ExactAcceptance(), 3).first_chunk_min == 3
+    assert "beta=2" in repr(TopBetaTauAcceptance(2, 0.5))

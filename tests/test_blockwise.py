@@ -9,7 +9,7 @@ import torch
 
 from helpers import aggressive, compare, greedy, make_model, make_sample, make_task, random_rows
 from fairseq_aggressive.acceptance import build_blockwise_acceptance
-from fairseq_aggressive.drafters import BlockwiseHeadsDrafter
+from fairseq_aggressive.drafters import BlockwiseHeadsDrafter, DrafterCaps
 
 
 SHAPES = [
@@ -46,11 +46,11 @@ class OracleHeads(BlockwiseHeadsDrafter):
         self.d, self.sample, self.wrong_every, self.n = d, sample, wrong_every, 0
         self.outputs = None
 
-    def begin(self, sample, encoder_out=None):
-        super().begin(sample, encoder_out)
+    def begin(self, sample, max_len, encoder_out=None):
+        super().begin(sample, max_len, encoder_out)
         self.enc = self.model.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
 
-    def update(self, sent, output, n_draft, n_match):
+    def update(self, sent, output, outcome):
         # propose k-1 greedy tokens after the output (what ideal heads would do)
         enc = self.model.encoder.reorder_encoder_out(self.enc, torch.tensor([sent]))
         cont = []
@@ -76,7 +76,7 @@ def test_exact_blockwise_long_accepted_blocks(wrong_every):
     sample = make_sample(rows, d.pad())
     ref = greedy(m, d, sample, max_len_b=40)
     drafter = OracleHeads(m, d, sample, wrong_every)
-    drafter.wants_features = False  # proposals come from update() here
+    drafter.caps = DrafterCaps()  # proposals come from update() here, not from the pass's features
     out, gen = aggressive(m, task, sample, drafter=drafter, max_len_b=40)
     cmp = compare(m, sample, ref, out)
     assert cmp.ok(), cmp
@@ -108,7 +108,7 @@ def test_merged_predict_verify_one_invocation_per_iteration():
     m.decoder.forward = counted("decoder.forward", m.decoder.forward)
     m.encoder.forward = counted("encoder", m.encoder.forward)
     m.head_logits = counted("heads", m.head_logits)
-    gen.verifier.forward = counted("verifier", gen.verifier.forward)
+    gen.verifier.decoder.forward = counted("verifier", gen.verifier.decoder.forward)
     out = gen.generate([m], sample)
     passes = gen.stats.passes
     assert calls == {"decoder.forward": 0, "verifier": passes, "heads": passes, "encoder": 1}, calls

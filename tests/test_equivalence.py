@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from fairseq_aggressive.drafters import Drafter
+from fairseq_aggressive.drafters import Drafter, single_drafts
 from helpers import aggressive, compare, greedy, make_model, make_sample, make_task
 
 SHAPES = {
@@ -131,17 +131,17 @@ class NoisyOracleDrafter(Drafter):
         self.ref = [r[0]["tokens"].tolist() for r in ref]
         self.rng, self.p, self.vocab = rng, p_corrupt, vocab
 
-    def begin(self, sample, encoder_out=None):
+    def begin(self, sample, max_len, encoder_out=None):
         pass
 
-    def propose(self, sent, output, cap):
+    def one(self, sent, output, cap):
         n = min(cap, self.rng.choice([0, 1, 2, 5, 40]))
         k = len(output)
         draft = self.ref[sent][k : k + n]
         return [self.rng.randrange(4, self.vocab) if self.rng.random() < self.p else t for t in draft]
 
-    def update(self, sent, output, n_draft, n_match):
-        pass
+    def propose(self, sents, outputs, caps):
+        return single_drafts([self.one(s, o, c) for s, o, c in zip(sents, outputs, caps)])
 
 
 @pytest.mark.parametrize("p_corrupt,engine", [(0.0, "auto"), (0.05, "auto"), (0.3, "auto"),
@@ -174,8 +174,8 @@ def test_iad_full_copy_finishes_in_one_pass():
     from fairseq_aggressive.drafters import InputCopyDrafter
 
     class Copy(InputCopyDrafter):
-        def begin(self, sample, encoder_out=None):
-            super().begin(sample)
+        def begin(self, sample, max_len, encoder_out=None):
+            super().begin(sample, max_len)
             self.src = [list(r) for r in copy_rows]
 
     out, gen = aggressive(model, task, sample, drafter=Copy(d, d), max_len_b=40, max_draft_len=1024)

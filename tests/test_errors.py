@@ -4,7 +4,7 @@ import argparse
 import pytest
 from fairseq import options
 
-from fairseq_aggressive.verifier import UnsupportedModelError
+from fairseq_aggressive.verifiers import UnsupportedModelError
 from helpers import make_model, make_task
 
 

@@ -10,7 +10,7 @@ from helpers import aggressive, compare, greedy, make_dict, make_model, make_sam
 from fairseq_aggressive.acceptance import ExactAcceptance, TopBetaTauAcceptance
 from fairseq_aggressive.criterions.glat_block_loss import make_blocks, reveal
 from fairseq_aggressive.drafters import DrafterMismatchError, NARBlockDrafter, check_drafter
-from fairseq_aggressive.verifier import UnsupportedModelError, check_supported
+from fairseq_aggressive.verifiers import UnsupportedModelError, check_supported
 
 
 VERIFIERS = [

@@ -6,7 +6,7 @@ import pytest
 
 from fairseq_aggressive.bench import edit_spans, mode_overrides, pass_bound, span_lengths
 from fairseq_aggressive.draft_budget import DraftBudget, PassCost
-from fairseq_aggressive.drafters import Drafter, InputCopyDrafter
+from fairseq_aggressive.drafters import Drafter, DrafterCaps, DraftOutcome, InputCopyDrafter
 from fairseq_aggressive.drafters.base import Branch
 from fairseq_aggressive.options import check_draft_cost, check_iad_branches
 from helpers import make_model, make_sample, make_task
@@ -20,8 +20,7 @@ class OracleBranches(Drafter):
     copies whose first token differs.  Any branch may win; exactness and the
     kept branch's cache must not depend on which."""
 
-    multi_branch = True
-    max_branches = 4
+    caps = DrafterCaps(branches=True, max_branches=4)
     ref_offset = 0
 
     def __init__(self, ref, rng, vocab):
@@ -29,10 +28,10 @@ class OracleBranches(Drafter):
         self.rng, self.vocab = rng, vocab
         self.kept = []  # (index of the branch kept, index of greedy's branch)
 
-    def begin(self, sample, encoder_out=None):
+    def begin(self, sample, max_len, encoder_out=None):
         pass
 
-    def propose_branches(self, sents, outputs, caps):
+    def propose(self, sents, outputs, caps):
         out = []
         self._true = []
         for sent, output, cap in zip(sents, outputs, caps):
@@ -56,9 +55,9 @@ class OracleBranches(Drafter):
         self._row = {s: i for i, s in enumerate(sents)}
         return out
 
-    def update(self, sent, output, n_draft, n_match, branch=0):
-        if n_match:
-            self.kept.append((branch, self._true[self._row[sent]]))
+    def update(self, sent, output, outcome):
+        if outcome.n_match:
+            self.kept.append((outcome.kept, self._true[self._row[sent]]))
 
 
 @needs_native
@@ -108,7 +107,7 @@ def _iad(branches):
     task = make_task()
     d = task.target_dictionary
     drafter = InputCopyDrafter(d, d, branches=branches)
-    drafter.begin(make_sample([SRC], d.pad()))
+    drafter.begin(make_sample([SRC], d.pad()), 20)
     return drafter
 
 
@@ -117,27 +116,34 @@ def test_iad_branches_after_an_edit():
     the next pass tries the substitution (copy on at 14), the insertion (at 13),
     the deletion (at 15), ... one branch per distinct first token."""
     drafter = _iad(branches=3)
-    assert [b.tokens for b in drafter.propose_branches([0], [[]], [4])[0]] == [[10, 11, 12, 13]]
+    assert [b.tokens for b in drafter.propose([0], [[]], [4])[0]] == [[10, 11, 12, 13]]
     out = [10, 11, 12, 40]
-    drafter.update(0, out, 4, 3, branch=0)
-    branches = drafter.propose_branches([0], [out], [4])[0]
+    drafter.update(0, out, _outcome(drafter, 0, 4, 3))
+    branches = drafter.propose([0], [out], [4])[0]
     assert [b.tokens[0] for b in branches] == [14, 13, 15]
     assert {b.kind for b in branches} == {"sub", "ins", "del"}
     assert all(b.gains == sorted(b.gains, reverse=True) and 0 < b.gains[0] < 1 for b in branches)
     # the insertion branch (index 1) accepted 2 tokens, then another edit (99): branches around it
     out += [13, 14, 99]
-    drafter.update(0, out, 4, 2, branch=1)
-    assert sorted(b.tokens[0] for b in drafter.propose_branches([0], [out], [4])[0]) == [15, 16, 17]
+    drafter.update(0, out, _outcome(drafter, 1, 4, 2))
+    assert sorted(b.tokens[0] for b in drafter.propose([0], [out], [4])[0]) == [15, 16, 17]
     # the deletion branch accepted all its tokens and the verifier's next token continues it
     out += [17, 2]
     deletion = next(i for i, (b, _) in enumerate(drafter._proposed[0]) if b.kind == "del")
-    drafter.update(0, out, 1, 1, branch=deletion)
+    drafter.update(0, out, _outcome(drafter, deletion, 1, 1))
     assert drafter.ptr[0] is None and drafter.anchor[0] == len(SRC)
     # one branch: the paper's drafter, nothing until a unique suffix re-anchors
     single = _iad(branches=1)
-    single.propose_branches([0], [[]], [4])
-    single.update(0, [10, 11, 12, 40], 4, 3)
-    assert [b.tokens for b in single.propose_branches([0], [[10, 11, 12, 40]], [4])[0]] == [[]]
+    single.propose([0], [[]], [4])
+    single.update(0, [10, 11, 12, 40], _outcome(single, 0, 4, 3))
+    assert [b.tokens for b in single.propose([0], [[10, 11, 12, 40]], [4])[0]] == [[]]
+
+
+def _outcome(drafter, kept, n_draft, n_match):
+    """Sentence 0's last proposal verified whole, but ``n_draft`` positions of the kept branch."""
+    verified = [len(b.tokens) for b, _ in drafter._proposed.get(0, [])]
+    verified[kept] = n_draft
+    return DraftOutcome(verified, kept, n_match)
 
 
 @pytest.mark.parametrize("shape", ["post-norm, sinusoidal", "pre-norm, learned positions",

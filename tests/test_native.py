@@ -37,8 +37,8 @@ class Oracle(NoisyOracleDrafter):
 
     ref_offset = 0
 
-    def propose(self, sent, output, cap):
-        return super().propose(sent + self.ref_offset, output, cap)
+    def one(self, sent, output, cap):
+        return super().one(sent + self.ref_offset, output, cap)
 
 
 def _same_bits(a, b):

@@ -52,7 +52,7 @@ def test_shared_encoder_gad_equals_greedy(engine, variant, tmp_path):
     dr = shared_drafter(task, ar, tmp_path, **opts)
     check_drafter(dr, ar, d)
     drafter = NARBlockDrafter(dr, d, 4)
-    assert drafter.needs_encoder_out
+    assert drafter.caps.encoder_out
     dr.encoder.forward = NoOwnEncoder().forward  # decoding must not run the drafter's encoder
     cmp, drafted = gad_vs_greedy(ar, d, drafter, engine, [(1, (1, 10), 100 + r) for r in range(3)]
                                  + [(8, (1, 40), 800 + r) for r in range(3)], max_len_b=40)
@@ -104,7 +104,7 @@ def test_shared_encoder_refuses_another_verifier(tmp_path):
         check_drafter(dr, other, d)
     sample = make_sample(random_rows(d, 2, 1, 5, seed=1), d.pad())
     with pytest.raises(ValueError, match="verifier's encoder output"):
-        NARBlockDrafter(dr, d, 4).begin(sample)  # no encoder output passed
+        NARBlockDrafter(dr, d, 4).begin(sample, 40)  # no encoder output passed
 
 
 def test_shared_encoder_needs_a_verifier():
@@ -245,8 +245,7 @@ def test_native_drafter_proposes_what_torch_does(variant, tmp_path):
     sample = make_sample(random_rows(d, 6, 2, 20, seed=1), d.pad())
     enc = ar.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
     for drafter in (native, slow):
-        drafter.batch_max_len = 40
-        drafter.begin(sample, enc)
+        drafter.begin(sample, 40, enc)
     assert slow.encoder_out is not None and native.encoder_out is None  # native drafts the batch
     outputs = [[] for _ in range(6)]
     targets = random_rows(d, 6, 20, 30, seed=2)
@@ -254,8 +253,8 @@ def test_native_drafter_proposes_what_torch_does(variant, tmp_path):
     for step in range(8):
         sents = [s for s in range(6) if not (step > 3 and s % 2)]  # some sentences finish
         caps = [40 - len(outputs[s]) for s in sents]
-        a = native.propose_batch(sents, [outputs[s] for s in sents], caps)
-        b = slow.propose_batch(sents, [outputs[s] for s in sents], caps)
+        a = [p[0].tokens for p in native.propose(sents, [outputs[s] for s in sents], caps)]
+        b = [p[0].tokens for p in slow.propose(sents, [outputs[s] for s in sents], caps)]
         for s_, x, y in zip(sents, a, b):
             same += sum(u == v for u, v in zip(x, y))
             total += max(len(x), len(y))

@@ -154,7 +154,7 @@ def test_shortlist_option_errors():
     with pytest.raises(ValueError, match="--vocab-shortlist needs an aggressive"):
         task.build_generator([make_model(task)], args)
     gen = task.build_generator([make_model(task)], argparse.Namespace(beam=1, decoding="iad", vocab_shortlist=50))
-    assert gen.shortlist is not None and gen.shortlist.n_common == len(task.target_dictionary)
+    assert gen.verifier.shortlist is not None and gen.verifier.shortlist.n_common == len(task.target_dictionary)
 
 
 def test_bench_shortlist_modes():

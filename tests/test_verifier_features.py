@@ -59,7 +59,7 @@ def test_verifier_features_gad_equals_greedy(engine, causal, tmp_path):
     cmp, drafted = None, 0
     for drafter_engine in ("auto", "torch"):
         drafter = NARBlockDrafter(dr, d, 4, engine=drafter_engine)
-        assert drafter.wants_emitted_features
+        assert drafter.caps.emitted_features
         assert (drafter.native is not None) == (NATIVE and drafter_engine == "auto")
         cmp, n = gad_vs_greedy(ar, d, drafter, engine, [(1, (1, 10), 10), (6, (1, 30), 60)], 30, cmp)
         drafted += n
@@ -68,18 +68,18 @@ def test_verifier_features_gad_equals_greedy(engine, causal, tmp_path):
 
 
 class Recorder:
-    """Wraps a drafter's propose_batch and keeps its proposals."""
+    """Wraps a drafter's propose and keeps its proposals."""
 
     def __init__(self, drafter):
         self.calls = []
-        inner = drafter.propose_batch
+        inner = drafter.propose
 
-        def propose_batch(sents, outputs, caps):
+        def propose(sents, outputs, caps):
             out = inner(sents, outputs, caps)
-            self.calls.append((list(sents), [list(o) for o in outputs], [list(p) for p in out]))
+            self.calls.append((list(sents), [list(o) for o in outputs], [list(p[0].tokens) for p in out]))
             return out
 
-        drafter.propose_batch = propose_batch
+        drafter.propose = propose
 
 
 @pytest.mark.skipif(not NATIVE, reason="no native engine here")

@@ -1,4 +1,10 @@
-"""The drafter interface of the aggressive generator."""
+"""The drafter contract of the aggressive generator.
+
+A drafter proposes tokens (:meth:`Drafter.propose`) and learns what was
+accepted (:meth:`Drafter.update`), as HF's ``get_candidates`` /
+``update_candidate_strategy``.  What it needs from the generator and the
+verifier is declared once, in :class:`DrafterCaps`.
+"""
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -17,69 +23,94 @@ class Branch:
     kind: str = ""
 
 
+@dataclass(frozen=True)
+class DrafterCaps:
+    """What a drafter needs and offers.
+
+    ``pass_features``: it reads the verifier's decoder features of every
+    position of a pass (:meth:`Drafter.observe`; torch verifier only).
+    ``emitted_features``: it reads the features each emitted token was chosen
+    from (:meth:`Drafter.observe_emitted`; both engines).  ``encoder_out``: its
+    :meth:`Drafter.begin` takes the verifier's encoder output.  ``open_ended``:
+    its drafts have no natural length (IAD: the rest of the source); the
+    generator caps them by default on the native engine.  ``branches``: it
+    proposes drafts with gains, several per sentence up to ``max_branches``
+    (a verifier that takes branches keeps the one that accepts most; a
+    cost-aware budget may shorten them)."""
+
+    pass_features: bool = False
+    emitted_features: bool = False
+    encoder_out: bool = False
+    open_ended: bool = False
+    branches: bool = False
+    max_branches: int = 1
+
+
+@dataclass(frozen=True)
+class DraftOutcome:
+    """What became of a sentence's proposal in a pass: ``verified[i]``, the
+    positions of branch ``i`` the verifier checked (0: it was not verified;
+    a budget or a verifier that takes one draft may verify fewer than were
+    proposed); ``kept``, the branch whose result was emitted; ``n_match``, its
+    drafted tokens accepted."""
+
+    verified: List[int]
+    kept: int
+    n_match: int
+
+    @property
+    def n_draft(self) -> int:
+        """Positions of the kept branch that were verified."""
+        return self.verified[self.kept] if self.verified else 0
+
+
 class Drafter:
     """Proposes tokens that the verifier checks in one pass.
 
     Sentences are identified by their index in the batch given to :meth:`begin`;
-    the generator only asks about sentences that are still being decoded.
+    the generator only asks about sentences that are still being decoded.  The
+    generator never changes what :meth:`propose` returned.
     """
 
-    def begin(self, sample, encoder_out=None) -> None:
-        """Start a new batch (``sample`` is a fairseq sample dict)."""
+    caps = DrafterCaps()
+
+    def begin(self, sample, max_len: int, encoder_out=None) -> None:
+        """Start a new batch (``sample``, a fairseq sample dict) whose outputs
+        have at most ``max_len`` tokens; ``encoder_out``: the verifier's, for a
+        drafter whose caps ask for it."""
         raise NotImplementedError
 
-    def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
-        """Up to ``cap`` tokens to follow ``output`` for sentence ``sent``."""
+    def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
+        """Per sentence ``sents[i]``, drafts of up to ``caps[i]`` tokens that each
+        continue ``outputs[i]`` (at least one, possibly empty; the first is the
+        one a verifier that takes a single draft uses)."""
         raise NotImplementedError
 
-    def propose_batch(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[int]]:
-        """:meth:`propose` for several sentences (drafters that run a model
-        override this to draft the whole batch in one call)."""
-        return [self.propose(s, o, c) for s, o, c in zip(sents, outputs, caps)]
-
-    # drafters that read the verifier's features set this and implement observe()
-    wants_features = False
-    # drafters that read the features each emitted token was chosen from set this and
-    # implement observe_emitted() (the native engine hands these over, not whole passes)
-    wants_emitted_features = False
-    # drafters that read the verifier's encoder output in begin() set this
-    needs_encoder_out = False
-    # drafters whose drafts have no natural length (IAD: the rest of the source)
-    # set this; the generator then applies a default cap with the native engine
-    open_ended = False
-    # the longest output of the batch being decoded (set by the generator before begin())
-    batch_max_len = None
-
-    # drafters that propose several drafts per pass (propose_branches) set this;
-    # the native engine verifies them in one pass and keeps the one that accepts most
-    multi_branch = False
-    # the most branches propose_branches returns for one sentence
-    max_branches = 1
-
-    def propose_branches(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
-        """Per sentence, drafts that each continue its output (the first is the
-        one a verifier that takes a single draft uses).  The generator may
-        shorten a branch's ``tokens`` in place before verifying (cost-aware
-        lengths); :meth:`update` then names the branch that was kept."""
-        return [[Branch(d)] for d in self.propose_batch(sents, outputs, caps)]
+    def update(self, sent: int, output: List[int], outcome: DraftOutcome) -> None:
+        """``output`` now holds sentence ``sent``'s emitted tokens after a pass
+        that went as ``outcome`` says."""
 
     def best_gains(self, n: int) -> List[float]:
-        """The largest gains the first ``n`` positions of a branch of
-        :meth:`propose_branches` can carry (a cost-aware budget skips the
-        drafter when not even these would pay for its time and positions)."""
+        """The largest gains the first ``n`` positions of a branch can carry (a
+        cost-aware budget skips the drafter when not even these would pay for
+        its time and positions)."""
         return [1.0] * n
 
-    def observe(self, sents: List[int], feats, n_emit) -> None:
-        """Called after each pass with the verifier's features (B, W, C) of the
-        sentences ``sents`` and the number of tokens each emitted."""
+    def observe(self, sents: List[int], feats, n_emit: List[int]) -> None:
+        """(caps.pass_features) After each pass: the verifier's features
+        (B, W, C) of the sentences ``sents`` and the number of tokens each emitted."""
 
     def observe_emitted(self, sents: List[int], feats, n_emit: List[int]) -> None:
-        """Called after each pass with the verifier's features (last layer,
-        normalised) that chose each emitted token: ``feats`` (sum of
+        """(caps.emitted_features) After each pass: the verifier's features (last
+        layer, normalised) that chose each emitted token: ``feats`` (sum of
         ``n_emit`` x C), sentence ``sents[i]``'s ``n_emit[i]`` tokens after
         those of the sentences before it."""
 
-    def update(self, sent: int, output: List[int], n_draft: int, n_match: int, branch: int = 0) -> None:
-        """``output`` now holds the emitted tokens after a pass in which
-        ``n_match`` of ``n_draft`` drafted tokens of branch ``branch`` (the
-        kept one, of those :meth:`propose_branches` returned) were accepted."""
+    def draft(self, sent: int, output: List[int], cap: int) -> List[int]:
+        """The first draft :meth:`propose` gives one sentence (a convenience)."""
+        return self.propose([sent], [output], [cap])[0][0].tokens
+
+
+def single_drafts(drafts: List[List[int]]) -> List[List[Branch]]:
+    """:meth:`Drafter.propose`'s answer for drafters with one draft per sentence."""
+    return [[Branch(d)] for d in drafts]

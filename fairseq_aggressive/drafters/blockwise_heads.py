@@ -11,11 +11,11 @@ from typing import List
 
 import torch
 
-from .base import Drafter
+from .base import Branch, Drafter, DrafterCaps, single_drafts
 
 
 class BlockwiseHeadsDrafter(Drafter):
-    wants_features = True
+    caps = DrafterCaps(pass_features=True)
 
     def __init__(self, model, tgt_dict):
         if not getattr(model, "has_blockwise_heads", False):
@@ -27,17 +27,17 @@ class BlockwiseHeadsDrafter(Drafter):
         self.pad = tgt_dict.pad()
         self.proposals: List[List[int]] = []
 
-    def begin(self, sample, encoder_out=None) -> None:
+    def begin(self, sample, max_len: int, encoder_out=None) -> None:
         self.proposals = [[] for _ in range(sample["net_input"]["src_tokens"].size(0))]
 
-    def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
-        return self.proposals[sent][: max(cap, 0)]
+    def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
+        return single_drafts([self.proposals[s][: max(c, 0)] for s, c in zip(sents, caps)])
 
     @torch.no_grad()
     def observe(self, sents: List[int], feats, n_emit) -> None:
         """``feats`` (B, W, C) of the pass just verified; row ``i`` emitted
         ``n_emit[i]`` tokens, the last predicted from position ``n_emit[i] - 1``."""
-        idx = (n_emit - 1).clamp(min=0)
+        idx = (torch.tensor(n_emit, device=feats.device) - 1).clamp(min=0)
         last = feats[torch.arange(feats.size(0), device=feats.device), idx]  # (B, C)
         logits = self.model.head_logits(last)  # (B, k-1, V)
         logits[..., self.pad] = -float("inf")

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .base import Branch, Drafter
+from .base import Branch, Drafter, DrafterCaps, DraftOutcome
 
 # alignments tried after an edit: (kind, source tokens replaced minus output tokens emitted since)
 OFFSETS = (("sub", 0), ("ins", -1), ("del", 1), ("ins2", -2), ("del2", 2))
@@ -59,7 +59,6 @@ class _Rate:
 
 
 class InputCopyDrafter(Drafter):
-    open_ended = True
 
     def __init__(self, src_dict, tgt_dict, ngram_min: int = 1, ngram_max: int = 4, branches: int = 1):
         from ..options import check_iad_branches
@@ -71,8 +70,8 @@ class InputCopyDrafter(Drafter):
             )
         self.pad = src_dict.pad()
         self.ngram_min, self.ngram_max = ngram_min, ngram_max
-        self.max_branches = check_iad_branches(branches)
-        self.multi_branch = True  # (one branch: the paper's drafts, with gains for a budget)
+        # (one branch: the paper's drafts, with gains for a budget)
+        self.caps = DrafterCaps(open_ended=True, branches=True, max_branches=check_iad_branches(branches))
         # map source ids to target ids (identity for a joined dictionary)
         self.src_to_tgt: Optional[torch.Tensor] = None
         if src_dict.symbols != tgt_dict.symbols:
@@ -91,7 +90,7 @@ class InputCopyDrafter(Drafter):
         self.sent_cont: List[_Rate] = []  # per sentence of the batch (its prior: self.cont)
         self.wins: Dict[str, int] = {kind: 0 for kind in PRIORS}  # passes each kind of branch was kept
 
-    def begin(self, sample, encoder_out=None) -> None:
+    def begin(self, sample, max_len: int, encoder_out=None) -> None:
         src_tokens = sample["net_input"]["src_tokens"].cpu()
         if self.src_to_tgt is not None:
             src_tokens = self.src_to_tgt[src_tokens]
@@ -115,7 +114,7 @@ class InputCopyDrafter(Drafter):
         if sync is not None:
             starts.append(("sync", sync))
         q, k = self.anchor[sent], self.since[sent]
-        if self.max_branches > 1 and q is not None and k <= MAX_SINCE:
+        if self.caps.max_branches > 1 and q is not None and k <= MAX_SINCE:
             starts += [(kind, q + k + d) for kind, d in OFFSETS if k + d >= 0 and q + k + d < len(src)]
         starts.sort(key=lambda s: -self.first[s[0]].value)  # stable: sync before an equal offset
         kept, seen_pos, seen_tok = [], set(), set()
@@ -125,9 +124,9 @@ class InputCopyDrafter(Drafter):
             seen_pos.add(r)
             seen_tok.add(src[r])
             kept.append((kind, r))
-        return kept[: self.max_branches]
+        return kept[: self.caps.max_branches]
 
-    def propose_branches(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
+    def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
         glob = self.cont.value
         out = []
         for sent, output, cap in zip(sents, outputs, caps):
@@ -146,15 +145,14 @@ class InputCopyDrafter(Drafter):
         p, alpha = max(rate.value for rate in self.first.values()), self.cont.value
         return [p * alpha ** i for i in range(n)]
 
-    def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
-        return self.propose_branches([sent], [output], [cap])[0][0].tokens
-
     # -------------------------------------------------------------- results
-    def update(self, sent: int, output: List[int], n_draft: int, n_match: int, branch: int = 0) -> None:
+    def update(self, sent: int, output: List[int], outcome: DraftOutcome) -> None:
         proposed = self._proposed.pop(sent, [])
+        branch, n_match, n_draft = outcome.kept, outcome.n_match, outcome.n_draft
+        verified = list(outcome.verified) + [0] * (len(proposed) - len(outcome.verified))
         src = self.src[sent]
         for i, (br, _) in enumerate(proposed):  # first-token statistics of the branches verified
-            if br.tokens:
+            if verified[i]:
                 self.first[br.kind].add(float(i == branch and n_match >= 1), 1.0)
         if n_match >= 1:  # tokens after an accepted one
             hits, trials = n_match - 1, n_match - 1 + (n_match < n_draft)
@@ -165,14 +163,14 @@ class InputCopyDrafter(Drafter):
             self.since[sent] += 1
             return
         br, r = proposed[branch]
-        if not br.tokens:  # no position verified (a budget dropped them): the token emitted may continue a copy
+        if not n_draft:  # no position verified (a budget dropped them): the token emitted may continue a copy
             for _, r2 in proposed:
                 if r2 < len(src) and output[-1] == src[r2]:
                     return self._copy_from(sent, r2 + 1)
         elif n_match >= 1:
             self.wins[br.kind] += 1
         nxt = r + n_match
-        if br.tokens and n_match == n_draft and nxt < len(src) and output[-1] == src[nxt]:
+        if n_draft and n_match == n_draft and nxt < len(src) and output[-1] == src[nxt]:
             return self._copy_from(sent, nxt + 1)  # the verifier's own next token continues the copy
         self.ptr[sent] = None
         if n_match >= 1 or br.kind == "copy":  # a new edit begins where this branch stopped

@@ -18,10 +18,10 @@ from typing import List, Optional
 import torch
 
 from ..options import check_positive_int
-from .base import Drafter
+from ..engines import build_block_drafter_engine
+from .base import Branch, Drafter, DrafterCaps, single_drafts
 
 logger = logging.getLogger(__name__)
-DRAFTER_ENGINES = ("auto", "native", "torch")
 
 
 class NARBlockDrafter(Drafter):
@@ -39,61 +39,41 @@ class NARBlockDrafter(Drafter):
         self.max_positions = model.decoder.max_positions()
         # fused inference path for real block_nat decoders (stand-ins use block_logits)
         self.fast = hasattr(model.decoder, "fast_block_features") and fast
-        # a --shared-encoder drafter reads the verifier's encoder output (the generator passes it)
-        self.needs_encoder_out = bool(getattr(model, "shared_encoder", False))
         self.encoder_out = None
         self._rows: Optional[List[int]] = None
         self._enc_rows = None
         self.shortlist = shortlist
-        # a --verifier-features drafter: per sentence, the features at each row position
-        self.wants_emitted_features = bool(getattr(model, "reads_verifier_features", False))
+        # a --shared-encoder drafter reads the verifier's encoder output (the generator passes it);
+        # a --verifier-features drafter, per sentence, the features at each row position
+        self.caps = DrafterCaps(encoder_out=bool(getattr(model, "shared_encoder", False)),
+                                emitted_features=bool(getattr(model, "reads_verifier_features", False)))
         self._feats: Optional[torch.Tensor] = None  # (B, positions, C); row position 0 (BOS) stays zero
         self._n_feats: List[int] = []
-        self.native = self._native(model, tgt_dict, engine, threads) if fast else None
-
-    @staticmethod
-    def _native(model, tgt_dict, engine, threads):
-        if engine not in DRAFTER_ENGINES:
-            raise ValueError(f"drafter engine must be one of {', '.join(DRAFTER_ENGINES)}, not {engine!r}")
-        if engine == "torch" or not hasattr(model.decoder, "mask_embed"):
-            return None
-        from ..native import NativeUnavailable
-        from ..native.block_drafter import NativeBlockDrafter
-
-        try:
-            native = NativeBlockDrafter(model, tgt_dict, threads)  # raises NativeUnavailable where it cannot run
-        except NativeUnavailable as e:
-            if engine == "native":
-                raise ValueError(f"drafter engine native: {e}") from e
-            logger.info(f"drafter: torch ({e})")
-            return None
-        logger.info(f"drafter: the native engine ({'causal prefix, cached' if native.causal else 'whole rows'})")
-        return native
+        self.native = build_block_drafter_engine(engine, model, tgt_dict, threads) if fast else None
 
     @torch.no_grad()
-    def begin(self, sample, encoder_out=None) -> None:
+    def begin(self, sample, max_len: int, encoder_out=None) -> None:
         net_input = sample["net_input"]
-        if self.needs_encoder_out and encoder_out is None:
+        if self.caps.encoder_out and encoder_out is None:
             raise ValueError("this drafter reads the verifier's encoder output (--shared-encoder): "
                              "the generator must pass it to begin()")
         self.encoder_out = None
-        if self.wants_emitted_features:
+        if self.caps.emitted_features:
             proj = self.model.decoder.feature_proj
-            n = (self.batch_max_len or self.max_positions) + self.k + 2
+            n = max_len + self.k + 2
             self._feats = proj.weight.new_zeros(net_input["src_tokens"].size(0), n, proj.in_features)
             self._n_feats = [1] * net_input["src_tokens"].size(0)
         if self.native is not None:
             src = net_input["src_tokens"]
-            max_len = self.batch_max_len or self.max_positions
             if src.device.type == "cpu" and max_len + self.k + 1 <= min(self.max_positions, self.native.positions()):
-                self.native.begin(src, encoder_out if self.needs_encoder_out else None, max_len, self.k,
+                self.native.begin(src, encoder_out if self.caps.encoder_out else None, max_len, self.k,
                                   self.shortlist)
                 return
         self._torch_begin(net_input, encoder_out)
 
     def _torch_begin(self, net_input, given) -> None:
         """Encoder output (and the fused path's keys/values) for the torch path."""
-        if self.needs_encoder_out:
+        if self.caps.encoder_out:
             self.encoder_out = self._with_embedding(given, net_input["src_tokens"])
         else:
             self.encoder_out = self.model.encoder(
@@ -119,11 +99,8 @@ class NARBlockDrafter(Drafter):
             out["encoder_embedding"] = [enc.embed_scale * enc.embed_tokens(src_tokens.to(param.device))]
         return out
 
-    def propose(self, sent: int, output: List[int], cap: int) -> List[int]:
-        return self.propose_batch([sent], [output], [cap])[0]
-
     def observe_emitted(self, sents: List[int], feats, n_emit: List[int]) -> None:
-        if not self.wants_emitted_features:
+        if not self.caps.emitted_features:
             return
         feats = feats.to(self._feats.dtype)
         o = 0
@@ -162,16 +139,16 @@ class NARBlockDrafter(Drafter):
         return self._enc_rows
 
     @torch.no_grad()
-    def propose_batch(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[int]]:
+    def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
         # bos + prefix + slots must fit the drafter's positions
         ks = [min(self.k, c, self.max_positions - 1 - len(o)) for c, o in zip(caps, outputs)]
         if max(ks) <= 0:
-            return [[] for _ in sents]
+            return single_drafts([[] for _ in sents])
         k = max(ks)
         if self.encoder_out is None:  # the native engine drafts this batch
             rows = [[self.bos] + out for out in outputs]
             feats = None
-            if self.wants_emitted_features:
+            if self.caps.emitted_features:
                 feats = self._feature_rows(sents, self.native.starts(sents), [len(r) for r in rows])
             pred = self.native.propose(sents, rows, k, feats)
         else:
@@ -182,7 +159,7 @@ class NARBlockDrafter(Drafter):
             if self.eos in p:  # nothing follows the end of the sentence
                 p = p[: p.index(self.eos) + 1]
             drafts.append(p)
-        return drafts
+        return single_drafts(drafts)
 
     def _torch_propose(self, sents: List[int], outputs: List[List[int]], k: int) -> List[List[int]]:
         width = 1 + max(len(o) for o in outputs) + k
@@ -196,7 +173,7 @@ class NARBlockDrafter(Drafter):
         slots = torch.tensor(slot_rows, dtype=torch.bool, device=device)
         enc = self._encoder_rows(sents)
         prefix_feats = None
-        if self.wants_emitted_features:
+        if self.caps.emitted_features:
             idx = torch.tensor(sents, dtype=torch.long, device=self._feats.device)
             prefix_feats = self._feats.index_select(0, idx)[:, :width].to(device)
         if self.fast:

@@ -13,9 +13,9 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationTask
 
 from ..cpu_features import use_bf16
-from ..decoding import build_aggressive_generator
+from ..decoding import build_aggressive_generator, check_task_options
 from ..drafters import load_block_drafter
-from ..options import check_shortlist, check_task_options
+from ..options import check_shortlist
 from ..quantization import is_int8, quantize_int8
 from .config import AggressiveTranslationConfig
 

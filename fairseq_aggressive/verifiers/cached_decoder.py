@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .layer_ops import decoder_layer, encoder_kv
+from ..layer_ops import decoder_layer, encoder_kv
 
 
 class UnsupportedModelError(ValueError):

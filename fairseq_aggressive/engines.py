@@ -1,0 +1,73 @@
+"""Which engine runs a model: the compiled native engine or torch, for the
+verifier and for GAD's block drafter, by one policy (:func:`choose_engine`)."""
+import logging
+from typing import Callable, Optional, TypeVar
+
+from .constants import ENGINES
+
+logger = logging.getLogger("fairseq_aggressive")
+T = TypeVar("T")
+
+
+def choose_engine(engine: str, build_native: Callable[[], T], what: str, flag: str = "--engine") -> Optional[T]:
+    """``engine`` is ``torch``: None.  ``native``: ``build_native()``, or a
+    ValueError saying why it cannot run.  ``auto``: ``build_native()`` where it
+    runs, else None (logged).  ``build_native`` raises
+    :class:`~fairseq_aggressive.native.NativeUnavailable` where it cannot run."""
+    if engine not in ENGINES:
+        raise ValueError(f"{flag} must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "torch":
+        return None
+    from .native import NativeUnavailable
+
+    try:
+        return build_native()
+    except NativeUnavailable as e:
+        if engine == "native":
+            raise ValueError(f"{flag} native: {e}") from e
+        logger.info(f"{what}: torch ({e})")
+        return None
+
+
+def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_features: bool = False,
+                   shortlist=None, threads: Optional[int] = None):
+    """The verifier of ``model``: a :class:`~fairseq_aggressive.verifiers.NativeVerifier`
+    where the engine runs (a CPU model it supports, an acceptance rule it applies
+    itself, a drafter that does not read whole passes' features, a CPU it was
+    built for), else a :class:`~fairseq_aggressive.verifiers.TorchVerifier`.
+    ``threads``: the engine's (None: :func:`~fairseq_aggressive.threads.engine_threads`)."""
+    from .verifiers import NativeVerifier, TorchVerifier
+
+    def native():
+        from .native import NativeEngine, NativeUnavailable
+
+        if next(model.parameters()).device.type != "cpu":
+            raise NativeUnavailable("the model is not on the CPU")
+        if acceptance.params.native is None:
+            raise NativeUnavailable(f"the native engine does not apply {acceptance!r}")
+        if wants_pass_features:
+            raise NativeUnavailable("the drafter reads the verifier's decoder features of whole passes")
+        eng = NativeEngine(model, tgt_dict, threads=threads)
+        logger.info(f"verifier: the native engine ({eng.isa}, {eng.threads} thread(s); "
+                    f"{eng.int8_linears} int8 linear layers, "
+                    f"{eng.half_linears} stored as float16, their values are float16 values)")
+        return NativeVerifier(eng, model, rules, acceptance, shortlist)
+
+    return choose_engine(engine, native, "verifier") or TorchVerifier(model, rules, acceptance, shortlist)
+
+
+def build_block_drafter_engine(engine: str, model, tgt_dict, threads: Optional[int] = None):
+    """The native engine of GAD's block drafter ``model``
+    (:class:`~fairseq_aggressive.native.block_drafter.NativeBlockDrafter`), or
+    None for its torch path."""
+    if not hasattr(model.decoder, "mask_embed"):  # a stand-in drafter without the block decoder
+        return None
+
+    def native():
+        from .native.block_drafter import NativeBlockDrafter
+
+        drafter = NativeBlockDrafter(model, tgt_dict, threads)
+        logger.info(f"drafter: the native engine ({'causal prefix, cached' if drafter.causal else 'whole rows'})")
+        return drafter
+
+    return choose_engine(engine, native, "drafter", flag="drafter engine")

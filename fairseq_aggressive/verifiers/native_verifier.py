@@ -1,0 +1,70 @@
+"""The native verifier: the compiled CPU engine
+(:class:`~fairseq_aggressive.native.NativeEngine`) applies fairseq's score
+rules and the acceptance rule's description itself, and verifies several
+branches of a sentence in one pass.  A batch the engine cannot take (a GPU
+tensor, a length beyond its position tables) goes to a torch verifier."""
+from ..acceptance import AcceptanceRule
+from ..threads import torch_single_threaded
+from .base import PassResult, ScoreRules, Verifier
+from .torch_verifier import TorchVerifier
+
+# the default draft cap (Lmax) of open-ended drafters (IAD drafts the whole rest of
+# the source): the engine's passes cost little more than a greedy step, so positions
+# that are verified but rarely accepted are what a long draft wastes (Lmax 3-5 are
+# best on the shipped model, unlimited drafts are 1.3x slower: docs/results-uagec.md)
+NATIVE_DRAFT_CAP = 4
+
+
+class NativeVerifier(Verifier):
+    """:class:`~fairseq_aggressive.verifiers.base.Verifier` on the native engine."""
+
+    name = "native"
+    branch_capable = True
+    open_draft_cap = NATIVE_DRAFT_CAP
+
+    def __init__(self, engine, model, rules: ScoreRules, acceptance: AcceptanceRule, shortlist=None):
+        rank = acceptance.params.native
+        if rank is None:
+            raise ValueError(f"the native engine cannot apply {acceptance!r}")
+        self.engine, self.rules, self.shortlist = engine, rules, shortlist
+        self.beta, self.tau = rank
+        self.fallback = TorchVerifier(model, rules, acceptance, shortlist)
+        self._on_torch = False
+        self.batch = None
+
+    def begin(self, sample, max_len: int, tree_room: int = 0) -> None:
+        src_tokens = sample["net_input"]["src_tokens"]
+        self._on_torch = src_tokens.device.type != "cpu" or not self.engine.can_decode(src_tokens.size(1), max_len)
+        if self._on_torch:
+            self.batch = None
+            return self.fallback.begin(sample, max_len, tree_room)
+        self.max_len = max_len
+        self.batch = self.engine.begin(src_tokens, max_len, self.shortlist, tree_room=tree_room)
+
+    @property
+    def takes_branches(self) -> bool:
+        return not self._on_torch
+
+    def encoder_out(self):
+        return self.fallback.encoder_out() if self._on_torch else self.batch.encoder_out()
+
+    def running(self):
+        # torch's idle OpenMP workers would take turns with the engine's threads
+        return self.fallback.running() if self._on_torch else torch_single_threaded()
+
+    def pass_cost(self, src_tokens):
+        from ..draft_budget import measure_pass_cost
+
+        return measure_pass_cost(self.engine, src_tokens)
+
+    def step(self, sents, rows, branches=None, emitted_features=False, pass_features=False) -> PassResult:
+        if self._on_torch:
+            return self.fallback.step(sents, rows, branches, emitted_features, pass_features)
+        if pass_features:
+            raise ValueError("the native engine hands over the emitted tokens' features, not whole passes")
+        r = self.rules
+        emit, scores, n_match, done, kept = self.batch.step(
+            sents, rows, self.max_len, r.min_len, r.unk_penalty, r.temperature, branches=branches,
+            features=emitted_features, beta=self.beta, tau=self.tau)
+        return PassResult(emit=emit, scores=scores, n_match=list(n_match), done=[bool(x) for x in done],
+                          kept=list(kept), emitted_features=self.batch.features if emitted_features else None)
