@@ -9,7 +9,7 @@ WORK   ?= work
 # make demo LOAD=N: its benchmark runs beside N CPU-bound processes (a machine doing other work)
 LOAD   ?= 0
 
-.PHONY: setup demo demo-train test test-fast ende-cpu gad-ende blockwise-ende clean
+.PHONY: setup demo demo-train test test-fast ende-cpu clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -28,13 +28,10 @@ demo-train: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --train --work $(WORK)
 
 # GAD and blockwise heads at CPU scale on the Debian en-de corpus: scripts/experiments/pipeline.py with the
-# cpu scale of configs/translation/wmt14_ende.yaml (about 3 h on 2 cores; resumable; see README)
+# cpu scale of configs/translation/wmt14_ende.yaml (about 3 h on 2 cores; resumable; see docs/reproducing-papers.md)
 ende-cpu: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/experiments/pipeline.py configs/translation/wmt14_ende.yaml \
 	    --scale cpu --work $(WORK)/ende-cpu
-
-# the former names of the same run
-gad-ende blockwise-ende: ende-cpu
 
 test: setup
 	$(BIN)/python -m pytest -q --durations=15 tests

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's UA-GEC benchmark: 6+6 and 9+3 models trained by scripts/experiments/train_ar.sh on the
+# The UA-GEC benchmark of 6+6 and 9+3 models trained by scripts/experiments/train_ar.sh on the
 # full corpus (scripts/data/prepare_uagec.py --out work/uagec), test set, 2 threads.
 #   scripts/experiments/bench_uagec.sh [WORK=work] [BATCH=1]
 set -euo pipefail
