@@ -96,7 +96,8 @@ def test_iad_honours_generation_options(gen_kw):
     rng = random.Random(7)
     rows = random_sources(rng, 40, len(d), d.eos())
     for bsz in (1, 8):
-        check(model, task, rows, bsz, gen_kw=gen_kw)
+        cmp = check(model, task, rows, bsz, gen_kw=gen_kw)
+        assert cmp.accepted > 0, f"batch {bsz}: no drafted token was accepted"
 
 
 @pytest.mark.parametrize("lmax", [0, 1, 3])
@@ -106,7 +107,9 @@ def test_iad_max_draft_len(lmax):
     model = make_model(task, seed=4)
     rows = random_sources(random.Random(lmax), 32, len(d), d.eos())
     for bsz in (1, 8):
-        check(model, task, rows, bsz, gen_kw=dict(max_len_b=30), agg_kw=dict(max_draft_len=lmax))
+        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=30), agg_kw=dict(max_draft_len=lmax))
+        # Lmax 0: greedy steps only; otherwise short drafts are accepted too
+        assert (cmp.accepted > 0) == (lmax > 0), f"batch {bsz}: {cmp.accepted} drafted tokens accepted"
 
 
 def test_iad_long_inputs_hit_model_max_positions():
@@ -185,13 +188,39 @@ def test_iad_full_copy_finishes_in_one_pass():
 
 
 def test_joined_and_separate_dictionaries():
-    """IAD maps source ids to target ids when the dictionaries differ."""
+    """IAD maps source ids to target ids when the dictionaries differ (the same words in
+    another order here): decoding stays exact, and a source that spells greedy's output
+    is drafted as that output in target ids, all of it accepted in one pass."""
+    from fairseq.data import Dictionary
+
+    from fairseq_aggressive.drafters import InputCopyDrafter
     from helpers import make_dict
 
     src = make_dict(30)
-    tgt = make_dict(50)
+    tgt = Dictionary()
+    for i in range(30):
+        tgt.add_symbol(f"w{i}", n=i + 1)  # finalize() orders by count: w29 first
+    tgt.finalize(padding_factor=1)
+    assert tgt.symbols[tgt.nspecial] == "w29" and sorted(tgt.symbols) == sorted(src.symbols)
     task = make_task(src, tgt)
     model = make_model(task, seed=9)
     rng = random.Random(3)
     rows = random_sources(rng, 24, len(src), src.eos())
     check(model, task, rows, 8, gen_kw=dict(max_len_b=30))
+
+    sample = make_sample(rows[:8], src.pad())
+    greedy_rows = [r[0]["tokens"].tolist() for r in greedy(model, tgt, sample, max_len_b=30)]
+    spelled = make_sample([[src.index(tgt[t]) for t in row] for row in greedy_rows], src.pad())
+
+    class CopyOfSpelled(InputCopyDrafter):
+        """Drafts from ``spelled`` (source ids) while the model decodes ``sample``."""
+
+        def begin(self, sample, *args, **kwargs):
+            super().begin(spelled, *args, **kwargs)
+
+    out, gen = aggressive(model, task, sample, drafter=CopyOfSpelled(src, tgt), max_len_b=30,
+                          max_draft_len=1024)
+    assert [o[0]["tokens"].tolist() for o in out] == greedy_rows
+    # one pass: every token was drafted and accepted (all but the last, which the pass may add itself)
+    assert gen.stats.passes == 1, gen.stats.summary()
+    assert gen.stats.accepted >= sum(len(r) - 1 for r in greedy_rows), gen.stats.summary()
