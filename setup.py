@@ -8,6 +8,8 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_aggressive", "fairseq_aggressive.*"]),
+    # the native engine's C++ sources, compiled at first use
+    package_data={"fairseq_aggressive.native": ["csrc/*"]},
     python_requires=">=3.8",
     install_requires=[
         # fairseq 0.12.2 does not import on Python >= 3.11; fairseq-fixed ships the

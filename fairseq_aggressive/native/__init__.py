@@ -1,4 +1,4 @@
-"""The compiled CPU engine (see transformer.cpp): built at first use, loaded
+"""The compiled CPU engine (C++ in csrc/): built at first use, loaded
 with ctypes, used by the generator for exact greedy verification."""
 from .build import NativeUnavailable, available, library
 from .engine import NativeBatch, NativeEngine, check_native

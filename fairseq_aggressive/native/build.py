@@ -1,11 +1,13 @@
-"""Build and load the native engine (``transformer.cpp``) at first use.
+"""Build and load the native engine (the C++ sources in ``csrc/``) at first use.
 
-The library is compiled with the system C++ compiler (the one that built
-fairseq's extensions at ``pip install``) for the instruction set this CPU has,
-and cached under ``$FAIRSEQ_AGGRESSIVE_CACHE`` (default
-``~/.cache/fairseq_aggressive``), keyed by the source, the flags and the
-compiler.  It is a plain shared library loaded with :mod:`ctypes` (no torch
-headers, builds in about 10 seconds).
+Each ``csrc/*.cpp`` is compiled with the system C++ compiler (the one that
+built fairseq's extensions at ``pip install``) for the instruction set this
+CPU has, several at once, and linked into one shared library, cached under
+``$FAIRSEQ_AGGRESSIVE_CACHE`` (default ``~/.cache/fairseq_aggressive``) and
+keyed by every file under ``csrc/``, the flags and the compiler (deleting the
+cached ``engine-*.so`` forces a rebuild).  It is a plain shared library
+loaded with :mod:`ctypes` (no torch headers); at load its API version
+(``fa_version``) and shared structs must be the ones :mod:`.c_api` expects.
 
 Instruction sets: x86-64 with AVX2, FMA and F16C uses 8-lane intrinsics; other
 64-bit ARM and x86 CPUs with hardware FMA use the same arithmetic one lane at
@@ -24,16 +26,30 @@ import tempfile
 import threading
 from typing import List, Optional, Tuple
 
+from . import c_api
+
 logger = logging.getLogger("fairseq_aggressive")
 
-SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transformer.cpp")
+CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
+# -ffp-contract=off: the compiler fuses no multiply-add on its own (the kernels
+# choose every fma), so results do not depend on its choices
+COMPILE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-pthread",
+                 "-Wall", "-Wextra"]
+LINK_FLAGS = ["-shared", "-pthread"]
 
 
 def _sources() -> List[str]:
-    """The engine's source and the headers it includes (all in this directory)."""
-    d = os.path.dirname(SOURCE)
-    return [SOURCE] + sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".h"))
-BASE_FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-pthread"]
+    """Every file under csrc/ (sources and headers), sorted: the build key hashes them all."""
+    out = []
+    for root, dirs, files in os.walk(CSRC):
+        dirs.sort()
+        out += [os.path.join(root, f) for f in sorted(files) if not f.startswith(".")]
+    return out
+
+
+def _units() -> List[str]:
+    """The translation units (csrc/*.cpp), compiled separately and linked together."""
+    return [p for p in _sources() if p.endswith(".cpp")]
 
 
 class NativeUnavailable(RuntimeError):
@@ -93,6 +109,65 @@ _LOCK = threading.Lock()
 _LOADED = {}
 
 
+def _run(cmds: List[List[str]]) -> List[str]:
+    """Runs the commands, as many at once as there are CPUs; returns their
+    output (warnings).  Raises NativeUnavailable with the first failure's."""
+    outputs, failed = [""] * len(cmds), None
+    todo, running = list(range(len(cmds))), []
+    limit = max(1, os.cpu_count() or 1)
+    try:
+        while todo or running:
+            while todo and len(running) < limit and failed is None:
+                i = todo.pop(0)
+                try:
+                    running.append((i, subprocess.Popen(cmds[i], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                        text=True)))
+                except OSError as e:
+                    outputs[i], failed = str(e), i
+            if not running:
+                break
+            i, proc = running.pop(0)
+            outputs[i] = proc.communicate()[0] or ""
+            if proc.returncode != 0 and failed is None:
+                failed = i
+    finally:
+        for _, proc in running:
+            proc.kill()
+            proc.wait()
+    if failed is not None:
+        raise NativeUnavailable(f"building the native engine failed:\n{' '.join(cmds[failed])}\n"
+                                + outputs[failed][-2000:])
+    return outputs
+
+
+def _build(cxx: str, flags: List[str], path: str) -> None:
+    """Compiles csrc/*.cpp and links them into ``path`` (which appears complete or not at all)."""
+    work = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".build-")
+    try:
+        objects, cmds = [], []
+        for src in _units():
+            objects.append(os.path.join(work, os.path.basename(src)[: -len(".cpp")] + ".o"))
+            cmds.append([cxx, *COMPILE_FLAGS, *flags, "-c", src, "-o", objects[-1]])
+        warnings = [w.strip() for w in _run(cmds) if w.strip()]
+        tmp = os.path.join(work, "engine.so")
+        _run([[cxx, *LINK_FLAGS, *flags, "-o", tmp, *objects]])
+        for w in warnings:
+            logger.warning(f"native engine build: {w[-2000:]}")
+        os.replace(tmp, path)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def build_key(cxx: str, flags: List[str]) -> str:
+    """A digest of every file under csrc/ (names and contents), the flags and the compiler."""
+    h = hashlib.sha256()
+    for p in _sources():
+        with open(p, "rb") as f:
+            h.update(os.path.relpath(p, CSRC).encode() + b"\0" + f.read() + b"\0")
+    h.update(" ".join([cxx] + COMPILE_FLAGS + LINK_FLAGS + flags).encode())
+    return h.hexdigest()[:16]
+
+
 def library(generic: bool = False) -> ctypes.CDLL:
     """The compiled engine for this CPU (built once, then cached)."""
     name, flags = isa_flags(generic)
@@ -100,64 +175,17 @@ def library(generic: bool = False) -> ctypes.CDLL:
         if generic in _LOADED:
             return _LOADED[generic]
         cxx = _compiler()
-        src = b"".join(open(p, "rb").read() for p in _sources())
-        key = hashlib.sha256(src + " ".join([cxx] + BASE_FLAGS + flags).encode()).hexdigest()[:16]
-        path = os.path.join(_cache_dir(), f"transformer-{name}-{key}.so")
+        path = os.path.join(_cache_dir(), f"engine-{name}-{build_key(cxx, flags)}.so")
         if not os.path.isfile(path):
             logger.info(f"building the native engine ({name}) with {cxx} ...")
-            fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
-            os.close(fd)
-            cmd = [cxx, *BASE_FLAGS, *flags, "-o", tmp, SOURCE]
-            try:
-                proc = subprocess.run(cmd, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    raise NativeUnavailable(f"building the native engine failed:\n{' '.join(cmd)}\n"
-                                            + proc.stderr[-2000:])
-                os.replace(tmp, path)
-            finally:
-                if os.path.exists(tmp):
-                    os.remove(tmp)
+            _build(cxx, flags, path)
         lib = ctypes.CDLL(path)
-        _declare(lib)
+        problem = c_api.mismatch(lib)
+        if problem is not None:
+            raise NativeUnavailable(f"the native engine {path} does not match this fairseq_aggressive "
+                                    f"({problem}): rebuild it (delete that file; the next use builds it again)")
         _LOADED[generic] = lib
         return lib
-
-
-def _declare(lib) -> None:
-    P, I, F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-    lib.fa_model_create.restype = P
-    lib.fa_model_create.argtypes = [P, P, P, P, P]
-    lib.fa_half_linears.restype = I
-    lib.fa_half_linears.argtypes = [P]
-    lib.fa_int8_linears.restype = I
-    lib.fa_int8_linears.argtypes = [P]
-    lib.fa_model_free.argtypes = [P]
-    lib.fa_set_threads.argtypes = [P, I]
-    L64 = ctypes.POINTER(ctypes.c_int64)
-    lib.fa_pool_stats.argtypes = [P, L64]
-    lib.fa_pool_selftest.restype = ctypes.c_int64
-    lib.fa_pool_selftest.argtypes = [I, I, I, I, I, L64]
-    lib.fa_begin.restype = P
-    lib.fa_begin.argtypes = [P, I, P, P, I]
-    lib.fa_state_free.argtypes = [P]
-    lib.fa_shortlist_common.restype = I
-    lib.fa_shortlist_common.argtypes = [P, I]
-    lib.fa_shortlist.restype = I
-    lib.fa_shortlist.argtypes = [P, P, I, I, P]
-    lib.fa_encoder_out.restype = ctypes.c_int64
-    lib.fa_encoder_out.argtypes = [P, P]
-    lib.fa_length.restype = I
-    lib.fa_length.argtypes = [P, I]
-    lib.fa_pass.restype = I
-    IP, FP = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)
-    lib.fa_pass.argtypes = [P, P, I, IP, IP, IP, I, I, F, F, I, F, IP, FP, IP, IP, IP, IP, IP, IP, P]
-    lib.fa_simd.restype = I
-    lib.fa_set_mask_embed.argtypes = [P, P]
-    lib.fa_begin_encoded.restype = P
-    lib.fa_begin_encoded.argtypes = [P, I, P, P, I]
-    lib.fa_set_feature_proj.argtypes = [P, P, P, I]
-    lib.fa_draft.restype = I
-    lib.fa_draft.argtypes = [P, P, I, IP, IP, IP, I, I, IP, P]
 
 
 def available() -> Optional[str]:

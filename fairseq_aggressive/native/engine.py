@@ -1,5 +1,5 @@
 """The native verifier: a fairseq Transformer copied once into the compiled
-engine (``transformer.cpp``), which encodes a batch and runs whole
+engine (``csrc/``), which encodes a batch and runs whole
 verification passes (decoder over [last, draft] on the cache, projection,
 greedy choice with fairseq's adjustments, exact acceptance, scores, commit) in
 one call per pass.
@@ -15,14 +15,8 @@ import torch
 
 from ..quantization import Int8Linear
 from ..threads import engine_threads
+from . import c_api
 from .build import NativeUnavailable, library
-
-
-class _Config(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int32) for n in (
-        "C", "H", "F", "enc_layers", "dec_layers", "src_vocab", "tgt_vocab", "src_positions",
-        "tgt_positions", "enc_normalize_before", "dec_normalize_before", "gelu", "pad", "unk", "eos")] + [
-        (n, ctypes.c_float) for n in ("enc_embed_scale", "dec_embed_scale", "ln_eps")]
 
 
 def _activation(layer) -> str:
@@ -76,6 +70,11 @@ def check_native(model) -> None:
         raise NativeUnavailable("the native engine does not run this model (" + "; ".join(sorted(set(problems))) + ")")
 
 
+def _addr(buf) -> Optional[int]:
+    """The address of a ctypes array (None for None)."""
+    return None if buf is None else ctypes.addressof(buf)
+
+
 def _f32(t):
     return None if t is None else t.detach().to(torch.float32).contiguous()
 
@@ -107,57 +106,18 @@ class NativeEngine:
         enc, dec = model.encoder, model.decoder
         layers = list(enc.layers) + list(dec.layers)
         C = dec.embed_dim
-        self._linear_weights = []
         self.src_positions = enc.max_positions() if enc.embed_positions is not None else 1 << 30
         self.tgt_positions = dec.max_positions() if dec.embed_positions is not None else 1 << 30
-        tensors = [
-            _f32(enc.embed_tokens.weight),
-            _positions(enc.embed_positions, min(self.src_positions, 4096)),
-            *self._norm(enc.layernorm_embedding), *self._norm(enc.layer_norm),
-            _f32(dec.embed_tokens.weight),
-            _positions(dec.embed_positions, min(self.tgt_positions, 4096)),
-            *self._norm(dec.layernorm_embedding), *self._norm(dec.layer_norm),
-            *self._lin(dec.output_projection),
-        ]
-        for l in enc.layers:
-            sa = l.self_attn
-            tensors += [*self._lin(sa.q_proj), *self._lin(sa.k_proj), *self._lin(sa.v_proj), *self._lin(sa.out_proj),
-                        *self._norm(l.self_attn_layer_norm), *self._lin(l.fc1), *self._lin(l.fc2),
-                        *self._norm(l.final_layer_norm)]
-        for l in dec.layers:
-            sa, ea = l.self_attn, l.encoder_attn
-            tensors += [*self._lin(sa.q_proj), *self._lin(sa.k_proj), *self._lin(sa.v_proj), *self._lin(sa.out_proj),
-                        *self._norm(l.self_attn_layer_norm),
-                        *self._lin(ea.q_proj), *self._lin(ea.k_proj), *self._lin(ea.v_proj), *self._lin(ea.out_proj),
-                        *self._norm(l.encoder_attn_layer_norm), *self._lin(l.fc1), *self._lin(l.fc2),
-                        *self._norm(l.final_layer_norm)]
-        if tensors[1] is not None:
-            self.src_positions = tensors[1].size(0)
-        if tensors[7] is not None:
-            self.tgt_positions = tensors[7].size(0)
-        # weights whose every value is a float16 value (fairseq --fp16 checkpoints, float16
-        # exports) are kept as float16: half the bytes per pass, the same arithmetic
-        linear_ids = {id(t) for t in self._linear_weights}
-        halves = [_exact_half(t) if t is not None and id(t) in linear_ids else None for t in tensors]
-        # int8 layers (--inference-precision int8): their weight slot holds the Int8Linear
-        q8 = [t if isinstance(t, Int8Linear) else None for t in tensors]
-        n_q8 = sum(q is not None for q in q8)
-        if n_q8 and self._linear_weights:
-            raise NativeUnavailable(f"{n_q8} int8 and {len(self._linear_weights)} float linear layers in one model")
-        tensors = [None if isinstance(t, Int8Linear) else t for t in tensors]
-
-        def pointers(ts):
-            return (ctypes.c_void_p * len(ts))(*[0 if t is None else t.data_ptr() for t in ts])
-
-        ptrs, hptrs = pointers(tensors), pointers(halves)
-        qptrs = pointers([None if q is None else q.qweight for q in q8])
-        sptrs = pointers([None if q is None else q.scale for q in q8])
-        cfg = _Config(
+        src_pos = _positions(enc.embed_positions, min(self.src_positions, 4096))
+        tgt_pos = _positions(dec.embed_positions, min(self.tgt_positions, 4096))
+        if src_pos is not None:
+            self.src_positions = src_pos.size(0)
+        if tgt_pos is not None:
+            self.tgt_positions = tgt_pos.size(0)
+        cfg = c_api.Config(
             C=C, H=dec.layers[0].self_attn.num_heads, F=dec.layers[0].fc1.out_features,
             enc_layers=len(enc.layers), dec_layers=len(dec.layers),
             src_vocab=enc.embed_tokens.num_embeddings, tgt_vocab=dec.output_projection.out_features,
-            src_positions=self.src_positions if tensors[1] is not None else 0,
-            tgt_positions=self.tgt_positions if tensors[7] is not None else 0,
             enc_normalize_before=int(enc.layers[0].normalize_before),
             dec_normalize_before=int(dec.layers[0].normalize_before),
             gelu=int(_activation(layers[0]) == "gelu"),
@@ -168,22 +128,66 @@ class NativeEngine:
         self.src_pad = enc.padding_idx
         self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
         self.embed_dim = dec.embed_dim
-        self.handle = self.lib.fa_model_create(ctypes.byref(cfg), ptrs, hptrs, qptrs, sptrs)  # copies the weights
+        self.handle = self.lib.fa_model_new(ctypes.byref(cfg))
+        # every tensor by its fairseq name (csrc/weights.h lists them); the engine copies it
+        self._n_float = self._n_int8 = 0
+        for side, part, pos in (("encoder", enc, src_pos), ("decoder", dec, tgt_pos)):
+            self._put(f"{side}.embed_tokens.weight", -1, _f32(part.embed_tokens.weight))
+            self._put(f"{side}.embed_positions.weight", -1, pos)
+            self._norm(f"{side}.layernorm_embedding", -1, part.layernorm_embedding)
+            self._norm(f"{side}.layer_norm", -1, part.layer_norm)
+            for i, layer in enumerate(part.layers):
+                attns = [("self_attn", layer.self_attn)]
+                if side == "decoder":
+                    attns.append(("encoder_attn", layer.encoder_attn))
+                for a_name, attn in attns:
+                    for proj in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                        self._linear(f"{side}.layers.{a_name}.{proj}", i, getattr(attn, proj))
+                    self._norm(f"{side}.layers.{a_name}_layer_norm", i, getattr(layer, f"{a_name}_layer_norm"))
+                self._linear(f"{side}.layers.fc1", i, layer.fc1)
+                self._linear(f"{side}.layers.fc2", i, layer.fc2)
+                self._norm(f"{side}.layers.final_layer_norm", i, layer.final_layer_norm)
+        self._linear("decoder.output_projection", -1, dec.output_projection)
+        if self._n_int8 and self._n_float:
+            raise NativeUnavailable(f"{self._n_int8} int8 and {self._n_float} float linear layers in one model")
+        if self.lib.fa_model_build(self.handle) != 0:
+            raise RuntimeError(f"native engine: {self.lib.fa_model_error(self.handle).decode()}")
         self.half_linears = self.lib.fa_half_linears(self.handle)
         self.int8_linears = self.lib.fa_int8_linears(self.handle)
         self.threads = 0
         self.set_threads(engine_threads(threads))
 
-    def _lin(self, m):
-        if isinstance(m, Int8Linear):
-            return [m, _f32(m.bias)]
-        w = _f32(m.weight)
-        self._linear_weights.append(w)
-        return [w, _f32(m.bias)]
+    def _put(self, name: str, layer: int, t: Optional[torch.Tensor], dtype: int = c_api.F32) -> None:
+        """Hands tensor ``t`` (None: absent) to the engine as ``name`` of ``layer`` (-1: not a layer's)."""
+        if t is None:
+            return
+        t = t.detach().contiguous()
+        rows, cols = (t.size(0), 1) if t.dim() == 1 else tuple(t.shape)
+        if self.lib.fa_set_weight(self.handle, name.encode(), layer, dtype, t.data_ptr(), rows, cols) != 0:
+            raise RuntimeError(f"native engine: {self.lib.fa_model_error(self.handle).decode()}")
 
-    @staticmethod
-    def _norm(m):
-        return [None, None] if m is None else [_f32(m.weight), _f32(m.bias)]
+    def _linear(self, name: str, layer: int, m) -> None:
+        """A linear layer: int8 weights with their row scales; or float weights,
+        as float16 when every value is a float16 value (half the bytes per pass,
+        the same arithmetic: fairseq --fp16 checkpoints, float16 exports)."""
+        if isinstance(m, Int8Linear):
+            self._n_int8 += 1
+            self._put(f"{name}.weight", layer, m.qweight, c_api.I8)
+            self._put(f"{name}.scale", layer, _f32(m.scale))
+        else:
+            self._n_float += 1
+            w = _f32(m.weight)
+            h = _exact_half(w)
+            if h is None:
+                self._put(f"{name}.weight", layer, w, c_api.F32)
+            else:
+                self._put(f"{name}.weight", layer, h, c_api.F16)
+        self._put(f"{name}.bias", layer, _f32(m.bias))
+
+    def _norm(self, name: str, layer: int, m) -> None:
+        if m is not None:
+            self._put(f"{name}.weight", layer, _f32(m.weight))
+            self._put(f"{name}.bias", layer, _f32(m.bias))
 
     def set_threads(self, n: int) -> None:
         """Run on ``n`` threads (the caller's and ``n - 1`` workers)."""
@@ -245,6 +249,7 @@ class NativeBatch:
         lengths = np.ascontiguousarray(lengths, dtype=np.int32)
         self.handle = self.lib.fa_begin(engine.handle, n, flat.ctypes.data, lengths.ctypes.data, cap)
         self._rows_cap = self._tok_cap = 0
+        self._args = c_api.PassArgs()
         self.features = None  # after step(features=True): the emitted tokens' decoder features
 
     def __del__(self):
@@ -313,9 +318,14 @@ class NativeBatch:
             if self._feats is None:
                 self._feats = torch.empty(self._tok_cap, self.engine.embed_dim, dtype=torch.float32)
             fptr = self._feats.data_ptr()
-        rc = self.lib.fa_pass(self.engine.handle, self.handle, n, self._sent, self._lens, self._tok, max_len,
-                              min_len, unk_penalty, temperature, beta, tau, self._choice, self._score, self._n_emit,
-                              self._n_match, self._done, nb, blen, self._win, fptr)
+        a = self._args
+        a.n, a.max_len, a.min_len = n, max_len, min_len
+        a.unk_penalty, a.temperature, a.beta, a.tau = unk_penalty, temperature, beta, tau
+        a.sent, a.row_len, a.tokens = _addr(self._sent), _addr(self._lens), _addr(self._tok)
+        a.n_branch, a.branch_len = _addr(nb), _addr(blen)
+        a.choice, a.score, a.feats = _addr(self._choice), _addr(self._score), fptr
+        a.n_emit, a.n_match, a.done, a.winner = (_addr(b) for b in (self._n_emit, self._n_match, self._done, self._win))
+        rc = self.lib.fa_pass(self.engine.handle, self.handle, ctypes.byref(a))
         if rc != 0:
             raise RuntimeError("native engine: a row does not fit its sentence's cache")
         n_emit = self._n_emit[:n]

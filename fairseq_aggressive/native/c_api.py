@@ -1,0 +1,85 @@
+"""The Python side of the engine's C API (``csrc/c_api.cpp``): its version,
+the structs it shares with Python (mirrored as :class:`ctypes.Structure`), the
+weight dtype codes and the ctypes signatures of its functions."""
+import ctypes
+
+# must equal kApiVersion in csrc/c_api.cpp (checked at load)
+API_VERSION = 2
+
+# dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
+F32, F16, I8 = 0, 1, 2
+
+
+class Config(ctypes.Structure):
+    """fa::Config (csrc/model.h): the model's shape and fairseq options."""
+
+    _fields_ = [(n, ctypes.c_int32) for n in (
+        "C", "H", "F", "enc_layers", "dec_layers", "src_vocab", "tgt_vocab",
+        "enc_normalize_before", "dec_normalize_before", "gelu", "pad", "unk", "eos")] + [
+        (n, ctypes.c_float) for n in ("enc_embed_scale", "dec_embed_scale", "ln_eps")]
+
+
+class PassArgs(ctypes.Structure):
+    """fa::PassArgs (csrc/pass.h): one verification pass's inputs and outputs
+    (pointers as addresses, 0 for none)."""
+
+    P = ctypes.c_void_p
+    _fields_ = [("n", ctypes.c_int32), ("sent", P), ("row_len", P), ("tokens", P), ("n_branch", P),
+                ("branch_len", P), ("max_len", ctypes.c_int32), ("min_len", ctypes.c_int32),
+                ("unk_penalty", ctypes.c_float), ("temperature", ctypes.c_float), ("beta", ctypes.c_int32),
+                ("tau", ctypes.c_float), ("choice", P), ("score", P), ("n_emit", P), ("n_match", P), ("done", P),
+                ("winner", P), ("feats", P)]
+    del P
+
+
+def declare(lib) -> None:
+    """Set the argument and result types of every function of the library."""
+    P, I, I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+    IP, L64 = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64)
+    signatures = {
+        "fa_version": (I, []),
+        "fa_sizeof": (I, [ctypes.c_char_p]),
+        "fa_simd": (I, []),
+        "fa_model_new": (P, [ctypes.POINTER(Config)]),
+        "fa_set_weight": (I, [P, ctypes.c_char_p, I, I, P, I, I]),
+        "fa_model_build": (I, [P]),
+        "fa_model_error": (ctypes.c_char_p, [P]),
+        "fa_model_free": (None, [P]),
+        "fa_half_linears": (I, [P]),
+        "fa_int8_linears": (I, [P]),
+        "fa_set_threads": (None, [P, I]),
+        "fa_pool_stats": (None, [P, L64]),
+        "fa_pool_selftest": (I64, [I, I, I, I, I, L64]),
+        "fa_begin": (P, [P, I, P, P, I]),
+        "fa_begin_encoded": (P, [P, I, P, P, I]),
+        "fa_state_free": (None, [P]),
+        "fa_encoder_out": (I64, [P, P]),
+        "fa_length": (I, [P, I]),
+        "fa_shortlist_common": (I, [P, I]),
+        "fa_shortlist": (I, [P, P, I, I, P]),
+        "fa_pass": (I, [P, P, ctypes.POINTER(PassArgs)]),
+        "fa_set_mask_embed": (None, [P, P]),
+        "fa_set_feature_proj": (None, [P, P, P, I]),
+        "fa_draft": (I, [P, P, I, IP, IP, IP, I, I, IP, P]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+
+
+def mismatch(lib):
+    """None if the library implements this API version and these structs, else
+    what differs."""
+    try:
+        version = lib.fa_version
+    except AttributeError:
+        return "it has no fa_version()"
+    version.restype, version.argtypes = ctypes.c_int, []
+    if version() != API_VERSION:
+        return f"its API version is {version()}, this Python code expects {API_VERSION}"
+    declare(lib)
+    for struct in (Config, PassArgs):
+        size = lib.fa_sizeof(struct.__name__.encode())
+        if size != ctypes.sizeof(struct):
+            return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"
+    return None

@@ -1,0 +1,71 @@
+// The block drafter's pass (see block_drafter.h).
+#include "block_drafter.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "ops.h"
+
+namespace fa {
+
+int draft_pass(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+               int k, bool causal, int32_t* out, const float* feats) {
+  const int C = m.cfg.C, V = m.cfg.tgt_vocab;
+  if (m.mask_embed.empty() || k < 1 || (feats != nullptr && m.feat_proj.N == 0)) return -1;
+  std::vector<int> off(n + 1, 0);
+  std::vector<int32_t> full(n), bidir(n);
+  int max_keys = 0;
+  for (int r = 0; r < n; ++r) {
+    Sentence& s = st.sents[sent[r]];
+    if (!causal) s.len = 0;
+    full[r] = row_len[r] + k;
+    bidir[r] = causal ? row_len[r] : 0;
+    if (s.len + full[r] > s.cap) return -1;
+    off[r + 1] = off[r] + full[r];
+    max_keys = std::max(max_keys, std::max(s.len + full[r], s.src_len));
+  }
+  std::vector<int32_t> toks(off[n], -1);
+  for (int r = 0, j = 0; r < n; ++r)
+    for (int t = 0; t < row_len[r]; ++t) toks[off[r] + t] = tokens[j++];
+  std::vector<float> adds;
+  if (feats != nullptr) {  // the projected features at the prefix rows, zeros at the slots
+    int sent_tokens = 0;
+    for (int r = 0; r < n; ++r) sent_tokens += row_len[r];
+    std::vector<float> proj((size_t)sent_tokens * C);
+    linear(m.pool, m.feat_proj, feats, m.feat_proj.K, sent_tokens, proj.data(), C);
+    adds.assign((size_t)off[n] * C, 0.f);
+    for (int r = 0, j = 0; r < n; j += row_len[r], ++r)
+      std::copy(proj.data() + (size_t)j * C, proj.data() + (size_t)(j + row_len[r]) * C,
+                adds.data() + (size_t)off[r] * C);
+  }
+  decoder_rows(m, st, n, sent, full.data(), toks.data(), off, max_keys, bidir.data(), nullptr,
+               feats != nullptr ? adds.data() : nullptr);
+  // the slots' features, k rows per row, then their logits
+  const float* x = m.x.data();
+  ensure(m.h, (size_t)n * k * C);
+  std::vector<int32_t> sent_of((size_t)n * k);
+  for (int r = 0; r < n; ++r) {
+    std::copy(x + (size_t)(off[r] + row_len[r]) * C, x + (size_t)off[r + 1] * C, m.h.data() + (size_t)r * k * C);
+    std::fill(sent_of.begin() + (size_t)r * k, sent_of.begin() + (size_t)(r + 1) * k, sent[r]);
+  }
+  ensure(m.logits, (size_t)n * k * V);
+  project(m, st, m.h.data(), n * k, sent_of.data(), m.logits.data());
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int r = 0; r < n; ++r) {
+    const Sentence& s = st.sents[sent[r]];
+    const int W = columns(m, st, s);
+    for (int i = r * k; i < (r + 1) * k; ++i) {
+      float* lg = m.logits.data() + (size_t)i * V;
+      lg[m.cfg.pad] = ninf;
+      out[i] = token_of_column(m, st, s, argmax_first(lg, W));
+    }
+  }
+  for (int r = 0; r < n; ++r) {
+    Sentence& s = st.sents[sent[r]];
+    s.len = causal ? s.len + row_len[r] : 0;
+  }
+  return 0;
+}
+
+}  // namespace fa

@@ -1,0 +1,29 @@
+// A block_nat drafter (GAD) in the engine: its decoder over [prefix, k slots]
+// where the slots (target id -1) read the mask embedding and attend to the
+// whole row.  With a causal prefix (--block-causal-prefix) the prefix's keys
+// and values stay cached across passes and a pass runs only the new prefix
+// tokens and the slots; without, every pass runs the whole row bidirectionally
+// from an empty cache.  Proposals, not verification: float rounding may make
+// them differ from the torch drafter's.
+#pragma once
+
+#include <cstdint>
+
+#include "model.h"
+
+namespace fa {
+
+// One drafting pass over n rows: sentence sent[r]; row_len[r] prefix tokens
+// not yet in its cache, then k slots.  causal: keep the prefix tokens in the
+// cache (the next pass sends only newer ones); else the row is the whole
+// prefix, bidirectional, and nothing stays.  out[r * k + i]: the argmax of
+// slot i (padding excluded, the first maximum).  feats (or null), for a
+// --verifier-features drafter: per prefix token sent (rows concatenated) the
+// verifier's features that chose it (m.feat_proj.K floats, zeros for BOS);
+// their projection is added to the token's input before the embedding layer
+// norm; the slots get none.  -1 if a row does not fit (or the drafter's
+// mask embedding or feature projection is missing).
+int draft_pass(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+               int k, bool causal, int32_t* out, const float* feats);
+
+}  // namespace fa

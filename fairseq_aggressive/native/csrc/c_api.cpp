@@ -1,0 +1,200 @@
+// The C API that fairseq_aggressive/native (build.py, engine.py,
+// block_drafter.py) calls through ctypes: every extern "C" function of the
+// library.  Handles are opaque pointers: a model (fa_model_new) and the
+// decoder state of one batch (fa_begin, fa_begin_encoded).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "block_drafter.h"
+#include "model.h"
+#include "parallel.h"
+#include "pass.h"
+#include "vec.h"
+
+using fa::Model;
+using fa::State;
+
+namespace {
+
+// The version of this API; engine.py's API_VERSION must equal it (a library
+// built from other sources is refused with a message to rebuild it).
+constexpr int kApiVersion = 2;
+
+Model& model(void* mp) { return *static_cast<Model*>(mp); }
+State& state(void* sp) { return *static_cast<State*>(sp); }
+
+void put_stats(const fa::PoolStats& s, int64_t* out) {
+  const int64_t v[6] = {s.calls, s.parallel, s.worker_items, s.waits, s.stalls, s.wait_ns};
+  std::memcpy(out, v, sizeof v);
+}
+
+}  // namespace
+
+extern "C" {
+
+// ------------------------------------------------------------ library
+int fa_version() { return kApiVersion; }
+
+// sizeof the structs engine.py mirrors ("Config", "PassArgs"); -1 for another name
+int fa_sizeof(const char* name) {
+  if (std::strcmp(name, "Config") == 0) return (int)sizeof(fa::Config);
+  if (std::strcmp(name, "PassArgs") == 0) return (int)sizeof(fa::PassArgs);
+  return -1;
+}
+
+// 1 if built with AVX2 intrinsics, 0 for the generic (one lane at a time) build
+int fa_simd() {
+#ifdef FA_AVX2
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+// ------------------------------------------------------------ model
+// A model with the shape cfg and no weights yet: give each tensor with
+// fa_set_weight (names in csrc/weights.h), then pack them with fa_model_build.
+void* fa_model_new(const fa::Config* cfg) { return new Model(*cfg); }
+
+// Copies one named tensor (rows x cols, row-major; dtype 0 float32, 1 float16,
+// 2 int8) of `layer` (-1 for a tensor outside the layers).  0, or -1 when the
+// name, layer, shape or dtype is wrong (fa_model_error says which).
+int fa_set_weight(void* mp, const char* name, int layer, int dtype, const void* data, int rows, int cols) {
+  Model& m = model(mp);
+  m.error = m.staged.put(m.cfg, name, layer, dtype, data, rows, cols);
+  return m.error.empty() ? 0 : -1;
+}
+
+// Packs the tensors given; 0, or -1 when one is missing or inconsistent (fa_model_error)
+int fa_model_build(void* mp) {
+  Model& m = model(mp);
+  m.error = fa::build_model(m);
+  return m.error.empty() ? 0 : -1;
+}
+
+// why the last fa_set_weight or fa_model_build failed ("" if it did not)
+const char* fa_model_error(void* mp) { return model(mp).error.c_str(); }
+
+void fa_model_free(void* mp) { delete static_cast<Model*>(mp); }
+
+// linear layers stored as float16 / as int8
+int fa_half_linears(void* mp) { return model(mp).half_linears(); }
+int fa_int8_linears(void* mp) { return model(mp).int8_linears(); }
+
+// ------------------------------------------------------------ threads
+void fa_set_threads(void* mp, int n) { model(mp).pool.resize(n); }
+
+// the pool's counters (fa::PoolStats, in its order): calls, parallel, worker_items,
+// waits, stalls, wait_ns
+void fa_pool_stats(void* mp, int64_t* out) { put_stats(model(mp).pool.stats(), out); }
+
+// A pool of `threads` runs `calls` calls of `items` items each; every item records
+// that it ran.  In every `slow`-th call (0: none) the items the workers run sleep
+// `slow_us` microseconds, as a descheduled worker would, and the caller gives the
+// workers up to 2 ms to come before it takes its first item.  Returns the number of
+// items that did not run exactly once (0 when the pool is right); its counters go
+// to stats (6 values, as fa_pool_stats).
+int64_t fa_pool_selftest(int threads, int calls, int items, int slow, int slow_us, int64_t* stats) {
+  fa::Pool pool(threads);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::vector<std::atomic<int>> hits(items);
+  std::atomic<int> worker_came{0};
+  int64_t bad = 0;
+  for (int c = 0; c < calls; ++c) {
+    for (auto& h : hits) h.store(0, std::memory_order_relaxed);
+    worker_came.store(0, std::memory_order_relaxed);
+    const bool slow_call = slow > 0 && c % slow == 0;
+    bool caller_waited = false;
+    pool.run(
+        [&](int i) {
+          const bool on_caller = std::this_thread::get_id() == caller;
+          if (slow_call && on_caller && !caller_waited) {
+            caller_waited = true;
+            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+            while (worker_came.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+              std::this_thread::yield();
+          }
+          if (!on_caller) worker_came.store(1, std::memory_order_release);
+          hits[i].fetch_add(1, std::memory_order_relaxed);
+          volatile uint64_t spin = 0;
+          for (int j = 0; j < 200; ++j) spin = spin + j;  // an item's work: about a microsecond
+          if (slow_call && !on_caller) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
+        },
+        items);
+    for (auto& h : hits) bad += h.load(std::memory_order_relaxed) != 1;
+  }
+  if (stats != nullptr) put_stats(pool.stats(), stats);
+  return bad;
+}
+
+// ------------------------------------------------------------ batches
+// Encode B sentences (tokens without padding, concatenated; lengths src_len)
+// and allocate decoder caches for cap positions each.
+void* fa_begin(void* mp, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
+  return fa::encode(model(mp), B, tokens, src_len, cap);
+}
+
+// A state from an encoder output computed elsewhere (the verifier's, for a
+// --shared-encoder drafter): rows of the B sentences concatenated (src_len[b]
+// rows of C floats each).
+void* fa_begin_encoded(void* mp, int B, const float* enc_out, const int32_t* src_len, int cap) {
+  return fa::state_from_encoder_out(model(mp), B, enc_out, src_len, cap);
+}
+
+void fa_state_free(void* sp) { delete static_cast<State*>(sp); }
+
+// The encoder output of the batch (sum of src_len rows x C, sentences in order)
+// into out; the number of floats written.  A drafter that shares the
+// verifier's encoder reads it (GAD with a --shared-encoder drafter).
+int64_t fa_encoder_out(void* sp, float* out) {
+  const State& st = state(sp);
+  std::copy(st.enc_out.begin(), st.enc_out.end(), out);
+  return (int64_t)st.enc_out.size();
+}
+
+int fa_length(void* sp, int b) { return state(sp).sents[b].len; }
+
+// Vocabulary shortlist (approximate decoding, Devlin 2017): every sentence of
+// a batch chooses among output ids [0, n) (the special symbols and the most
+// frequent tokens: fairseq dictionaries are sorted by frequency) and its own
+// ids set by fa_shortlist; log-probs are normalized over that set.
+// fa_shortlist_common(n): n = 0 turns it off; -1 if n does not cover the special symbols.
+int fa_shortlist_common(void* mp, int n) { return fa::set_common_shortlist(model(mp), n); }
+
+// Sentence b of a batch (after fa_shortlist_common): its ids beyond the common
+// ones, ascending, each in [n_common, vocab); -1 if not.  Once any sentence of
+// the batch has been given a list, the whole batch decodes on the shortlist.
+int fa_shortlist(void* mp, void* sp, int b, int n, const int32_t* ids) {
+  return fa::set_sentence_shortlist(model(mp), state(sp), b, n, ids);
+}
+
+// ------------------------------------------------------------ decoding
+// One verification pass (fa::PassArgs in csrc/pass.h); 0, or -1 (nothing
+// changed) if a row does not fit its sentence's cache or its branches do not
+// add up to it.
+int fa_pass(void* mp, void* sp, const fa::PassArgs* args) { return fa::verify_pass(model(mp), state(sp), *args); }
+
+// A block drafter's slot input vector (C floats).
+void fa_set_mask_embed(void* mp, const float* v) {
+  Model& m = model(mp);
+  m.mask_embed.assign(v, v + m.cfg.C);
+}
+
+// A --verifier-features drafter's projection (C x n_in weights W, bias b) of
+// the verifier's features into its prefix inputs.
+void fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
+  Model& m = model(mp);
+  m.feat_proj.pack(W, nullptr, b, m.cfg.C, n_in);
+}
+
+// One block-drafter pass (fa::draft_pass in csrc/block_drafter.h).
+int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens, int k,
+             int causal, int32_t* out, const float* feats) {
+  return fa::draft_pass(model(mp), state(sp), n, sent, row_len, tokens, k, causal != 0, out, feats);
+}
+
+}  // extern "C"

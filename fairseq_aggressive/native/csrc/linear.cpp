@@ -1,0 +1,294 @@
+// The linear-layer kernels: weight packing, register tiles of up to 6 rows x
+// 8 panels (float32 / float16 weights, and int8), and their split across the
+// pool's threads.
+#include "linear.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace fa {
+
+namespace {
+
+template <typename T>
+void pack_into(std::vector<T>& dst, const T* W, int n, int k, int P) {
+  dst.assign((size_t)P * k * LANES, T(0));
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < k; ++c) dst[((size_t)(r / LANES) * k + c) * LANES + r % LANES] = W[(size_t)r * k + c];
+}
+
+// ------------------------------------------------------------ float tiles
+template <int MR, int NR, typename WT>
+void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float* y, int ldy, int n0, int N,
+          const float* bias, bool has_bias) {
+  V8 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = vzero();
+  for (int k = 0; k < K; ++k) {
+    V8 w[NR];
+    for (int j = 0; j < NR; ++j) w[j] = vload(panel + j * pstride + (size_t)k * LANES);
+    for (int i = 0; i < MR; ++i) {
+      V8 a = vbcast(x[(size_t)i * ldx + k]);
+      for (int j = 0; j < NR; ++j) acc[i][j] = vfma(a, w[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      float tmp[LANES];
+      vstore(tmp, acc[i][j]);
+      int c0 = n0 + j * LANES;
+      int c1 = std::min(c0 + LANES, N);
+      float* out = y + (size_t)i * ldy;
+      if (has_bias)
+        for (int c = c0; c < c1; ++c) out[c] = tmp[c - c0] + bias[c];
+      else
+        for (int c = c0; c < c1; ++c) out[c] = tmp[c - c0];
+    }
+}
+
+template <typename WT>
+using TileFn = void (*)(const float*, int, int, const WT*, size_t, float*, int, int, int, const float*, bool);
+
+template <int MR, typename WT>
+TileFn<WT> tile_for(int nr) {
+  switch (nr) {
+    case 1: return tile<MR, 1, WT>;
+    case 2: return tile<MR, 2, WT>;
+    case 3: return tile<MR, 3, WT>;
+    case 4: return tile<MR, 4, WT>;
+    case 5: return tile<MR, 5, WT>;
+    case 6: return tile<MR, 6, WT>;
+    case 7: return tile<MR, 7, WT>;
+    default: return tile<MR, 8, WT>;
+  }
+}
+template <typename WT>
+TileFn<WT> tile_fn(int mr, int nr) {
+  switch (mr) {
+    case 1: return tile_for<1, WT>(nr);
+    case 2: return tile_for<2, WT>(nr);
+    case 3: return tile_for<3, WT>(nr);
+    case 4: return tile_for<4, WT>(nr);
+    case 5: return tile_for<5, WT>(nr);
+    default: return tile_for<6, WT>(nr);
+  }
+}
+
+// panels per tile for a row block of mr rows (about 8-12 accumulators)
+int panels_for(int mr) {
+  static const int t[7] = {0, 8, 6, 4, 3, 2, 2};
+  return t[mr];
+}
+
+// The tiles of an M x N product: output panels split into groups across the
+// pool's threads (when there is enough work), rows in blocks of at most 6, as
+// even as possible (a lone last row would run a latency-bound 1-row tile);
+// tile(mr, m0, p, cnt) computes rows [m0, m0 + mr) of panels [p, p + cnt).
+template <typename TileCall>
+void for_tiles(Pool& pool, const Linear& L, int M, const TileCall& tile) {
+  if (M <= 0) return;
+  const int group = panels_for(std::min(M, 6));
+  const int n_groups = (L.P + group - 1) / group;
+  const double flops = 2.0 * M * L.N * L.K;
+  const int chunks = (pool.size() > 1 && flops > 4e5) ? std::min(n_groups, pool.size() * 4) : 1;
+  const int nb = (M + 5) / 6;
+  auto body = [&](int c) {
+    int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
+    for (int g = g0; g < g1; ++g) {
+      const int p0 = g * group, np = std::min(group, L.P - p0);
+      for (int bi = 0, m0 = 0; bi < nb; ++bi) {
+        const int mr = (M * (bi + 1)) / nb - (M * bi) / nb;
+        const int nr = std::min(np, panels_for(mr));
+        for (int pp = 0; pp < np; pp += nr) tile(mr, m0, p0 + pp, std::min(nr, np - pp));
+        m0 += mr;
+      }
+    }
+  };
+  pool.run(body, chunks);
+}
+
+template <typename WT>
+void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, int ldx, int M, float* y, int ldy) {
+  const size_t pstride = (size_t)L.K * LANES;
+  for_tiles(pool, L, M, [&](int mr, int m0, int p, int cnt) {
+    tile_fn<WT>(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, weights + (size_t)p * pstride, pstride,
+                         y + (size_t)m0 * ldy, ldy, p * LANES, L.N, L.b.data(), L.has_bias);
+  });
+}
+
+// ------------------------------------------------------------- int8 tiles
+// Per input row: qx = round(x * (127 / amax)) (half to even), sx = amax / 127;
+// acc = sum_k qx[k] * qw[n][k] in int32 (exact, so any order);
+// y = float(acc) * (sx * sw[n]) + b[n].  The same definition as
+// fairseq_aggressive/quantization.py, which the tests compare bit for bit.
+void quantize_rows(const float* x, int ldx, int M, int K, int16_t* q, int ldq, float* sx) {
+  for (int m = 0; m < M; ++m) {
+    const float* r = x + (size_t)m * ldx;
+    float amax = 0.f;
+    for (int k = 0; k < K; ++k) amax = std::max(amax, std::fabs(r[k]));
+    const float inv = 127.f / (amax == 0.f ? 1.f : amax);
+    int16_t* qr = q + (size_t)m * ldq;
+    for (int k = 0; k < K; ++k) {
+      float v = std::nearbyint(r[k] * inv);
+      v = std::min(std::max(v, -127.f), 127.f);
+      qr[k] = (int16_t)v;
+    }
+    for (int k = K; k < ldq; ++k) qr[k] = 0;
+    sx[m] = amax / 127.f;
+  }
+}
+
+template <int MR, int NR>
+void tile_q8(const int16_t* xq, int ldq, int K2, const int8_t* panel, size_t pstride, const float* sx, float* y,
+             int ldy, int n0, int N, const float* ws, const float* bias, bool has_bias) {
+  Q8Acc acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = q8_zero();
+  for (int k = 0; k < K2; ++k) {
+    Q8Weights w[NR];
+    for (int j = 0; j < NR; ++j) w[j] = q8_load(panel + j * pstride + (size_t)k * 2 * LANES);
+    for (int i = 0; i < MR; ++i) {
+      const Q8Pair a = q8_pair(xq + (size_t)i * ldq + 2 * k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = q8_madd(a, w[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      int32_t res[LANES];
+      q8_store(res, acc[i][j]);
+      const int c0 = n0 + j * LANES, c1 = std::min(c0 + LANES, N);
+      float* out = y + (size_t)i * ldy;
+      for (int c = c0; c < c1; ++c) {
+        const float comb = sx[i] * ws[c];
+        float v = (float)res[c - c0] * comb;
+        if (has_bias) v = v + bias[c];
+        out[c] = v;
+      }
+    }
+}
+
+using TileQ8Fn = void (*)(const int16_t*, int, int, const int8_t*, size_t, const float*, float*, int, int, int,
+                          const float*, const float*, bool);
+template <int MR>
+TileQ8Fn tile_q8_for(int nr) {
+  switch (nr) {
+    case 1: return tile_q8<MR, 1>;
+    case 2: return tile_q8<MR, 2>;
+    case 3: return tile_q8<MR, 3>;
+    case 4: return tile_q8<MR, 4>;
+    case 5: return tile_q8<MR, 5>;
+    case 6: return tile_q8<MR, 6>;
+    case 7: return tile_q8<MR, 7>;
+    default: return tile_q8<MR, 8>;
+  }
+}
+TileQ8Fn tile_q8_fn(int mr, int nr) {
+  switch (mr) {
+    case 1: return tile_q8_for<1>(nr);
+    case 2: return tile_q8_for<2>(nr);
+    case 3: return tile_q8_for<3>(nr);
+    case 4: return tile_q8_for<4>(nr);
+    case 5: return tile_q8_for<5>(nr);
+    default: return tile_q8_for<6>(nr);
+  }
+}
+
+void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
+  if (M <= 0) return;
+  thread_local std::vector<int16_t> xq;
+  thread_local std::vector<float> sx;
+  const int K2 = L.K2(), ldq = 2 * K2;
+  if (xq.size() < (size_t)M * ldq) xq.resize((size_t)M * ldq);
+  if (sx.size() < (size_t)M) sx.resize(M);
+  quantize_rows(x, ldx, M, L.K, xq.data(), ldq, sx.data());
+  const int16_t* q = xq.data();
+  const float* s = sx.data();
+  const size_t pstride = (size_t)K2 * 2 * LANES;
+  for_tiles(pool, L, M, [&](int mr, int m0, int p, int cnt) {
+    tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, K2, L.wq.data() + (size_t)p * pstride, pstride, s + m0,
+                        y + (size_t)m0 * ldy, ldy, p * LANES, L.N, L.ws.data(), L.b.data(), L.has_bias);
+  });
+}
+
+}  // namespace
+
+void Linear::pack(const float* W, const uint16_t* Wh, const float* bias, int n, int k) {
+  N = n;
+  K = k;
+  P = (n + LANES - 1) / LANES;
+  q8 = false;
+  half = Wh != nullptr;
+  if (half) {
+    pack_into(wh, Wh, n, k, P);
+    w.clear();
+  } else {
+    pack_into(w, W, n, k, P);
+    wh.clear();
+  }
+  b.assign(n, 0.f);
+  if (bias) std::copy(bias, bias + n, b.begin());
+  has_bias = bias != nullptr;
+}
+
+void Linear::pack_q8(const int8_t* Wq, const float* scale, const float* bias, int n, int k) {
+  N = n;
+  K = k;
+  P = (n + LANES - 1) / LANES;
+  q8 = true;
+  half = false;
+  w.clear();
+  wh.clear();
+  const int k2 = K2();
+  wq.assign((size_t)P * k2 * LANES * 2, 0);
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < k; ++c)
+      wq[(((size_t)(r / LANES) * k2 + c / 2) * LANES + r % LANES) * 2 + c % 2] = Wq[(size_t)r * k + c];
+  ws.assign((size_t)P * LANES, 0.f);
+  std::copy(scale, scale + n, ws.begin());
+  b.assign(n, 0.f);
+  if (bias) std::copy(bias, bias + n, b.begin());
+  has_bias = bias != nullptr;
+}
+
+void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
+  if (L.q8)
+    linear_q8(pool, L, x, ldx, M, y, ldy);
+  else if (L.half)
+    linear_t(pool, L, L.wh.data(), x, ldx, M, y, ldy);
+  else
+    linear_t(pool, L, L.w.data(), x, ldx, M, y, ldy);
+}
+
+void gather_rows(const Linear& src, const int32_t* ids, int n, Linear& dst) {
+  const int K = src.K;
+  std::vector<float> bias(n);
+  for (int i = 0; i < n; ++i) bias[i] = src.b[ids[i]];
+  const float* bp = src.has_bias ? bias.data() : nullptr;
+  if (src.q8) {
+    const int k2 = src.K2();
+    std::vector<int8_t> q((size_t)n * K);
+    std::vector<float> scale(n);
+    for (int i = 0; i < n; ++i) {
+      const int r = ids[i];
+      for (int c = 0; c < K; ++c)
+        q[(size_t)i * K + c] = src.wq[(((size_t)(r / LANES) * k2 + c / 2) * LANES + r % LANES) * 2 + c % 2];
+      scale[i] = src.ws[r];
+    }
+    dst.pack_q8(q.data(), scale.data(), bp, n, K);
+  } else if (src.half) {
+    std::vector<uint16_t> wh((size_t)n * K);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < K; ++c)
+        wh[(size_t)i * K + c] = src.wh[((size_t)(ids[i] / LANES) * K + c) * LANES + ids[i] % LANES];
+    dst.pack(nullptr, wh.data(), bp, n, K);
+  } else {
+    std::vector<float> w((size_t)n * K);
+    for (int i = 0; i < n; ++i)
+      for (int c = 0; c < K; ++c)
+        w[(size_t)i * K + c] = src.w[((size_t)(ids[i] / LANES) * K + c) * LANES + ids[i] % LANES];
+    dst.pack(w.data(), nullptr, bp, n, K);
+  }
+}
+
+}  // namespace fa

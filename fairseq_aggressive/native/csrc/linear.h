@@ -1,0 +1,43 @@
+// Linear layers y = x W^T + b: the packed weight storage (float32, float16 or
+// int8 with per-row scales) and the matrix-product kernels over it.
+//
+// Every output is accumulated sequentially over k with fused multiply-adds
+// (int8: exact integer sums, then one scale and the bias), whatever the number
+// of rows, the row's place in a call or the thread that computes it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "parallel.h"
+#include "vec.h"
+
+namespace fa {
+
+// W (N x K) row-major, packed once as panels of LANES outputs: panel p holds
+// W[8p + l][k] at [k * 8 + l].
+struct Linear {
+  int N = 0, K = 0, P = 0;
+  bool half = false;      // weights stored as float16 (only when every weight is a float16 value)
+  bool q8 = false;        // int8 weights and activations (--inference-precision int8)
+  std::vector<float> w;   // P * K * 8
+  std::vector<uint16_t> wh;
+  std::vector<int8_t> wq;  // int8: panel p, k pair j, lane l, k parity h at ((p * K2 + j) * 8 + l) * 2 + h
+  std::vector<float> ws;   // int8: per output row scale (P * 8)
+  std::vector<float> b;    // N (zeros if no bias)
+  bool has_bias = false;
+  int K2() const { return (K + 1) / 2; }
+  // W as float, or as float16 bits (Wh, then W is unused) when given; bias may be null
+  void pack(const float* W, const uint16_t* Wh, const float* bias, int n, int k);
+  // int8 weights Wq (n x k) with per-row scales
+  void pack_q8(const int8_t* Wq, const float* scale, const float* bias, int n, int k);
+};
+
+// y (M x N, row stride ldy) = x (M x K, row stride ldx) W^T + b, on the pool's threads
+void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy);
+
+// dst = rows ids[0..n) of src, stored as src is; a row's dot products are
+// computed exactly as in src, so its outputs are bit for bit the same
+void gather_rows(const Linear& src, const int32_t* ids, int n, Linear& dst);
+
+}  // namespace fa

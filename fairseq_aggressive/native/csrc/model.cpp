@@ -1,0 +1,338 @@
+// The encoder, the decoder over rows of tokens on top of each sentence's
+// cache, the output projection (with the vocabulary shortlist), and the
+// per-batch state they work on.
+#include "model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "ops.h"
+
+namespace fa {
+
+Model::Model(const Config& c) : cfg(c) {
+  D = cfg.C / cfg.H;
+  // fairseq: self.scaling = self.head_dim ** -0.5 (a Python float, rounded to fp32 in the product)
+  scaling = (float)std::pow((double)D, -0.5);
+  enc.resize(cfg.enc_layers);
+  dec.resize(cfg.dec_layers);
+}
+
+int Model::half_linears() const {
+  int n = proj.half;
+  for (auto& L : enc) n += L.qkv.half + L.out.half + L.fc1.half + L.fc2.half;
+  for (auto& L : dec) n += L.qkv.half + L.out.half + L.cq.half + L.ckv.half + L.cout.half + L.fc1.half + L.fc2.half;
+  return n;
+}
+
+int Model::int8_linears() const {
+  int n = proj.q8;
+  for (auto& L : enc) n += L.qkv.q8 + L.out.q8 + L.fc1.q8 + L.fc2.q8;
+  for (auto& L : dec) n += L.qkv.q8 + L.out.q8 + L.cq.q8 + L.ckv.q8 + L.cout.q8 + L.fc1.q8 + L.fc2.q8;
+  return n;
+}
+
+// ------------------------------------------------------------ vocabulary
+int columns(const Model& m, const State& st, const Sentence& s) {
+  return st.shortlist ? m.sl_n + (int)s.sl_ids.size() : m.cfg.tgt_vocab;
+}
+
+int token_of_column(const Model& m, const State& st, const Sentence& s, int u) {
+  return (st.shortlist && u >= m.sl_n) ? s.sl_ids[u - m.sl_n] : u;
+}
+
+int column_of(const Model& m, const State& st, const Sentence& s, int tok) {
+  if (tok < 0 || tok >= m.cfg.tgt_vocab) return -1;
+  if (!st.shortlist || tok < m.sl_n) return tok;
+  auto it = std::lower_bound(s.sl_ids.begin(), s.sl_ids.end(), tok);
+  return it != s.sl_ids.end() && *it == tok ? m.sl_n + (int)(it - s.sl_ids.begin()) : -1;
+}
+
+// A row's logits with a shortlist: the common rows, then its sentence's own rows
+void project(Model& m, const State& st, const float* h, int M, const int32_t* sent_of, float* out) {
+  const int C = m.cfg.C, V = m.cfg.tgt_vocab;
+  if (!st.shortlist) {
+    linear(m.pool, m.proj, h, C, M, out, V);
+    return;
+  }
+  linear(m.pool, m.sl_common, h, C, M, out, V);
+  for (int k0 = 0; k0 < M;) {  // runs of rows of one sentence
+    int k1 = k0;
+    while (k1 < M && sent_of[k1] == sent_of[k0]) ++k1;
+    const Sentence& s = st.sents[sent_of[k0]];
+    if (!s.sl_ids.empty())
+      linear(m.pool, s.sl_extra, h + (size_t)k0 * C, C, k1 - k0, out + (size_t)k0 * V + m.sl_n, V);
+    k0 = k1;
+  }
+}
+
+int set_common_shortlist(Model& m, int n) {
+  if (n == 0) {
+    m.sl_n = 0;
+    m.sl_common = Linear();
+    return 0;
+  }
+  const int V = m.cfg.tgt_vocab;
+  if (n < 0 || n > V || n <= std::max(m.cfg.pad, std::max(m.cfg.unk, m.cfg.eos))) return -1;
+  if (n == m.sl_n) return 0;
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = i;
+  gather_rows(m.proj, ids.data(), n, m.sl_common);
+  m.sl_n = n;
+  return 0;
+}
+
+int set_sentence_shortlist(Model& m, State& st, int b, int n, const int32_t* ids) {
+  if (m.sl_n == 0 || b < 0 || b >= (int)st.sents.size() || n < 0) return -1;
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < m.sl_n || ids[i] >= m.cfg.tgt_vocab || (i > 0 && ids[i] <= ids[i - 1])) return -1;
+  Sentence& s = st.sents[b];
+  s.sl_ids.assign(ids, ids + n);
+  if (n > 0) gather_rows(m.proj, ids, n, s.sl_extra);
+  st.shortlist = true;
+  return 0;
+}
+
+// ------------------------------------------------------------ computation
+void ensure(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+namespace {
+
+// the scratch buffers of a computation over M rows
+void reserve_rows(Model& m, int M) {
+  const int C = m.cfg.C;
+  ensure(m.x, (size_t)M * C);
+  ensure(m.h, (size_t)M * C);
+  ensure(m.q, (size_t)M * C);
+  ensure(m.kv, (size_t)M * 3 * C);
+  ensure(m.a, (size_t)M * C);
+  ensure(m.f, (size_t)M * m.cfg.F);
+}
+
+// f(row, scratch) for rows [0, M), split across the pool when there are enough;
+// scratch holds max_keys + 16 floats (attend's)
+void for_rows(Model& m, int M, int max_keys, const std::function<void(int, float*)>& f) {
+  const int chunks =
+      (m.pool.size() > 1 && (int64_t)M * max_keys * m.cfg.C >= 16384) ? std::min(M, m.pool.size() * 2) : 1;
+  ensure(m.att, (size_t)chunks * (max_keys + 16));
+  float* base = m.att.data();
+  const size_t stride = (size_t)max_keys + 16;
+  m.pool.run(
+      [&](int c) {
+        const int r0 = (int)((int64_t)M * c / chunks), r1 = (int)((int64_t)M * (c + 1) / chunks);
+        for (int row = r0; row < r1; ++row) f(row, base + c * stride);
+      },
+      chunks);
+}
+
+// embeddings of tokens at positions pos (table row index) into m.x, then the embedding layer norm
+void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool target, const float* add = nullptr) {
+  const std::vector<float>& E = target ? m.tgt_embed : m.src_embed;
+  const std::vector<float>& P = target ? m.tgt_pos : m.src_pos;
+  embed_rows(m.x.data(), m.cfg.C, M, tok, pos, E.data(), P.empty() ? nullptr : P.data(),
+             target ? m.cfg.dec_embed_scale : m.cfg.enc_embed_scale, target ? m.mask_embed.data() : nullptr, add);
+  const Norm& ln = target ? m.dec_ln_embed : m.enc_ln_embed;
+  if (ln.on) layer_norm_rows(m.x.data(), m.x.data(), M, m.cfg.C, ln.w, ln.b, m.cfg.ln_eps);
+}
+
+// the feed-forward block of a pre- or post-norm layer on the M rows of m.x
+void ffn(Model& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln, bool pre) {
+  const int C = m.cfg.C, F = m.cfg.F;
+  float* x = m.x.data();
+  const float* in = x;
+  if (pre) {
+    layer_norm_rows(x, m.h.data(), M, C, ln.w, ln.b, m.cfg.ln_eps);
+    in = m.h.data();
+  }
+  linear(m.pool, fc1, in, C, M, m.f.data(), F);
+  if (m.cfg.gelu)
+    gelu_rows(m.f.data(), (size_t)M * F);
+  else
+    relu_rows(m.f.data(), (size_t)M * F);
+  linear(m.pool, fc2, m.f.data(), F, M, m.a.data(), C);
+  add_rows(x, m.a.data(), (size_t)M * C);
+  if (!pre) layer_norm_rows(x, x, M, C, ln.w, ln.b, m.cfg.ln_eps);
+}
+
+// A state's sentences from their encoder output x (the rows of the B sentences
+// concatenated): the output kept (fa_encoder_out), encoder-attention keys and
+// values of every decoder layer, empty self-attention caches of cap positions.
+void init_state(Model& m, State& st, int B, const int32_t* src_len, const float* x, int cap) {
+  const int C = m.cfg.C;
+  int M = 0;
+  std::vector<int> start(B + 1, 0);
+  for (int b = 0; b < B; ++b) {
+    start[b + 1] = start[b] + src_len[b];
+    M += src_len[b];
+  }
+  st.sents.resize(B);
+  st.enc_out.assign(x, x + (size_t)M * C);
+  const int nl = (int)m.dec.size();
+  for (int b = 0; b < B; ++b) {
+    Sentence& s = st.sents[b];
+    s.src_len = src_len[b];
+    s.cap = cap;
+    s.enc_k.resize((size_t)nl * s.src_len * C);
+    s.enc_v.resize((size_t)nl * s.src_len * C);
+    s.self_k.assign((size_t)nl * cap * C, 0.f);
+    s.self_v.assign((size_t)nl * cap * C, 0.f);
+  }
+  ensure(m.kv, (size_t)M * 3 * C);
+  for (int l = 0; l < nl; ++l) {
+    linear(m.pool, m.dec[l].ckv, st.enc_out.data(), C, M, m.kv.data(), 2 * C);
+    for (int b = 0; b < B; ++b) {
+      Sentence& s = st.sents[b];
+      for (int t = 0; t < s.src_len; ++t) {
+        const float* r = m.kv.data() + (size_t)(start[b] + t) * 2 * C;
+        std::copy(r, r + C, s.enc_k.begin() + ((size_t)l * s.src_len + t) * C);
+        std::copy(r + C, r + 2 * C, s.enc_v.begin() + ((size_t)l * s.src_len + t) * C);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
+  const int C = m.cfg.C, H = m.cfg.H, D = m.D;
+  State* st = new State();
+  st->sents.resize(B);
+  int M = 0, max_s = 0;
+  for (int b = 0; b < B; ++b) {
+    M += src_len[b];
+    max_s = std::max(max_s, (int)src_len[b]);
+  }
+  reserve_rows(m, M);
+  std::vector<int32_t> pos(M);
+  std::vector<int> start(B + 1, 0);
+  for (int b = 0; b < B; ++b) {
+    start[b + 1] = start[b] + src_len[b];
+    for (int t = 0; t < src_len[b]; ++t) pos[start[b] + t] = t;
+  }
+  embed(m, tokens, pos.data(), M, false);
+  const bool pre = m.cfg.enc_normalize_before;
+  float* x = m.x.data();
+  for (auto& L : m.enc) {
+    const float* in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
+    float* qkv = m.kv.data();
+    for (int r = 0; r < M; ++r)
+      for (int c = 0; c < C; ++c) qkv[(size_t)r * 3 * C + c] *= m.scaling;
+    for_rows(m, M, max_s, [&](int row, float* scratch) {
+      const int b = (int)(std::upper_bound(start.begin(), start.end(), row) - start.begin()) - 1;
+      const int s0 = start[b], S = src_len[b];
+      for (int hh = 0; hh < H; ++hh)
+        attend(qkv + (size_t)row * 3 * C + hh * D, qkv + (size_t)s0 * 3 * C + C + hh * D,
+               qkv + (size_t)s0 * 3 * C + 2 * C + hh * D, (size_t)3 * C, S, D,
+               m.q.data() + (size_t)row * C + hh * D, scratch);
+    });
+    linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
+    ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
+  }
+  if (m.enc_final.on) layer_norm_rows(x, x, M, C, m.enc_final.w, m.enc_final.b, m.cfg.ln_eps);
+  init_state(m, *st, B, src_len, x, cap);
+  return st;
+}
+
+State* state_from_encoder_out(Model& m, int B, const float* enc_out, const int32_t* src_len, int cap) {
+  State* st = new State();
+  init_state(m, *st, B, src_len, enc_out, cap);
+  return st;
+}
+
+void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+                  const std::vector<int>& off, int max_keys, const int32_t* bidir_from, const int32_t* branch_start,
+                  const float* add) {
+  const int C = m.cfg.C, H = m.cfg.H, D = m.D;
+  auto keys = [&](int r, int t) {
+    const int len = st.sents[sent[r]].len;
+    if (branch_start != nullptr && t > 0) return len + 1;  // then the branch segment
+    return (bidir_from != nullptr && t >= bidir_from[r]) ? len + row_len[r] : len + t + 1;
+  };
+  const int M = off[n];
+  reserve_rows(m, M);
+  std::vector<int32_t> pos(M);
+  for (int r = 0; r < n; ++r)
+    for (int t = 0; t < row_len[r]; ++t) {
+      const int depth = (branch_start != nullptr && t > 0) ? t - branch_start[off[r] + t] + 1 : t;
+      pos[off[r] + t] = st.sents[sent[r]].len + depth;
+    }
+  embed(m, tokens, pos.data(), M, true, add);
+  const bool pre = m.cfg.dec_normalize_before;
+  float* x = m.x.data();
+  for (size_t l = 0; l < m.dec.size(); ++l) {
+    DecLayer& L = m.dec[l];
+    // self-attention over the cache and the new positions (causal)
+    const float* in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
+    for (int r = 0; r < n; ++r) {
+      Sentence& s = st.sents[sent[r]];
+      float* ck = s.self_k.data() + (size_t)l * s.cap * C;
+      float* cv = s.self_v.data() + (size_t)l * s.cap * C;
+      for (int t = 0; t < row_len[r]; ++t) {
+        const float* kvr = m.kv.data() + (size_t)(off[r] + t) * 3 * C;
+        std::copy(kvr + C, kvr + 2 * C, ck + (size_t)(s.len + t) * C);
+        std::copy(kvr + 2 * C, kvr + 3 * C, cv + (size_t)(s.len + t) * C);
+      }
+    }
+    for_rows(m, M, max_keys, [&](int row, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1, t = row - off[r];
+      const Sentence& s = st.sents[sent[r]];
+      const float* ck = s.self_k.data() + (size_t)l * s.cap * C;
+      const float* cv = s.self_v.data() + (size_t)l * s.cap * C;
+      float* qr = m.kv.data() + (size_t)row * 3 * C;
+      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+      const int n1 = keys(r, t);
+      int b0 = 0, n2 = 0;  // a tree row's branch segment: cache slots s.len + b0 .. s.len + t
+      if (branch_start != nullptr && t > 0) {
+        b0 = branch_start[row];
+        n2 = t - b0 + 1;
+      }
+      const size_t seg = (size_t)(s.len + b0) * C;
+      for (int hh = 0; hh < H; ++hh)
+        attend(qr + hh * D, ck + hh * D, cv + hh * D, C, n1, D, m.q.data() + (size_t)row * C + hh * D, scratch,
+               ck + seg + hh * D, cv + seg + hh * D, n2);
+    });
+    linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+    // encoder attention
+    in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.cq, in, C, M, m.kv.data(), C);
+    for_rows(m, M, max_keys, [&](int row, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
+      const Sentence& s = st.sents[sent[r]];
+      const float* ek = s.enc_k.data() + (size_t)l * s.src_len * C;
+      const float* ev = s.enc_v.data() + (size_t)l * s.src_len * C;
+      float* qr = m.kv.data() + (size_t)row * C;
+      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+      for (int hh = 0; hh < H; ++hh)
+        attend(qr + hh * D, ek + hh * D, ev + hh * D, C, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
+               scratch);
+    });
+    linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+    ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
+  }
+  if (m.dec_final.on) layer_norm_rows(x, x, M, C, m.dec_final.w, m.dec_final.b, m.cfg.ln_eps);
+}
+
+}  // namespace fa

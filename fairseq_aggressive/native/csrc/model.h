@@ -1,0 +1,125 @@
+// The model in the engine: its configuration, weights and layers, the
+// per-batch decoder state (each sentence's encoder keys/values and
+// self-attention cache, its vocabulary shortlist), and the encoder and
+// decoder computations on them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "linear.h"
+#include "parallel.h"
+#include "weights.h"
+
+namespace fa {
+
+// The model's shape and fairseq options (mirrored by _Config in engine.py)
+struct Config {
+  int32_t C, H, F, enc_layers, dec_layers, src_vocab, tgt_vocab;
+  int32_t enc_normalize_before, dec_normalize_before, gelu, pad, unk, eos;
+  float enc_embed_scale, dec_embed_scale, ln_eps;
+};
+
+struct Norm {
+  std::vector<float> w, b;
+  bool on = false;
+};
+
+struct EncLayer {
+  Linear qkv, out, fc1, fc2;
+  Norm ln_attn, ln_ffn;
+};
+struct DecLayer {
+  Linear qkv, out, cq, ckv, cout, fc1, fc2;  // self-attention q + k + v, its output; encoder attention q, k + v, output
+  Norm ln_self, ln_cross, ln_ffn;
+};
+
+struct Model {
+  Config cfg;
+  int D = 0;  // head dimension
+  float scaling = 1.f;
+  WeightSet staged;  // named tensors given by fa_set_weight until build_model packs them
+  std::string error;  // why the last fa_set_weight or fa_model_build failed
+  std::vector<float> src_embed, tgt_embed, src_pos, tgt_pos;  // pos tables may be empty
+  std::vector<float> mask_embed;  // a block drafter's slot input (fa_set_mask_embed): target id -1
+  Linear feat_proj;  // a --verifier-features drafter's projection of the verifier's features (fa_set_feature_proj)
+  Norm enc_ln_embed, enc_final, dec_ln_embed, dec_final;
+  std::vector<EncLayer> enc;
+  std::vector<DecLayer> dec;
+  Linear proj;
+  // vocabulary shortlist (fa_shortlist_common): output rows [0, sl_n) of proj,
+  // the special symbols and the most frequent tokens; 0 = no shortlist
+  int sl_n = 0;
+  Linear sl_common;
+  Pool pool{1};
+  // scratch
+  std::vector<float> x, h, q, kv, a, f, logits, att;
+
+  explicit Model(const Config& c);
+  // linear layers stored as float16 / as int8
+  int half_linears() const;
+  int int8_linears() const;
+};
+
+// Packs the tensors of m.staged into the model's layers; "" or what is wrong
+std::string build_model(Model& m);
+
+struct Sentence {
+  int src_len = 0, len = 0, cap = 0;
+  std::vector<float> enc_k, enc_v;  // per layer S x C
+  std::vector<float> self_k, self_v;  // per layer cap x C
+  std::vector<int32_t> sl_ids;  // shortlist rows of this sentence beyond the common ones (ascending)
+  Linear sl_extra;
+};
+
+struct State {
+  std::vector<Sentence> sents;
+  std::vector<float> enc_out;  // the encoder output, sentences' rows concatenated (fa_encoder_out)
+  bool shortlist = false;  // project to the shortlist (common rows + each sentence's sl_ids)
+};
+
+// ------------------------------------------------------------ vocabulary
+// Output columns of sentence s's logits: the vocabulary, or with a shortlist
+// the common ids then the sentence's own (ascending ids, so ties between
+// columns go to the lowest id either way).
+int columns(const Model& m, const State& st, const Sentence& s);
+// the token id of column u
+int token_of_column(const Model& m, const State& st, const Sentence& s, int u);
+// the column of token id tok (-1: not among the sentence's columns)
+int column_of(const Model& m, const State& st, const Sentence& s, int tok);
+// logits (row stride cfg.tgt_vocab) of M feature rows h (C floats each); row i
+// belongs to sentence sent_of[i] (its shortlist columns)
+void project(Model& m, const State& st, const float* h, int M, const int32_t* sent_of, float* out);
+// shortlist: the common ids [0, n) (0: none); -1 if n does not cover the special symbols
+int set_common_shortlist(Model& m, int n);
+// sentence b's ids beyond the common ones (ascending, each in [n_common, vocab)); -1 if not
+int set_sentence_shortlist(Model& m, State& st, int b, int n, const int32_t* ids);
+
+// ------------------------------------------------------------ computation
+// grows v to at least n values (scratch buffers)
+void ensure(std::vector<float>& v, size_t n);
+
+// Encodes B sentences (tokens without padding, concatenated) into a new state
+// with decoder caches of cap positions each.
+State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, int cap);
+// A state from an encoder output computed elsewhere (rows of the B sentences concatenated).
+State* state_from_encoder_out(Model& m, int B, const float* enc_out, const int32_t* src_len, int cap);
+
+// The decoder over n rows on top of their sentences' caches: row r (tokens at
+// off[r] .. off[r + 1], target id -1 = a block drafter's slot) at positions
+// s.len .. s.len + row_len[r]; keys and values of every row position go into
+// the cache (the verification pass and the drafter decide what stays).
+// Position t attends causally (cache and positions <= t), or, from t =
+// bidir_from[r] on (when given), to every position of the row.  Tree rows
+// (branch_start given, a verification pass over several drafts): the row is
+// [last, branch 1, branch 2, ...]; flat position i > 0 of a row belongs to the
+// branch that starts at row position branch_start[i] >= 1, sits at the output
+// position of its depth in the branch, and attends to the cache, the row's
+// first position and its own branch up to itself.  add (or null): per row
+// position C floats added to the input embedding.  The final features are in m.x.
+void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+                  const std::vector<int>& off, int max_keys, const int32_t* bidir_from,
+                  const int32_t* branch_start = nullptr, const float* add = nullptr);
+
+}  // namespace fa

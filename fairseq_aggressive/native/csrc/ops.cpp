@@ -1,0 +1,166 @@
+// Row reductions, layer norm, activations, attention and embeddings (see ops.h).
+#include "ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "vec.h"
+
+namespace fa {
+
+namespace {
+
+// q . k over D values: 8 partial sums (d mod 8) combined in a fixed order
+inline float dot(const float* q, const float* k, int D) {
+  int d = 0;
+  float s = 0.f;
+  if (D >= LANES) {
+    V8 acc = vzero();
+    for (; d + LANES <= D; d += LANES) acc = vfma(vload(q + d), vload(k + d), acc);
+    float t[LANES];
+    vstore(t, acc);
+    for (int l = 0; l < LANES; ++l) s = s + t[l];
+  }
+  for (; d < D; ++d) s = std::fma(q[d], k[d], s);
+  return s;
+}
+
+inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
+
+}  // namespace
+
+// 8 lane maxima, then the tail
+float max_of(const float* x, int n) {
+  V8 m = vbcast(-std::numeric_limits<float>::infinity());
+  int v = 0;
+  for (; v + LANES <= n; v += LANES) m = vmax(m, vload(x + v));
+  float t[LANES];
+  vstore(t, m);
+  float mx = t[0];
+  for (int l = 1; l < LANES; ++l) mx = std::max(mx, t[l]);
+  for (; v < n; ++v) mx = std::max(mx, x[v]);
+  return mx;
+}
+
+// 8 partial sums combined in a fixed order
+float logsumexp(const float* x, int n) {
+  const float mx = max_of(x, n);
+  if (mx == -std::numeric_limits<float>::infinity()) return mx;
+  const V8 mv = vbcast(mx), neg1 = vbcast(-1.f);
+  V8 s8 = vzero();
+  int v = 0;
+  for (; v + LANES <= n; v += LANES) s8 = vadd(s8, vexp(vfma(mv, neg1, vload(x + v))));
+  float t[LANES];
+  vstore(t, s8);
+  float sum = 0.f;
+  for (int l = 0; l < LANES; ++l) sum = sum + t[l];
+  for (; v < n; ++v) sum = sum + fexp(x[v] - mx);
+  return mx + std::log(sum);
+}
+
+int argmax_first(const float* x, int n) {
+  const float mx = max_of(x, n);
+  for (int u = 0; u < n; ++u)
+    if (x[u] == mx) return u;
+  return 0;  // all NaN
+}
+
+void layer_norm(const float* x, float* y, int C, const float* w, const float* b, float eps) {
+  float mean = 0.f;
+  for (int c = 0; c < C; ++c) mean += x[c];
+  mean /= (float)C;
+  float var = 0.f;
+  for (int c = 0; c < C; ++c) {
+    float d = x[c] - mean;
+    var += d * d;
+  }
+  var /= (float)C;
+  float inv = 1.f / std::sqrt(var + eps);
+  for (int c = 0; c < C; ++c) y[c] = (x[c] - mean) * inv * w[c] + b[c];
+}
+
+void layer_norm_rows(const float* x, float* y, int M, int C, const std::vector<float>& w,
+                     const std::vector<float>& b, float eps) {
+  for (int m = 0; m < M; ++m) layer_norm(x + (size_t)m * C, y + (size_t)m * C, C, w.data(), b.data(), eps);
+}
+
+void add_rows(float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] + y[i];
+}
+
+void gelu_rows(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = gelu(x[i]);
+}
+
+void relu_rows(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+
+// Scores, softmax (8-lane partial sums in a fixed order), weighted sum of the
+// values (each output accumulated over keys in order).  The same keys give
+// the same operations whether they are one segment or two.
+void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out, float* scratch,
+            const float* k2, const float* v2, int n2) {
+  for (int j = 0; j < n; ++j) scratch[j] = dot(q, k + j * ld, D);
+  for (int j = 0; j < n2; ++j) scratch[n + j] = dot(q, k2 + j * ld, D);
+  const int N = n + n2;
+  auto vrow = [&](int j) { return j < n ? v + j * ld : v2 + (j - n) * ld; };
+  const float mx = max_of(scratch, N);
+  const V8 mv = vbcast(mx), neg1 = vbcast(-1.f);
+  V8 s8 = vzero();
+  int j = 0;
+  for (; j + LANES <= N; j += LANES) {
+    V8 e = vexp(vfma(mv, neg1, vload(scratch + j)));
+    vstore(scratch + j, e);
+    s8 = vadd(s8, e);
+  }
+  float t[LANES];
+  vstore(t, s8);
+  float sum = 0.f;
+  for (int l = 0; l < LANES; ++l) sum = sum + t[l];
+  for (; j < N; ++j) {
+    scratch[j] = fexp(scratch[j] - mx);
+    sum = sum + scratch[j];
+  }
+  if (D % LANES == 0) {
+    V8 acc[16];
+    const int nv = D / LANES;
+    if (nv <= 16) {
+      for (int i = 0; i < nv; ++i) acc[i] = vzero();
+      for (j = 0; j < N; ++j) {
+        const V8 p = vbcast(scratch[j] / sum);
+        const float* vj = vrow(j);
+        for (int i = 0; i < nv; ++i) acc[i] = vfma(p, vload(vj + i * LANES), acc[i]);
+      }
+      for (int i = 0; i < nv; ++i) vstore(out + i * LANES, acc[i]);
+      return;
+    }
+  }
+  for (int d = 0; d < D; ++d) out[d] = 0.f;
+  for (j = 0; j < N; ++j) {
+    const float p = scratch[j] / sum;
+    const float* vj = vrow(j);
+    for (int d = 0; d < D; ++d) out[d] = std::fma(p, vj[d], out[d]);
+  }
+}
+
+void embed_rows(float* x, int C, int M, const int32_t* tok, const int32_t* pos, const float* E, const float* P,
+                float scale, const float* mask, const float* add) {
+  for (int r = 0; r < M; ++r) {
+    float* xr = x + (size_t)r * C;
+    const float* e = tok[r] < 0 ? mask : E + (size_t)tok[r] * C;
+    for (int c = 0; c < C; ++c) xr[c] = scale * e[c];
+    if (P != nullptr) {
+      const float* p = P + (size_t)pos[r] * C;
+      for (int c = 0; c < C; ++c) xr[c] = xr[c] + p[c];
+    }
+    if (add != nullptr) {
+      const float* a = add + (size_t)r * C;
+      for (int c = 0; c < C; ++c) xr[c] = xr[c] + a[c];
+    }
+  }
+}
+
+}  // namespace fa
+
