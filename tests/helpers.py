@@ -2,6 +2,7 @@
 import argparse
 import random
 
+import pytest
 import torch
 from fairseq.data import Dictionary
 from fairseq.models import ARCH_MODEL_REGISTRY, ARCH_CONFIG_REGISTRY
@@ -12,6 +13,13 @@ from fairseq_aggressive.tasks.aggressive_translation import (
     AggressiveTranslationConfig,
     AggressiveTranslationTask,
 )
+
+
+def fast_first(values, n=1):
+    """Values of a parametrized test: the first ``n`` run in the fast tier, the others
+    are marked slow (the same ids)."""
+    return [v if i < n else pytest.param(*(v if isinstance(v, tuple) else (v,)), marks=pytest.mark.slow)
+            for i, v in enumerate(values)]
 
 
 def make_dict(n_symbols=40):

@@ -171,6 +171,7 @@ def test_keep_pair_like_clean_corpus():
     assert wmt.keep_pair(" ".join("a" * 250), " ".join("b" * 250))
 
 
+@pytest.mark.slow
 def test_prepare_wmt_end_to_end(tmp_path):
     raw, out = tmp_path / "raw", tmp_path / "out"
     raw.mkdir()
@@ -259,6 +260,7 @@ def test_m2_pairs_apply_annotator_0(tmp_path):
                                                    "We like very the music .")
 
 
+@pytest.mark.slow
 def test_prepare_bea19_end_to_end(tmp_path):
     train, conll14 = tmp_path / "train.m2", tmp_path / "conll14.m2"
     train.write_text(TRAIN_M2 * 3)
@@ -289,6 +291,7 @@ def test_prepare_bea19_end_to_end(tmp_path):
 # prepare_uagec.py --from-text
 
 
+@pytest.mark.slow
 def test_prepare_uagec_from_text(tmp_path):
     sample, out = tmp_path / "sample", tmp_path / "out"
     sample.mkdir()

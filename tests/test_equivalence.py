@@ -4,7 +4,7 @@ import random
 import pytest
 
 from fairseq_aggressive.drafters import Drafter, single_drafts
-from helpers import aggressive, compare, greedy, make_model, make_sample, make_task
+from helpers import aggressive, compare, fast_first, greedy, make_model, make_sample, make_task
 
 SHAPES = {
     "post-norm, sinusoidal": {},
@@ -64,8 +64,8 @@ def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None, agg_kw=None
     return cmp
 
 
-@pytest.mark.parametrize("shape", list(SHAPES))
-@pytest.mark.parametrize("bsz", [1, 8])
+@pytest.mark.parametrize("shape", fast_first(list(SHAPES)))
+@pytest.mark.parametrize("bsz", fast_first([8, 1]))
 @pytest.mark.parametrize("engine", ["auto", "torch"])  # auto: the native engine where it runs
 def test_iad_matches_greedy_random_models(shape, bsz, engine):
     task = make_task()
@@ -79,14 +79,14 @@ def test_iad_matches_greedy_random_models(shape, bsz, engine):
 
 @pytest.mark.parametrize(
     "gen_kw",
-    [
+    fast_first([
         dict(max_len_a=0, max_len_b=3),  # max length hit: forced EOS
         dict(max_len_a=1.0, max_len_b=2),  # length depends on the padded batch
         dict(min_len=5, max_len_b=30),
         dict(unk_penalty=-3.0, max_len_b=30),  # negative penalty: unk gets chosen
         dict(len_penalty=0.5, temperature=0.7, max_len_b=30),
         dict(normalize_scores=False, max_len_b=30),
-    ],
+    ], n=2),
     ids=["max-len", "max-len-a", "min-len", "unkpen", "lenpen-temperature", "unnormalized"],
 )
 def test_iad_honours_generation_options(gen_kw):
@@ -100,7 +100,7 @@ def test_iad_honours_generation_options(gen_kw):
         assert cmp.accepted > 0, f"batch {bsz}: no drafted token was accepted"
 
 
-@pytest.mark.parametrize("lmax", [0, 1, 3])
+@pytest.mark.parametrize("lmax", fast_first([1, 0, 3]))
 def test_iad_max_draft_len(lmax):
     task = make_task()
     d = task.target_dictionary
@@ -147,9 +147,9 @@ class NoisyOracleDrafter(Drafter):
         return single_drafts([self.one(s, o, c) for s, o, c in zip(sents, outputs, caps)])
 
 
-@pytest.mark.parametrize("p_corrupt,engine", [(0.0, "auto"), (0.05, "auto"), (0.3, "auto"),
-                                              (0.05, "torch"), (0.3, "torch")])
-@pytest.mark.parametrize("bsz", [1, 8])
+@pytest.mark.parametrize("p_corrupt,engine", fast_first([(0.05, "auto"), (0.3, "torch"), (0.0, "auto"),
+                                                         (0.3, "auto"), (0.05, "torch")], n=2))
+@pytest.mark.parametrize("bsz", fast_first([8, 1]))
 def test_core_with_noisy_oracle_drafts(p_corrupt, engine, bsz):
     task = make_task()
     d = task.target_dictionary

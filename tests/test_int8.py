@@ -13,7 +13,7 @@ from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import NativeEngine, build
 from fairseq_aggressive.quantization import Int8Linear, is_int8, quantize_int8
-from helpers import INT8_NEAR_TIE, INT8_SCORE_TOL, compare, greedy, make_model, make_sample, make_task
+from helpers import INT8_NEAR_TIE, INT8_SCORE_TOL, compare, fast_first, greedy, make_model, make_sample, make_task
 from test_equivalence import NoisyOracleDrafter, batches, random_sources
 from test_native import Oracle, _decode, _same_bits
 
@@ -69,7 +69,7 @@ def test_quantize_int8_replaces_every_linear_once():
     assert sum(isinstance(m, Int8Linear) for m in model.modules()) == n
 
 
-@pytest.mark.parametrize("engine,bsz", [("native", 1), ("native", 8), ("torch", 8)])
+@pytest.mark.parametrize("engine,bsz", fast_first([("native", 8), ("torch", 8), ("native", 1)], n=2))
 def test_int8_aggressive_matches_fairseq_greedy_of_the_int8_model(engine, bsz):
     if engine == "native" and build.available() is not None:
         pytest.skip("no native engine here")

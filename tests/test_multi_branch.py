@@ -9,7 +9,7 @@ from fairseq_aggressive.draft_budget import DraftBudget, PassCost
 from fairseq_aggressive.drafters import Drafter, DrafterCaps, DraftOutcome, InputCopyDrafter
 from fairseq_aggressive.drafters.base import Branch
 from fairseq_aggressive.options import check_draft_cost, check_iad_branches
-from helpers import make_model, make_sample, make_task
+from helpers import fast_first, make_model, make_sample, make_task
 from test_equivalence import SHAPES, check, random_sources
 from test_native import NATIVE_SHAPES, _decode, _same_bits, needs_native
 
@@ -61,8 +61,8 @@ class OracleBranches(Drafter):
 
 
 @needs_native
-@pytest.mark.parametrize("shape", ["post-norm, sinusoidal", "pre-norm, learned positions",
-                                   "gelu, post-norm, 8 heads"])
+@pytest.mark.parametrize("shape", fast_first(["post-norm, sinusoidal", "pre-norm, learned positions",
+                                              "gelu, post-norm, 8 heads"]))
 def test_tree_passes_are_bit_identical_to_native_greedy(shape):
     """Whichever branch wins, its positions see the cache, the last token and
     their own branch only, at their own output positions, and its keys and
@@ -146,9 +146,9 @@ def _outcome(drafter, kept, n_draft, n_match):
     return DraftOutcome(verified, kept, n_match)
 
 
-@pytest.mark.parametrize("shape", ["post-norm, sinusoidal", "pre-norm, learned positions",
-                                   "deep-shallow 3+1, output dim differs"])  # the last: torch verifier
-@pytest.mark.parametrize("bsz", [1, 8])
+@pytest.mark.parametrize("shape", fast_first(["post-norm, sinusoidal", "pre-norm, learned positions",
+                                              "deep-shallow 3+1, output dim differs"]))  # the last: torch verifier
+@pytest.mark.parametrize("bsz", fast_first([8, 1]))
 def test_multi_branch_iad_matches_greedy(shape, bsz):
     task = make_task()
     d = task.target_dictionary

@@ -9,7 +9,7 @@ import pytest
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable, build
-from helpers import compare, greedy, make_model, make_sample, make_task
+from helpers import compare, fast_first, greedy, make_model, make_sample, make_task
 from test_equivalence import SHAPES, NoisyOracleDrafter, batches, random_sources
 
 NATIVE_SHAPES = {k: v for k, v in SHAPES.items() if "normformer" not in k and "output dim" not in k}
@@ -51,8 +51,8 @@ def _same_bits(a, b):
 
 
 @needs_native
-@pytest.mark.parametrize("shape", list(NATIVE_SHAPES))
-@pytest.mark.parametrize("bsz", [1, 8])
+@pytest.mark.parametrize("shape", fast_first(list(NATIVE_SHAPES)))
+@pytest.mark.parametrize("bsz", fast_first([8, 1]))
 def test_native_iad_matches_fairseq_greedy(shape, bsz):
     task = make_task()
     d = task.target_dictionary
@@ -74,9 +74,9 @@ def test_native_iad_matches_fairseq_greedy(shape, bsz):
 
 
 @needs_native
-@pytest.mark.parametrize("gen_kw", [dict(max_len_a=0, max_len_b=3), dict(min_len=5, max_len_b=30),
-                                    dict(unk_penalty=-3.0, max_len_b=30),
-                                    dict(len_penalty=0.5, temperature=0.7, max_len_b=30)],
+@pytest.mark.parametrize("gen_kw", fast_first([dict(max_len_a=0, max_len_b=3), dict(min_len=5, max_len_b=30),
+                                               dict(unk_penalty=-3.0, max_len_b=30),
+                                               dict(len_penalty=0.5, temperature=0.7, max_len_b=30)]),
                          ids=["max-len", "min-len", "unkpen", "lenpen-temperature"])
 def test_native_honours_generation_options(gen_kw):
     task = make_task()
