@@ -64,8 +64,9 @@ def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None, agg_kw=None
     return cmp
 
 
-@pytest.mark.parametrize("shape", fast_first(list(SHAPES)))
-@pytest.mark.parametrize("bsz", fast_first([8, 1]))
+@pytest.mark.slow  # a minute or more each on 2 busy cores
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("bsz", [1, 8])
 @pytest.mark.parametrize("engine", ["auto", "torch"])  # auto: the native engine where it runs
 def test_iad_matches_greedy_random_models(shape, bsz, engine):
     task = make_task()
@@ -86,7 +87,7 @@ def test_iad_matches_greedy_random_models(shape, bsz, engine):
         dict(unk_penalty=-3.0, max_len_b=30),  # negative penalty: unk gets chosen
         dict(len_penalty=0.5, temperature=0.7, max_len_b=30),
         dict(normalize_scores=False, max_len_b=30),
-    ], n=2),
+    ]),
     ids=["max-len", "max-len-a", "min-len", "unkpen", "lenpen-temperature", "unnormalized"],
 )
 def test_iad_honours_generation_options(gen_kw):
@@ -100,7 +101,8 @@ def test_iad_honours_generation_options(gen_kw):
         assert cmp.accepted > 0, f"batch {bsz}: no drafted token was accepted"
 
 
-@pytest.mark.parametrize("lmax", fast_first([1, 0, 3]))
+@pytest.mark.slow
+@pytest.mark.parametrize("lmax", [0, 1, 3])
 def test_iad_max_draft_len(lmax):
     task = make_task()
     d = task.target_dictionary
@@ -187,6 +189,7 @@ def test_iad_full_copy_finishes_in_one_pass():
     assert gen.stats.passes == 1
 
 
+@pytest.mark.slow  # about a minute on 2 busy cores
 def test_joined_and_separate_dictionaries():
     """IAD maps source ids to target ids when the dictionaries differ (the same words in
     another order here): decoding stays exact, and a source that spells greedy's output
