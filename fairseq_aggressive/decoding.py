@@ -10,6 +10,7 @@ from typing import Callable
 import torch
 
 from .acceptance import build_acceptance, build_blockwise_acceptance
+from .constants import DECODINGS  # beam = fairseq's own SequenceGenerator
 from .cpu_features import use_bf16
 from .options import (check_block_size, check_draft_cost, check_generation_args, check_iad_branches,
                       check_max_draft_len, check_shortlist)
@@ -17,7 +18,6 @@ from .threads import engine_threads, parse_threads
 
 logger = logging.getLogger("fairseq_aggressive")
 
-DECODINGS = ["beam", "iad", "gad", "blockwise"]  # beam = fairseq's own SequenceGenerator
 
 
 def build_drafter_and_rule(decoding: str, task, models, option: Callable[[str], object]):
