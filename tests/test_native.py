@@ -9,6 +9,7 @@ import pytest
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable, build
+from fairseq_aggressive.verifiers import NativeVerifier
 from helpers import compare, fast_first, greedy, make_model, make_sample, make_task
 from test_equivalence import SHAPES, NoisyOracleDrafter, batches, random_sources
 
@@ -22,8 +23,8 @@ needs_native = pytest.mark.skipif(REASON is not None, reason=f"no native engine 
 def _decode(model, task, rows, bsz, engine="native", native=None, drafter=None, **kw):
     d = task.target_dictionary
     gen = AggressiveGenerator([model], d, drafter or InputCopyDrafter(d, d), engine=engine, **kw)
-    if native is not None:
-        gen.native = native
+    if native is not None:  # decode on this engine (e.g. a generic build)
+        gen.verifier = NativeVerifier(native, model, gen.verifier.rules, gen.acceptance)
     outs = []
     for i, chunk in enumerate(batches(rows, bsz)):
         if drafter is not None:  # an oracle drafter indexes sentences of the whole list

@@ -47,9 +47,13 @@ def busy_children():
 def test_pool_runs_every_item_once_oversubscribed(threads):
     """More pool threads than cores, and workers' items now and then as slow as a descheduled
     thread: every item of every call runs exactly once."""
-    bad, st = selftest(threads, calls=3000, items=24, slow=37, slow_us=50)
-    assert bad == 0, st
-    assert st["calls"] == 3000 and st["worker_items"] > 0, st
+    for _ in range(5):  # on a busy machine the pool may keep every call on the caller: run until workers took part
+        bad, st = selftest(threads, calls=3000, items=24, slow=37, slow_us=50)
+        assert bad == 0, st
+        assert st["calls"] == 3000, st
+        if st["worker_items"] > 0:
+            break
+    assert st["worker_items"] > 0, st
 
 
 @needs_native
