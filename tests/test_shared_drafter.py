@@ -1,4 +1,4 @@
-"""Drafters made cheap for CPUs (issue 12): a ``--shared-encoder`` block drafter
+"""Drafters made cheap for CPUs: a ``--shared-encoder`` block drafter
 reads the verifier's encoder output (torch and native verifiers), a
 ``--block-causal-prefix`` drafter's prefix features do not depend on the
 block, the frozen encoder stays the verifier's through training, and the

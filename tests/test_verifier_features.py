@@ -1,4 +1,4 @@
-"""A ``--verifier-features`` block drafter (issue 12): its prefix tokens also
+"""A ``--verifier-features`` block drafter: its prefix tokens also
 read the verifier's decoder features that chose them.  GAD with it is greedy
 (torch and native verifiers and drafters), the native engine hands over the
 features the torch verifier computes, the native drafter proposes what the
