@@ -1,4 +1,89 @@
-from setuptools import find_packages, setup
+"""fairseq-aggressive: the Python package and its native engine.
+
+Building a wheel (``pip wheel .``, ``python -m build``, ``pip install .``)
+compiles the native engine, a plain C shared library (no Python or torch
+headers), once per instruction-set target of the machine's architecture
+(fairseq_aggressive/native/targets.py: AVX-512 + VNNI, AVX-512, AVX2 and
+generic on x86-64; generic on aarch64); at run time the package loads the
+best one the CPU runs.  It needs a C++17 compiler (g++ or clang++).
+``FAIRSEQ_AGGRESSIVE_BUILD_NATIVE=0`` builds the package without them (it then
+compiles the engine at first use where a compiler exists, else decodes on the
+torch path).
+"""
+import importlib.util
+import os
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CSRC = os.path.join("fairseq_aggressive", "native", "csrc")
+
+
+def _targets():
+    """fairseq_aggressive/native/targets.py, loaded by path (the package imports torch)."""
+    spec = importlib.util.spec_from_file_location(
+        "_fairseq_aggressive_targets", os.path.join(HERE, "fairseq_aggressive", "native", "targets.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+TARGETS = _targets()
+
+
+class NativeLibrary(Extension):
+    """The native engine for one target: a shared library loaded with ctypes, not a Python module."""
+
+    def __init__(self, target):
+        super().__init__("fairseq_aggressive.native." + TARGETS.extension_name(target),
+                         sources=[os.path.relpath(p, HERE) for p in TARGETS.units(os.path.join(HERE, CSRC))],
+                         language="c++")
+        self.target = target
+
+
+class BuildNative(build_ext):
+    """build_ext with each target's flags and its own object directory, the
+    targets compiled in parallel, and a clear error where there is no compiler."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+
+    def get_export_symbols(self, ext):
+        return [] if isinstance(ext, NativeLibrary) else super().get_export_symbols(ext)
+
+    def build_extension(self, ext):
+        if not isinstance(ext, NativeLibrary):
+            return super().build_extension(ext)
+        # (build_ext runs extensions in parallel threads: nothing here changes self)
+        path = self.get_ext_fullpath(ext.name)
+        csrc = os.path.join(HERE, CSRC)
+        inputs = TARGETS.source_files(csrc) + [TARGETS.__file__, os.path.join(HERE, "setup.py")]
+        if not self.force and os.path.exists(path) and all(os.path.getmtime(p) <= os.path.getmtime(path)
+                                                           for p in inputs):
+            return
+        cflags = TARGETS.COMPILE_FLAGS + ext.target.cflags + TARGETS.defines(csrc)
+        try:
+            objects = self.compiler.compile(ext.sources, output_dir=os.path.join(self.build_temp, ext.target.name),
+                                            extra_postargs=cflags)
+            self.compiler.link_shared_object(
+                objects, path, extra_postargs=[f for f in TARGETS.LINK_FLAGS if f != "-shared"] + ext.target.cflags,
+                target_lang="c++")
+        except Exception as e:  # CompileError, LinkError, a compiler that is not there
+            raise SystemExit(
+                f"error: compiling fairseq-aggressive's native engine ({ext.target.name}) failed: {e}\n"
+                "It needs a C++17 compiler (g++ or clang++; e.g. apt-get install g++). To install without it "
+                "(decoding then runs on the torch path, several times slower), set "
+                "FAIRSEQ_AGGRESSIVE_BUILD_NATIVE=0.") from e
+
+
+def native_libraries():
+    if os.environ.get("FAIRSEQ_AGGRESSIVE_BUILD_NATIVE", "1").strip() in ("0", "no", "false"):
+        return []
+    return [NativeLibrary(t) for t in TARGETS.shipped()]
+
 
 setup(
     name="fairseq-aggressive",
@@ -8,7 +93,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_aggressive", "fairseq_aggressive.*"]),
-    # the native engine's C++ sources, compiled at first use
+    # the native engine: one library per target (built here), and its sources
+    ext_modules=native_libraries(),
+    cmdclass={"build_ext": BuildNative},
     package_data={"fairseq_aggressive.native": ["csrc/*"]},
     python_requires=">=3.8",
     install_requires=[

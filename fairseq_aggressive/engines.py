@@ -25,8 +25,20 @@ def choose_engine(engine: str, build_native: Callable[[], T], what: str, flag: s
     except NativeUnavailable as e:
         if engine == "native":
             raise ValueError(f"{flag} native: {e}") from e
+        if e.setup:  # the engine is missing here: say so once, loudly
+            _warn_once(f"the native engine cannot run: {e}. Decoding continues on the torch path "
+                       f"(the same output, several times slower); --engine torch silences this")
         logger.info(f"{what}: torch ({e})")
         return None
+
+
+_warned = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning(message)
 
 
 def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_features: bool = False,

@@ -1,8 +1,9 @@
 """The native engine (fairseq_aggressive/native): exact against stock fairseq
 greedy, bit-identical between its aggressive and greedy decoding and between
-its AVX2 and generic builds, refusals and fallbacks."""
+its build targets (every one this CPU runs), refusals and fallbacks."""
 import os
 import random
+import re
 
 import pytest
 
@@ -18,6 +19,8 @@ NATIVE_SHAPES["gelu, post-norm, 8 heads"] = dict(activation_fn="gelu", encoder_a
                                                  decoder_attention_heads=8)
 REASON = build.available()
 needs_native = pytest.mark.skipif(REASON is not None, reason=f"no native engine here: {REASON}")
+# the build targets this CPU runs besides the default one
+OTHER_TARGETS = [t for t in build.runnable_targets() if REASON is None and t != build.cpu_targets()[0].name]
 
 
 def _decode(model, task, rows, bsz, engine="native", native=None, drafter=None, **kw):
@@ -139,23 +142,25 @@ def test_float16_valued_weights_are_stored_as_float16():
         sample = make_sample(chunk, d.pad())
         cmp = compare(model, sample, greedy(model, d, sample, max_len_b=40), o, cmp)
     assert cmp.ok() and cmp.identical == len(rows), cmp
-    generic, _ = _decode(model, task, rows, 8, native=NativeEngine(model, d, generic=True), max_len_b=40)
-    _same_bits(out, generic)
+    for isa in OTHER_TARGETS:
+        _same_bits(out, _decode(model, task, rows, 8, native=NativeEngine(model, d, isa=isa), max_len_b=40)[0])
 
 
 @needs_native
-def test_generic_build_is_bit_identical():
-    """The build without AVX2 intrinsics (the one ARM and non-AVX2 CPUs get)
-    computes the same bits as the AVX2 build."""
+@pytest.mark.parametrize("isa", OTHER_TARGETS)
+def test_every_target_is_bit_identical(isa):
+    """Every build target this CPU runs (the generic one ARM and non-AVX2 CPUs
+    get, the AVX-512 layout in portable code, AVX-512 where present) computes
+    the same bits as the default one."""
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=8, encoder_attention_heads=2, decoder_attention_heads=2)
     rows = random_sources(random.Random(9), 24, len(d), d.eos(), repeat=True)
-    generic = NativeEngine(model, d, generic=True)
-    assert generic.isa == "generic"
+    other = NativeEngine(model, d, isa=isa)
+    assert other.isa == isa.replace("-wide", "")
     ref, gen = _decode(model, task, rows, 4, max_len_b=30)
-    out, _ = _decode(model, task, rows, 4, native=generic, max_len_b=30)
-    assert gen.native.isa == ("avx2" if "avx2" in build._cpu_flags() else "generic")
+    out, _ = _decode(model, task, rows, 4, native=other, max_len_b=30)
+    assert gen.native.isa == build.cpu_targets()[0].name
     _same_bits(ref, out)
 
 
@@ -171,27 +176,60 @@ def test_unsupported_model_is_refused_or_falls_back():
         AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="fast")
 
 
-def test_disabled_or_failed_build_falls_back(monkeypatch, tmp_path):
+def test_disabled_or_failed_build_falls_back(monkeypatch, tmp_path, caplog):
+    """Whatever keeps the engine from loading (disabled, no library and no
+    sources, a compiler that fails, a broken library file, a target this CPU
+    lacks): NativeUnavailable with the reason, one warning and the torch path
+    under --engine auto, a clear error under --engine native, nothing half
+    written in the cache."""
+    import logging
+
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=2)
     monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_NO_NATIVE", "1")
     assert AggressiveGenerator([model], d, InputCopyDrafter(d, d)).native is None
     monkeypatch.delenv("FAIRSEQ_AGGRESSIVE_NO_NATIVE")
-    # a compiler that fails: a clear error, nothing half-written in the cache
-    monkeypatch.setenv("CXX", "false")
-    monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_CACHE", str(tmp_path))
-    monkeypatch.setattr(build, "_LOADED", {})
-    try:
-        build.isa_flags()
-    except NativeUnavailable:
+    if not build.cpu_targets():
         pytest.skip("no native engine on this CPU")
-    with pytest.raises(NativeUnavailable, match="building the native engine failed"):
-        build.library()
+    monkeypatch.setattr(build, "_LOADED", {})
+    monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_CACHE", str(tmp_path))
+    monkeypatch.setattr(build, "packaged", lambda target: None)  # an installation without its libraries
+
+    def falls_back(match):
+        with pytest.raises(NativeUnavailable, match=re.escape(match)) as err:
+            build.library()
+        assert err.value.setup
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="fairseq_aggressive"):
+            assert AggressiveGenerator([model], d, InputCopyDrafter(d, d)).native is None
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1 and "torch path" in warnings[0] and match.split(" ")[0] in warnings[0], warnings
+        with pytest.raises(ValueError, match=re.escape("--engine native: " + match)):
+            AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native")
+
+    # a compiler that fails
+    monkeypatch.setenv("CXX", "false")
+    falls_back("building the native engine failed")
     assert os.listdir(tmp_path) == []
-    assert AggressiveGenerator([model], d, InputCopyDrafter(d, d)).native is None
-    with pytest.raises(ValueError, match="--engine native: building"):
-        AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native")
+    # no compiler at all
+    monkeypatch.delenv("CXX")
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    falls_back("no C++ compiler found")
+    # neither a library nor the sources (a wheel missing its libraries)
+    monkeypatch.setattr(build, "CSRC", str(tmp_path / "missing"))
+    falls_back("this installation has no compiled native engine")
+    # a library file that is not one
+    bad = tmp_path / "_engine_bad.so"
+    bad.write_bytes(b"not a shared library")
+    monkeypatch.setattr(build, "packaged", lambda target: str(bad))
+    falls_back("cannot load the native engine")
+    # a target this CPU lacks, or no such target
+    monkeypatch.setattr(build, "_cpu_flags", lambda: {"fma"})
+    monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_ISA", "avx2")
+    falls_back("FAIRSEQ_AGGRESSIVE_ISA: target avx2 needs CPU features this CPU lacks")
+    monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_ISA", "sse9")
+    falls_back("FAIRSEQ_AGGRESSIVE_ISA: unknown target 'sse9'")
 
 
 def test_bench_engine_modes():

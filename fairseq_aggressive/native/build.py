@@ -1,59 +1,54 @@
-"""Build and load the native engine (the C++ sources in ``csrc/``) at first use.
+"""Find, load and, in a source checkout, build the native engine.
 
-Each ``csrc/*.cpp`` is compiled with the system C++ compiler (the one that
-built fairseq's extensions at ``pip install``) for the instruction set this
-CPU has, several at once, and linked into one shared library, cached under
-``$FAIRSEQ_AGGRESSIVE_CACHE`` (default ``~/.cache/fairseq_aggressive``) and
-keyed by every file under ``csrc/``, the flags and the compiler (deleting the
-cached ``engine-*.so`` forces a rebuild).  It is a plain shared library
-loaded with :mod:`ctypes` (no torch headers); at load its API version
-(``fa_version``) and shared structs must be the ones :mod:`.c_api` expects.
+An installed package carries one compiled library per instruction-set target
+of its architecture (:mod:`.targets`; setup.py builds them into the wheel):
+``_engine_avx512vnni``, ``_engine_avx512``, ``_engine_avx2``, ``_engine_generic``
+on x86-64, ``_engine_generic`` on aarch64.  :func:`library` loads the best one
+this CPU runs; ``FAIRSEQ_AGGRESSIVE_ISA=<target>`` forces one (every target
+gives the same results, only the speed differs).
 
-Instruction sets: x86-64 with AVX2, FMA and F16C uses 8-lane intrinsics; other
-64-bit ARM and x86 CPUs with hardware FMA use the same arithmetic one lane at
-a time (bit-identical results); x86 CPUs without FMA get no native engine
-(software fma would be slower than torch) and decode on the torch path, with
-the same output.
+Where the package has no library for the target (a source checkout that was
+never built, or one whose ``csrc/`` changed since), the engine is compiled at
+first use with the system C++ compiler into ``$FAIRSEQ_AGGRESSIVE_CACHE``
+(default ``~/.cache/fairseq_aggressive``), keyed by the sources, flags and
+compiler.  It is a plain C shared library loaded with :mod:`ctypes` (no torch
+headers); at load its API version (``fa_version``) and shared structs must be
+the ones :mod:`.c_api` expects.
+
+Anything that keeps the engine from loading raises :class:`NativeUnavailable`
+with the reason; ``--engine auto`` then decodes on the torch path (same output,
+slower) after one warning.
 """
 import ctypes
+import glob
 import hashlib
 import logging
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
 import threading
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
-from . import c_api
+from . import c_api, targets
+from .targets import Target
 
 logger = logging.getLogger("fairseq_aggressive")
 
-CSRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
-# -ffp-contract=off: the compiler fuses no multiply-add on its own (the kernels
-# choose every fma), so results do not depend on its choices
-COMPILE_FLAGS = ["-O3", "-std=c++17", "-fPIC", "-ffp-contract=off", "-fno-math-errno", "-pthread",
-                 "-Wall", "-Wextra"]
-LINK_FLAGS = ["-shared", "-pthread"]
-
-
-def _sources() -> List[str]:
-    """Every file under csrc/ (sources and headers), sorted: the build key hashes them all."""
-    out = []
-    for root, dirs, files in os.walk(CSRC):
-        dirs.sort()
-        out += [os.path.join(root, f) for f in sorted(files) if not f.startswith(".")]
-    return out
-
-
-def _units() -> List[str]:
-    """The translation units (csrc/*.cpp), compiled separately and linked together."""
-    return [p for p in _sources() if p.endswith(".cpp")]
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+CSRC = targets.CSRC
+ISA_ENV = "FAIRSEQ_AGGRESSIVE_ISA"
+NO_NATIVE_ENV = "FAIRSEQ_AGGRESSIVE_NO_NATIVE"
 
 
 class NativeUnavailable(RuntimeError):
-    """The native engine cannot run here (reason in the message)."""
+    """The native engine cannot run here (reason in the message).  ``setup``:
+    the engine itself is missing or cannot load (as opposed to a model or
+    option it does not run)."""
+
+    def __init__(self, message: str, setup: bool = False):
+        super().__init__(message)
+        self.setup = setup
 
 
 def _cpu_flags() -> set:
@@ -67,27 +62,56 @@ def _cpu_flags() -> set:
     return set()
 
 
-def isa_flags(generic: bool = False) -> Tuple[str, List[str]]:
-    """(name, compiler flags) for this CPU; raises NativeUnavailable."""
-    if os.environ.get("FAIRSEQ_AGGRESSIVE_NO_NATIVE"):
-        raise NativeUnavailable("FAIRSEQ_AGGRESSIVE_NO_NATIVE is set")
-    machine = platform.machine().lower()
-    if machine in ("x86_64", "amd64"):
-        flags = _cpu_flags()
-        if "fma" not in flags:
-            raise NativeUnavailable("this x86 CPU has no FMA instructions")
-        if {"avx2", "f16c"} <= flags and not generic:
-            return "avx2", ["-mavx2", "-mfma", "-mf16c"]
-        return "generic-fma", ["-DFA_GENERIC", "-mfma"]
-    if machine in ("aarch64", "arm64"):
-        return "generic-fma", ["-DFA_GENERIC"]
-    raise NativeUnavailable(f"no native engine for {machine} CPUs")
+def cpu_targets() -> List[Target]:
+    """The shipped targets this CPU runs, best first (may be empty)."""
+    flags = _cpu_flags()
+    return [t for t in targets.shipped() if t.cpu_flags <= flags]
+
+
+def runnable_targets() -> List[str]:
+    """Every target this CPU runs, the test-only ones included (names)."""
+    flags = _cpu_flags()
+    return [n for n, t in targets.all_targets().items() if t.cpu_flags <= flags]
+
+
+def choose_target(isa: Optional[str] = None) -> Target:
+    """The target to load: ``isa`` (a target name, or None / ``auto`` for
+    ``$FAIRSEQ_AGGRESSIVE_ISA`` or else the best this CPU runs).  Raises
+    NativeUnavailable."""
+    if os.environ.get(NO_NATIVE_ENV, "").strip() not in ("", "0"):
+        raise NativeUnavailable(f"{NO_NATIVE_ENV} is set")
+    every = targets.all_targets()
+    if not every:
+        raise NativeUnavailable(f"no native engine for {targets.arch()} CPUs", setup=True)
+    source = "the argument"
+    if isa in (None, "", "auto"):
+        isa, source = os.environ.get(ISA_ENV, "").strip() or "auto", ISA_ENV
+    if isa == "auto":
+        runs = cpu_targets()
+        if not runs:
+            raise NativeUnavailable("this x86 CPU has no FMA instructions (the engine needs them)", setup=True)
+        return runs[0]
+    if isa not in every:
+        raise NativeUnavailable(f"{source}: unknown target {isa!r} (choose from auto, {', '.join(every)})",
+                                setup=True)
+    target = every[isa]
+    missing = sorted(target.cpu_flags - _cpu_flags())
+    if missing:
+        raise NativeUnavailable(f"{source}: target {isa} needs CPU features this CPU lacks "
+                                f"({', '.join(missing)})", setup=True)
+    return target
+
+
+def packaged(target: Target) -> Optional[str]:
+    """The library the package carries for ``target``, or None."""
+    found = sorted(glob.glob(os.path.join(PACKAGE_DIR, targets.extension_name(target) + ".*so")))
+    return found[0] if found else None
 
 
 def _compiler() -> str:
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
     if not cxx:
-        raise NativeUnavailable("no C++ compiler found (install g++ or set CXX)")
+        raise NativeUnavailable("no C++ compiler found (install g++ or set CXX)", setup=True)
     return cxx
 
 
@@ -102,7 +126,7 @@ def _cache_dir() -> str:
                 return cand
         except OSError:
             pass
-    raise NativeUnavailable(f"no writable cache directory for the native engine ({d})")
+    raise NativeUnavailable(f"no writable cache directory for the native engine ({d})", setup=True)
 
 
 _LOCK = threading.Lock()
@@ -136,7 +160,7 @@ def _run(cmds: List[List[str]]) -> List[str]:
             proc.wait()
     if failed is not None:
         raise NativeUnavailable(f"building the native engine failed:\n{' '.join(cmds[failed])}\n"
-                                + outputs[failed][-2000:])
+                                + outputs[failed][-2000:], setup=True)
     return outputs
 
 
@@ -145,12 +169,12 @@ def _build(cxx: str, flags: List[str], path: str) -> None:
     work = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".build-")
     try:
         objects, cmds = [], []
-        for src in _units():
+        for src in targets.units():
             objects.append(os.path.join(work, os.path.basename(src)[: -len(".cpp")] + ".o"))
-            cmds.append([cxx, *COMPILE_FLAGS, *flags, "-c", src, "-o", objects[-1]])
+            cmds.append([cxx, *targets.COMPILE_FLAGS, *flags, "-c", src, "-o", objects[-1]])
         warnings = [w.strip() for w in _run(cmds) if w.strip()]
         tmp = os.path.join(work, "engine.so")
-        _run([[cxx, *LINK_FLAGS, *flags, "-o", tmp, *objects]])
+        _run([[cxx, *targets.LINK_FLAGS, *flags, "-o", tmp, *objects]])
         for w in warnings:
             logger.warning(f"native engine build: {w[-2000:]}")
         os.replace(tmp, path)
@@ -159,39 +183,82 @@ def _build(cxx: str, flags: List[str], path: str) -> None:
 
 
 def build_key(cxx: str, flags: List[str]) -> str:
-    """A digest of every file under csrc/ (names and contents), the flags and the compiler."""
-    h = hashlib.sha256()
-    for p in _sources():
-        with open(p, "rb") as f:
-            h.update(os.path.relpath(p, CSRC).encode() + b"\0" + f.read() + b"\0")
-    h.update(" ".join([cxx] + COMPILE_FLAGS + LINK_FLAGS + flags).encode())
+    """A digest of every file under csrc/, the flags and the compiler."""
+    h = hashlib.sha256(targets.source_key().encode())
+    h.update(" ".join([cxx] + targets.COMPILE_FLAGS + targets.LINK_FLAGS + flags).encode())
     return h.hexdigest()[:16]
 
 
-def library(generic: bool = False) -> ctypes.CDLL:
-    """The compiled engine for this CPU (built once, then cached)."""
-    name, flags = isa_flags(generic)
-    with _LOCK:
-        if generic in _LOADED:
-            return _LOADED[generic]
-        cxx = _compiler()
-        path = os.path.join(_cache_dir(), f"engine-{name}-{build_key(cxx, flags)}.so")
-        if not os.path.isfile(path):
-            logger.info(f"building the native engine ({name}) with {cxx} ...")
-            _build(cxx, flags, path)
+def compile_target(target: Target) -> str:
+    """The library of ``target`` compiled from csrc/ into the cache (built once); its path."""
+    if not os.path.isdir(CSRC):
+        raise NativeUnavailable(f"this installation has no compiled native engine for {target.name} and no "
+                                f"sources to build one (reinstall fairseq-aggressive from a wheel or the sdist)",
+                                setup=True)
+    cxx = _compiler()
+    flags = target.cflags + targets.defines()
+    path = os.path.join(_cache_dir(), f"engine-{target.name}-{build_key(cxx, flags)}.so")
+    if not os.path.isfile(path):
+        logger.info(f"building the native engine ({target.name}) with {cxx} ...")
+        _build(cxx, flags, path)
+    return path
+
+
+def _load(path: str) -> ctypes.CDLL:
+    try:
         lib = ctypes.CDLL(path)
-        problem = c_api.mismatch(lib)
-        if problem is not None:
-            raise NativeUnavailable(f"the native engine {path} does not match this fairseq_aggressive "
-                                    f"({problem}): rebuild it (delete that file; the next use builds it again)")
-        _LOADED[generic] = lib
+    except OSError as e:
+        raise NativeUnavailable(f"cannot load the native engine {path}: {e}", setup=True) from e
+    problem = c_api.mismatch(lib)
+    if problem is not None:
+        raise NativeUnavailable(f"the native engine {path} does not match this fairseq_aggressive ({problem}): "
+                                f"reinstall the package (or, in a source checkout, delete that file)", setup=True)
+    return lib
+
+
+def _locate(target: Target) -> str:
+    """The library file for ``target``: the package's own unless its sources
+    changed since it was built (a checkout being edited), else a compiled one."""
+    path = packaged(target)
+    if path is None:
+        return compile_target(target)
+    if os.path.isdir(CSRC):
+        lib = _load(path)
+        if lib.fa_source_key().decode() not in ("", targets.source_key()):
+            try:
+                return compile_target(target)
+            except NativeUnavailable as e:
+                logger.warning(f"the native engine {path} was built from other sources than csrc/ and cannot be "
+                               f"rebuilt ({e}); using it as it is")
+    return path
+
+
+def library(isa: Optional[str] = None) -> ctypes.CDLL:
+    """The native engine for ``isa`` (see :func:`choose_target`), loaded once per process."""
+    target = choose_target(isa)
+    with _LOCK:
+        if target.name in _LOADED:
+            return _LOADED[target.name]
+        try:
+            lib = _load(_locate(target))
+        except NativeUnavailable:
+            raise
+        except Exception as e:  # anything else the file system or loader raises
+            raise NativeUnavailable(f"the native engine ({target.name}) cannot load: {type(e).__name__}: {e}",
+                                    setup=True) from e
+        _LOADED[target.name] = lib
         return lib
 
 
-def available() -> Optional[str]:
+def describe(lib: ctypes.CDLL) -> str:
+    """The target a loaded library was built for and where it lies."""
+    return f"{lib.fa_isa().decode()} ({lib._name})"
+
+
+def available(isa: Optional[str] = None) -> Optional[str]:
     """None if the native engine can run here, else the reason it cannot."""
     try:
-        library()
+        library(isa)
         return None
     except NativeUnavailable as e:
         return str(e)

@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 2
+API_VERSION = 3
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -39,7 +39,9 @@ def declare(lib) -> None:
     signatures = {
         "fa_version": (I, []),
         "fa_sizeof": (I, [ctypes.c_char_p]),
-        "fa_simd": (I, []),
+        "fa_isa": (ctypes.c_char_p, []),
+        "fa_layout": (I, [I]),
+        "fa_source_key": (ctypes.c_char_p, []),
         "fa_model_new": (P, [ctypes.POINTER(Config)]),
         "fa_set_weight": (I, [P, ctypes.c_char_p, I, I, P, I, I]),
         "fa_model_build": (I, [P]),

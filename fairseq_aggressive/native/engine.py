@@ -99,10 +99,10 @@ class NativeEngine:
     """One model in the compiled engine; decodes batches with :meth:`begin` /
     :meth:`step`.  Thread-safe only per instance (one batch at a time)."""
 
-    def __init__(self, model, tgt_dict, generic: bool = False, threads: Optional[int] = None):
+    def __init__(self, model, tgt_dict, isa: Optional[str] = None, threads: Optional[int] = None):
         check_native(model)
-        self.lib = library(generic)
-        self.isa = "avx2" if self.lib.fa_simd() else "generic"
+        self.lib = library(isa)
+        self.isa = self.lib.fa_isa().decode()  # the build target (native/targets.py)
         enc, dec = model.encoder, model.decoder
         layers = list(enc.layers) + list(dec.layers)
         C = dec.embed_dim

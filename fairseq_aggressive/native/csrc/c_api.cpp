@@ -22,7 +22,7 @@ namespace {
 
 // The version of this API; engine.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 2;
+constexpr int kApiVersion = 3;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 State& state(void* sp) { return *static_cast<State*>(sp); }
@@ -34,6 +34,8 @@ void put_stats(const fa::PoolStats& s, int64_t* out) {
 
 }  // namespace
 
+// The library's only exported symbols (it is built with -fvisibility=hidden)
+#pragma GCC visibility push(default)
 extern "C" {
 
 // ------------------------------------------------------------ library
@@ -46,14 +48,19 @@ int fa_sizeof(const char* name) {
   return -1;
 }
 
-// 1 if built with AVX2 intrinsics, 0 for the generic (one lane at a time) build
-int fa_simd() {
-#ifdef FA_AVX2
-  return 1;
-#else
-  return 0;
+// The build target: "generic", "avx2", "avx512" or "avx512vnni" (vec.h)
+const char* fa_isa() { return FA_ISA_NAME; }
+
+// Outputs per weight panel (8 or 16) and k per int8 group (2 or 4): the layout
+// of the target's kernels, which does not change any result
+int fa_layout(int which) { return which == 0 ? fa::PANEL : fa::Q8_GROUP; }
+
+#ifndef FA_SOURCE_KEY
+#define FA_SOURCE_KEY ""
 #endif
-}
+// The digest of the csrc/ files this library was built from (targets.py's
+// source_key), or "" where the build did not record it
+const char* fa_source_key() { return FA_SOURCE_KEY; }
 
 // ------------------------------------------------------------ model
 // A model with the shape cfg and no weights yet: give each tensor with
@@ -198,3 +205,4 @@ int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_
 }
 
 }  // extern "C"
+#pragma GCC visibility pop

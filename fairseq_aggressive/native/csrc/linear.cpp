@@ -1,6 +1,7 @@
 // The linear-layer kernels: weight packing, register tiles of up to 6 rows x
 // 8 panels (float32 / float16 weights, and int8), and their split across the
-// pool's threads.
+// pool's threads.  Written once over vec.h's VecF<PANEL> and Q8 types; the
+// target decides their width and instructions, never the result.
 #include "linear.h"
 
 #include <algorithm>
@@ -13,32 +14,32 @@ namespace {
 
 template <typename T>
 void pack_into(std::vector<T>& dst, const T* W, int n, int k, int P) {
-  dst.assign((size_t)P * k * LANES, T(0));
+  dst.assign((size_t)P * k * PANEL, T(0));
   for (int r = 0; r < n; ++r)
-    for (int c = 0; c < k; ++c) dst[((size_t)(r / LANES) * k + c) * LANES + r % LANES] = W[(size_t)r * k + c];
+    for (int c = 0; c < k; ++c) dst[((size_t)(r / PANEL) * k + c) * PANEL + r % PANEL] = W[(size_t)r * k + c];
 }
 
 // ------------------------------------------------------------ float tiles
 template <int MR, int NR, typename WT>
 void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float* y, int ldy, int n0, int N,
           const float* bias, bool has_bias) {
-  V8 acc[MR][NR];
+  VP acc[MR][NR];
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = vzero();
+    for (int j = 0; j < NR; ++j) acc[i][j] = VP::zero();
   for (int k = 0; k < K; ++k) {
-    V8 w[NR];
-    for (int j = 0; j < NR; ++j) w[j] = vload(panel + j * pstride + (size_t)k * LANES);
+    VP w[NR];
+    for (int j = 0; j < NR; ++j) w[j] = VP::load(panel + j * pstride + (size_t)k * PANEL);
     for (int i = 0; i < MR; ++i) {
-      V8 a = vbcast(x[(size_t)i * ldx + k]);
-      for (int j = 0; j < NR; ++j) acc[i][j] = vfma(a, w[j], acc[i][j]);
+      VP a = VP::bcast(x[(size_t)i * ldx + k]);
+      for (int j = 0; j < NR; ++j) acc[i][j] = VP::fma(a, w[j], acc[i][j]);
     }
   }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
-      float tmp[LANES];
-      vstore(tmp, acc[i][j]);
-      int c0 = n0 + j * LANES;
-      int c1 = std::min(c0 + LANES, N);
+      float tmp[PANEL];
+      acc[i][j].store(tmp);
+      int c0 = n0 + j * PANEL;
+      int c1 = std::min(c0 + PANEL, N);
       float* out = y + (size_t)i * ldy;
       if (has_bias)
         for (int c = c0; c < c1; ++c) out[c] = tmp[c - c0] + bias[c];
@@ -110,10 +111,10 @@ void for_tiles(Pool& pool, const Linear& L, int M, const TileCall& tile) {
 
 template <typename WT>
 void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, int ldx, int M, float* y, int ldy) {
-  const size_t pstride = (size_t)L.K * LANES;
+  const size_t pstride = (size_t)L.K * PANEL;
   for_tiles(pool, L, M, [&](int mr, int m0, int p, int cnt) {
     tile_fn<WT>(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, weights + (size_t)p * pstride, pstride,
-                         y + (size_t)m0 * ldy, ldy, p * LANES, L.N, L.b.data(), L.has_bias);
+                         y + (size_t)m0 * ldy, ldy, p * PANEL, L.N, L.b.data(), L.has_bias);
   });
 }
 
@@ -122,54 +123,59 @@ void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, in
 // acc = sum_k qx[k] * qw[n][k] in int32 (exact, so any order);
 // y = float(acc) * (sx * sw[n]) + b[n].  The same definition as
 // fairseq_aggressive/quantization.py, which the tests compare bit for bit.
-void quantize_rows(const float* x, int ldx, int M, int K, int16_t* q, int ldq, float* sx) {
+// Activations are stored as Q8In: int16 qx, or uint8 qx + 128 for VNNI's
+// unsigned x signed products (the tile then subtracts 128 * wsum[n]).
+constexpr int Q8_OFFSET = Q8Input<Q8_GROUP>::offset;
+
+void quantize_rows(const float* x, int ldx, int M, int K, Q8In* q, int ldq, float* sx) {
   for (int m = 0; m < M; ++m) {
     const float* r = x + (size_t)m * ldx;
     float amax = 0.f;
     for (int k = 0; k < K; ++k) amax = std::max(amax, std::fabs(r[k]));
     const float inv = 127.f / (amax == 0.f ? 1.f : amax);
-    int16_t* qr = q + (size_t)m * ldq;
+    Q8In* qr = q + (size_t)m * ldq;
     for (int k = 0; k < K; ++k) {
       float v = std::nearbyint(r[k] * inv);
       v = std::min(std::max(v, -127.f), 127.f);
-      qr[k] = (int16_t)v;
+      qr[k] = (Q8In)((int)v + Q8_OFFSET);
     }
-    for (int k = K; k < ldq; ++k) qr[k] = 0;
+    for (int k = K; k < ldq; ++k) qr[k] = (Q8In)Q8_OFFSET;
     sx[m] = amax / 127.f;
   }
 }
 
 template <int MR, int NR>
-void tile_q8(const int16_t* xq, int ldq, int K2, const int8_t* panel, size_t pstride, const float* sx, float* y,
-             int ldy, int n0, int N, const float* ws, const float* bias, bool has_bias) {
-  Q8Acc acc[MR][NR];
+void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstride, const float* sx, float* y,
+             int ldy, int n0, int N, const float* ws, const int32_t* wsum, const float* bias, bool has_bias) {
+  typename Q8P::Acc acc[MR][NR];
   for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = q8_zero();
-  for (int k = 0; k < K2; ++k) {
-    Q8Weights w[NR];
-    for (int j = 0; j < NR; ++j) w[j] = q8_load(panel + j * pstride + (size_t)k * 2 * LANES);
+    for (int j = 0; j < NR; ++j) acc[i][j] = Q8P::zero();
+  for (int k = 0; k < KG; ++k) {
+    typename Q8P::Weights w[NR];
+    for (int j = 0; j < NR; ++j) w[j] = Q8P::load(panel + j * pstride + (size_t)k * Q8_GROUP * PANEL);
     for (int i = 0; i < MR; ++i) {
-      const Q8Pair a = q8_pair(xq + (size_t)i * ldq + 2 * k);
-      for (int j = 0; j < NR; ++j) acc[i][j] = q8_madd(a, w[j], acc[i][j]);
+      const typename Q8P::Group a = Q8P::group(xq + (size_t)i * ldq + Q8_GROUP * k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = Q8P::madd(a, w[j], acc[i][j]);
     }
   }
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
-      int32_t res[LANES];
-      q8_store(res, acc[i][j]);
-      const int c0 = n0 + j * LANES, c1 = std::min(c0 + LANES, N);
+      int32_t res[PANEL];
+      Q8P::store(res, acc[i][j]);
+      const int c0 = n0 + j * PANEL, c1 = std::min(c0 + PANEL, N);
       float* out = y + (size_t)i * ldy;
       for (int c = c0; c < c1; ++c) {
         const float comb = sx[i] * ws[c];
-        float v = (float)res[c - c0] * comb;
+        const int32_t sum = res[c - c0] - Q8_OFFSET * wsum[c];
+        float v = (float)sum * comb;
         if (has_bias) v = v + bias[c];
         out[c] = v;
       }
     }
 }
 
-using TileQ8Fn = void (*)(const int16_t*, int, int, const int8_t*, size_t, const float*, float*, int, int, int,
-                          const float*, const float*, bool);
+using TileQ8Fn = void (*)(const Q8In*, int, int, const int8_t*, size_t, const float*, float*, int, int, int,
+                          const float*, const int32_t*, const float*, bool);
 template <int MR>
 TileQ8Fn tile_q8_for(int nr) {
   switch (nr) {
@@ -196,18 +202,19 @@ TileQ8Fn tile_q8_fn(int mr, int nr) {
 
 void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
   if (M <= 0) return;
-  thread_local std::vector<int16_t> xq;
+  thread_local std::vector<Q8In> xq;
   thread_local std::vector<float> sx;
-  const int K2 = L.K2(), ldq = 2 * K2;
+  const int KG = L.KG(), ldq = Q8_GROUP * KG;
   if (xq.size() < (size_t)M * ldq) xq.resize((size_t)M * ldq);
   if (sx.size() < (size_t)M) sx.resize(M);
   quantize_rows(x, ldx, M, L.K, xq.data(), ldq, sx.data());
-  const int16_t* q = xq.data();
+  const Q8In* q = xq.data();
   const float* s = sx.data();
-  const size_t pstride = (size_t)K2 * 2 * LANES;
+  const size_t pstride = (size_t)KG * Q8_GROUP * PANEL;
   for_tiles(pool, L, M, [&](int mr, int m0, int p, int cnt) {
-    tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, K2, L.wq.data() + (size_t)p * pstride, pstride, s + m0,
-                        y + (size_t)m0 * ldy, ldy, p * LANES, L.N, L.ws.data(), L.b.data(), L.has_bias);
+    tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, KG, L.wq.data() + (size_t)p * pstride, pstride, s + m0,
+                        y + (size_t)m0 * ldy, ldy, p * PANEL, L.N, L.ws.data(), L.wsum.data(), L.b.data(),
+                        L.has_bias);
   });
 }
 
@@ -216,7 +223,7 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
 void Linear::pack(const float* W, const uint16_t* Wh, const float* bias, int n, int k) {
   N = n;
   K = k;
-  P = (n + LANES - 1) / LANES;
+  P = (n + PANEL - 1) / PANEL;
   q8 = false;
   half = Wh != nullptr;
   if (half) {
@@ -234,17 +241,19 @@ void Linear::pack(const float* W, const uint16_t* Wh, const float* bias, int n, 
 void Linear::pack_q8(const int8_t* Wq, const float* scale, const float* bias, int n, int k) {
   N = n;
   K = k;
-  P = (n + LANES - 1) / LANES;
+  P = (n + PANEL - 1) / PANEL;
   q8 = true;
   half = false;
   w.clear();
   wh.clear();
-  const int k2 = K2();
-  wq.assign((size_t)P * k2 * LANES * 2, 0);
+  wq.assign((size_t)P * KG() * PANEL * Q8_GROUP, 0);
+  wsum.assign((size_t)P * PANEL, 0);
   for (int r = 0; r < n; ++r)
-    for (int c = 0; c < k; ++c)
-      wq[(((size_t)(r / LANES) * k2 + c / 2) * LANES + r % LANES) * 2 + c % 2] = Wq[(size_t)r * k + c];
-  ws.assign((size_t)P * LANES, 0.f);
+    for (int c = 0; c < k; ++c) {
+      wq[q8_index(r, c)] = Wq[(size_t)r * k + c];
+      wsum[r] += Wq[(size_t)r * k + c];
+    }
+  ws.assign((size_t)P * PANEL, 0.f);
   std::copy(scale, scale + n, ws.begin());
   b.assign(n, 0.f);
   if (bias) std::copy(bias, bias + n, b.begin());
@@ -266,13 +275,11 @@ void gather_rows(const Linear& src, const int32_t* ids, int n, Linear& dst) {
   for (int i = 0; i < n; ++i) bias[i] = src.b[ids[i]];
   const float* bp = src.has_bias ? bias.data() : nullptr;
   if (src.q8) {
-    const int k2 = src.K2();
     std::vector<int8_t> q((size_t)n * K);
     std::vector<float> scale(n);
     for (int i = 0; i < n; ++i) {
       const int r = ids[i];
-      for (int c = 0; c < K; ++c)
-        q[(size_t)i * K + c] = src.wq[(((size_t)(r / LANES) * k2 + c / 2) * LANES + r % LANES) * 2 + c % 2];
+      for (int c = 0; c < K; ++c) q[(size_t)i * K + c] = src.wq[src.q8_index(r, c)];
       scale[i] = src.ws[r];
     }
     dst.pack_q8(q.data(), scale.data(), bp, n, K);
@@ -280,13 +287,13 @@ void gather_rows(const Linear& src, const int32_t* ids, int n, Linear& dst) {
     std::vector<uint16_t> wh((size_t)n * K);
     for (int i = 0; i < n; ++i)
       for (int c = 0; c < K; ++c)
-        wh[(size_t)i * K + c] = src.wh[((size_t)(ids[i] / LANES) * K + c) * LANES + ids[i] % LANES];
+        wh[(size_t)i * K + c] = src.wh[((size_t)(ids[i] / PANEL) * K + c) * PANEL + ids[i] % PANEL];
     dst.pack(nullptr, wh.data(), bp, n, K);
   } else {
     std::vector<float> w((size_t)n * K);
     for (int i = 0; i < n; ++i)
       for (int c = 0; c < K; ++c)
-        w[(size_t)i * K + c] = src.w[((size_t)(ids[i] / LANES) * K + c) * LANES + ids[i] % LANES];
+        w[(size_t)i * K + c] = src.w[((size_t)(ids[i] / PANEL) * K + c) * PANEL + ids[i] % PANEL];
     dst.pack(w.data(), nullptr, bp, n, K);
   }
 }

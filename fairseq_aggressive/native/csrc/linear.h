@@ -14,19 +14,25 @@
 
 namespace fa {
 
-// W (N x K) row-major, packed once as panels of LANES outputs: panel p holds
-// W[8p + l][k] at [k * 8 + l].
+// W (N x K) row-major, packed once as panels of PANEL outputs (8 or 16, by
+// target): panel p holds W[PANEL * p + l][k] at [k * PANEL + l].
 struct Linear {
   int N = 0, K = 0, P = 0;
   bool half = false;      // weights stored as float16 (only when every weight is a float16 value)
   bool q8 = false;        // int8 weights and activations (--inference-precision int8)
-  std::vector<float> w;   // P * K * 8
+  std::vector<float> w;   // P * K * PANEL
   std::vector<uint16_t> wh;
-  std::vector<int8_t> wq;  // int8: panel p, k pair j, lane l, k parity h at ((p * K2 + j) * 8 + l) * 2 + h
-  std::vector<float> ws;   // int8: per output row scale (P * 8)
+  // int8: panel p, k group j (Q8_GROUP consecutive k), lane l, h < Q8_GROUP
+  // at ((p * KG + j) * PANEL + l) * Q8_GROUP + h (k >= K: zeros)
+  std::vector<int8_t> wq;
+  std::vector<float> ws;      // int8: per output row scale (P * PANEL)
+  std::vector<int32_t> wsum;  // int8: per output row, the sum of its weights (uint8 activations' offset)
   std::vector<float> b;    // N (zeros if no bias)
   bool has_bias = false;
-  int K2() const { return (K + 1) / 2; }
+  int KG() const { return (K + Q8_GROUP - 1) / Q8_GROUP; }
+  size_t q8_index(int r, int c) const {
+    return (((size_t)(r / PANEL) * KG() + c / Q8_GROUP) * PANEL + r % PANEL) * Q8_GROUP + c % Q8_GROUP;
+  }
   // W as float, or as float16 bits (Wh, then W is unused) when given; bias may be null
   void pack(const float* W, const uint16_t* Wh, const float* bias, int n, int k);
   // int8 weights Wq (n x k) with per-row scales

@@ -16,10 +16,10 @@ inline float dot(const float* q, const float* k, int D) {
   int d = 0;
   float s = 0.f;
   if (D >= LANES) {
-    V8 acc = vzero();
-    for (; d + LANES <= D; d += LANES) acc = vfma(vload(q + d), vload(k + d), acc);
+    V8 acc = V8::zero();
+    for (; d + LANES <= D; d += LANES) acc = V8::fma(V8::load(q + d), V8::load(k + d), acc);
     float t[LANES];
-    vstore(t, acc);
+    acc.store(t);
     for (int l = 0; l < LANES; ++l) s = s + t[l];
   }
   for (; d < D; ++d) s = std::fma(q[d], k[d], s);
@@ -32,11 +32,11 @@ inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118
 
 // 8 lane maxima, then the tail
 float max_of(const float* x, int n) {
-  V8 m = vbcast(-std::numeric_limits<float>::infinity());
+  V8 m = V8::bcast(-std::numeric_limits<float>::infinity());
   int v = 0;
-  for (; v + LANES <= n; v += LANES) m = vmax(m, vload(x + v));
+  for (; v + LANES <= n; v += LANES) m = V8::max(m, V8::load(x + v));
   float t[LANES];
-  vstore(t, m);
+  m.store(t);
   float mx = t[0];
   for (int l = 1; l < LANES; ++l) mx = std::max(mx, t[l]);
   for (; v < n; ++v) mx = std::max(mx, x[v]);
@@ -47,12 +47,12 @@ float max_of(const float* x, int n) {
 float logsumexp(const float* x, int n) {
   const float mx = max_of(x, n);
   if (mx == -std::numeric_limits<float>::infinity()) return mx;
-  const V8 mv = vbcast(mx), neg1 = vbcast(-1.f);
-  V8 s8 = vzero();
+  const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
+  V8 s8 = V8::zero();
   int v = 0;
-  for (; v + LANES <= n; v += LANES) s8 = vadd(s8, vexp(vfma(mv, neg1, vload(x + v))));
+  for (; v + LANES <= n; v += LANES) s8 = V8::add(s8, V8::exp(V8::fma(mv, neg1, V8::load(x + v))));
   float t[LANES];
-  vstore(t, s8);
+  s8.store(t);
   float sum = 0.f;
   for (int l = 0; l < LANES; ++l) sum = sum + t[l];
   for (; v < n; ++v) sum = sum + fexp(x[v] - mx);
@@ -107,16 +107,16 @@ void attend(const float* q, const float* k, const float* v, size_t ld, int n, in
   const int N = n + n2;
   auto vrow = [&](int j) { return j < n ? v + j * ld : v2 + (j - n) * ld; };
   const float mx = max_of(scratch, N);
-  const V8 mv = vbcast(mx), neg1 = vbcast(-1.f);
-  V8 s8 = vzero();
+  const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
+  V8 s8 = V8::zero();
   int j = 0;
   for (; j + LANES <= N; j += LANES) {
-    V8 e = vexp(vfma(mv, neg1, vload(scratch + j)));
-    vstore(scratch + j, e);
-    s8 = vadd(s8, e);
+    V8 e = V8::exp(V8::fma(mv, neg1, V8::load(scratch + j)));
+    e.store(scratch + j);
+    s8 = V8::add(s8, e);
   }
   float t[LANES];
-  vstore(t, s8);
+  s8.store(t);
   float sum = 0.f;
   for (int l = 0; l < LANES; ++l) sum = sum + t[l];
   for (; j < N; ++j) {
@@ -127,13 +127,13 @@ void attend(const float* q, const float* k, const float* v, size_t ld, int n, in
     V8 acc[16];
     const int nv = D / LANES;
     if (nv <= 16) {
-      for (int i = 0; i < nv; ++i) acc[i] = vzero();
+      for (int i = 0; i < nv; ++i) acc[i] = V8::zero();
       for (j = 0; j < N; ++j) {
-        const V8 p = vbcast(scratch[j] / sum);
+        const V8 p = V8::bcast(scratch[j] / sum);
         const float* vj = vrow(j);
-        for (int i = 0; i < nv; ++i) acc[i] = vfma(p, vload(vj + i * LANES), acc[i]);
+        for (int i = 0; i < nv; ++i) acc[i] = V8::fma(p, V8::load(vj + i * LANES), acc[i]);
       }
-      for (int i = 0; i < nv; ++i) vstore(out + i * LANES, acc[i]);
+      for (int i = 0; i < nv; ++i) acc[i].store(out + i * LANES);
       return;
     }
   }

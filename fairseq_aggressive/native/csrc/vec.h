@@ -1,11 +1,24 @@
-// Eight float lanes (V8) and the scalar helpers every kernel shares: exp with a
-// fixed operation sequence, IEEE half -> float, and the int8 pair product of
-// the int8 kernels.
+// The vector types every kernel is written over, chosen per build target, and
+// the scalar helpers they share (exp with a fixed operation sequence, IEEE
+// half -> float).
 //
-// With AVX2 + FMA (+ F16C) the lanes are one __m256 register; otherwise (the
-// generic build, -DFA_GENERIC, and non-x86 CPUs) they are 8 floats processed
-// one at a time with the same IEEE operations in the same order (std::fma for
-// the fused multiply-adds), so both builds give bit-identical results.
+//   VecF<8>        row operations (dot products, maxima, softmax sums): 8 lanes
+//                  on every target, so their partial sums are combined in one
+//                  canonical order everywhere
+//   VecF<PANEL>    the linear layers' weight panels: PANEL outputs per vector,
+//                  each output accumulated over k on its own (so the panel width
+//                  does not change a single result)
+//   Q8<PANEL, Q8_GROUP>  int8 products: exact integer sums, so any grouping of
+//                  k gives the same sums
+//
+// Targets (the build passes one; see fairseq_aggressive/native/targets.py):
+//   FA_ISA_AVX512 [+ FA_VNNI]  vec_avx512.h over vec_avx.h: 16-lane panels,
+//                              int8 with vpdpbusd (VNNI) or vpmaddwd
+//   FA_ISA_AVX2                vec_avx.h: 8-lane panels, int8 with vpmaddwd
+//   neither                    vec_generic.h only: the same IEEE operations one
+//                              lane at a time (std::fma), on any CPU with FMA;
+//                              FA_PANEL / FA_Q8_GROUP choose its layout (the
+//                              tests build the AVX-512 layout this way)
 #pragma once
 
 #include <algorithm>
@@ -13,14 +26,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX2__) && defined(__FMA__) && !defined(FA_GENERIC)
-#include <immintrin.h>
-#define FA_AVX2 1
-#endif
-
 namespace fa {
-
-constexpr int LANES = 8;  // outputs per packed weight panel, floats per V8
 
 // IEEE half -> float (exact; the generic build's F16C replacement)
 inline float half_to_float(uint16_t h) {
@@ -69,100 +75,62 @@ inline float fexp(float x) {
   return tiny ? 0.f : y;
 }
 
-#ifdef FA_AVX2
-struct V8 {
-  __m256 v;
-};
-inline V8 vzero() { return {_mm256_setzero_ps()}; }
-inline V8 vload(const float* p) { return {_mm256_loadu_ps(p)}; }
-inline V8 vload(const uint16_t* p) { return {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p))}; }
-inline V8 vbcast(float a) { return {_mm256_set1_ps(a)}; }
-inline V8 vfma(V8 a, V8 b, V8 c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
-inline void vstore(float* p, V8 a) { _mm256_storeu_ps(p, a.v); }
-inline V8 vadd(V8 a, V8 b) { return {_mm256_add_ps(a.v, b.v)}; }
-inline V8 vmax(V8 a, V8 b) { return {_mm256_max_ps(a.v, b.v)}; }
-// fexp on 8 lanes, the same operations in the same order
-inline V8 vexp(V8 xv) {
-  __m256 x = xv.v;
-  __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.33654f), _CMP_LT_OQ);
-  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.0f));
-  __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693145751953125f), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(-1.428606765330187e-06f), r);
-  __m256 p = _mm256_set1_ps(1.3981999507e-3f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-  p = _mm256_add_ps(p, _mm256_set1_ps(1.f));
-  __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  __m256 y = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-  return {_mm256_blendv_ps(y, _mm256_setzero_ps(), tiny)};
-}
+}  // namespace fa
 
-// int8 products: 8 int32 lanes accumulating, per k pair (2k, 2k + 1), the
-// products of two int16 activations with the 8 lanes' two int8 weights.
-struct Q8Acc {
-  __m256i v;
-};
-struct Q8Weights {  // one k pair of one panel: 16 int8 weights widened to int16
-  __m256i v;
-};
-inline Q8Acc q8_zero() { return {_mm256_setzero_si256()}; }
-inline Q8Weights q8_load(const int8_t* p) { return {_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p))}; }
-struct Q8Pair {  // two int16 activations, broadcast
-  __m256i v;
-};
-inline Q8Pair q8_pair(const int16_t* x) {
-  int32_t pair;
-  std::memcpy(&pair, x, 4);
-  return {_mm256_set1_epi32(pair)};
-}
-inline Q8Acc q8_madd(Q8Pair a, Q8Weights w, Q8Acc acc) { return {_mm256_add_epi32(acc.v, _mm256_madd_epi16(a.v, w.v))}; }
-inline void q8_store(int32_t* p, Q8Acc a) { _mm256_storeu_si256((__m256i*)p, a.v); }
-#else
-struct V8 {
-  float v[LANES];
-};
-inline V8 vzero() { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = 0.f; return r; }
-inline V8 vload(const float* p) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = p[i]; return r; }
-inline V8 vload(const uint16_t* p) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = half_to_float(p[i]); return r; }
-inline V8 vbcast(float a) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = a; return r; }
-inline V8 vfma(V8 a, V8 b, V8 c) {
-  V8 r;
-  for (int i = 0; i < LANES; ++i) r.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
-  return r;
-}
-inline void vstore(float* p, V8 a) { for (int i = 0; i < LANES; ++i) p[i] = a.v[i]; }
-inline V8 vadd(V8 a, V8 b) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = a.v[i] + b.v[i]; return r; }
-inline V8 vmax(V8 a, V8 b) {
-  V8 r;
-  for (int i = 0; i < LANES; ++i) r.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
-  return r;
-}
-inline V8 vexp(V8 x) { V8 r; for (int i = 0; i < LANES; ++i) r.v[i] = fexp(x.v[i]); return r; }
+#include "vec_generic.h"
 
-// int8 products (integer arithmetic is exact, so the lane-at-a-time version
-// gives the same sums)
-struct Q8Acc {
-  int32_t v[LANES];
-};
-struct Q8Weights {
-  const int8_t* p;  // lane l's weights for k = 2j, 2j + 1 at p[2l], p[2l + 1]
-};
-struct Q8Pair {
-  int32_t a0, a1;
-};
-inline Q8Acc q8_zero() { Q8Acc r; for (int l = 0; l < LANES; ++l) r.v[l] = 0; return r; }
-inline Q8Weights q8_load(const int8_t* p) { return {p}; }
-inline Q8Pair q8_pair(const int16_t* x) { return {x[0], x[1]}; }
-inline Q8Acc q8_madd(Q8Pair a, Q8Weights w, Q8Acc acc) {
-  for (int l = 0; l < LANES; ++l) acc.v[l] += a.a0 * w.p[2 * l] + a.a1 * w.p[2 * l + 1];
-  return acc;
-}
-inline void q8_store(int32_t* p, Q8Acc a) { for (int l = 0; l < LANES; ++l) p[l] = a.v[l]; }
+#if defined(FA_ISA_AVX512)
+#if !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__FMA__) && defined(__F16C__))
+#error "FA_ISA_AVX512 needs -mavx512f -mavx512bw -mavx512vl -mfma -mf16c"
 #endif
+#if defined(FA_VNNI) && !defined(__AVX512VNNI__)
+#error "FA_VNNI needs -mavx512vnni"
+#endif
+#include "vec_avx.h"
+#include "vec_avx512.h"
+#define FA_ISA_NAME (FA_VNNI_ON ? "avx512vnni" : "avx512")
+#elif defined(FA_ISA_AVX2)
+#if !(defined(__AVX2__) && defined(__FMA__) && defined(__F16C__))
+#error "FA_ISA_AVX2 needs -mavx2 -mfma -mf16c"
+#endif
+#include "vec_avx.h"
+#define FA_ISA_NAME "avx2"
+#else
+#define FA_ISA_NAME "generic"
+#endif
+
+namespace fa {
+
+constexpr int LANES = 8;  // row operations' lanes, on every target
+
+#if defined(FA_ISA_AVX512)
+constexpr int PANEL = 16;
+#ifdef FA_VNNI
+#define FA_VNNI_ON 1
+constexpr int Q8_GROUP = 4;
+#else
+#define FA_VNNI_ON 0
+constexpr int Q8_GROUP = 2;
+#endif
+#elif defined(FA_ISA_AVX2)
+constexpr int PANEL = 8;
+constexpr int Q8_GROUP = 2;
+#else
+#ifndef FA_PANEL
+#define FA_PANEL 8
+#endif
+#ifndef FA_Q8_GROUP
+#define FA_Q8_GROUP 2
+#endif
+constexpr int PANEL = FA_PANEL;
+constexpr int Q8_GROUP = FA_Q8_GROUP;
+#endif
+static_assert(PANEL == 8 || PANEL == 16, "PANEL: 8 or 16 outputs");
+static_assert(Q8_GROUP == 2 || Q8_GROUP == 4, "Q8_GROUP: 2 (int16 pairs) or 4 (uint8 quads)");
+
+using V8 = VecF<LANES>;
+using VP = VecF<PANEL>;
+using Q8P = Q8<PANEL, Q8_GROUP>;
+using Q8In = typename Q8Input<Q8_GROUP>::type;
 
 }  // namespace fa

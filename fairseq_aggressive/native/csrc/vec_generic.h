@@ -1,0 +1,76 @@
+// The portable vector types: W lanes processed one at a time with the same
+// IEEE operations, in the same order, as the SIMD specializations in
+// vec_avx.h / vec_avx512.h (std::fma for every fused multiply-add), so every
+// target computes the same bits.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace fa {
+
+template <int W>
+struct VecF {
+  float v[W];
+  static VecF zero() { VecF r; for (int i = 0; i < W; ++i) r.v[i] = 0.f; return r; }
+  static VecF load(const float* p) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = p[i]; return r; }
+  static VecF load(const uint16_t* p) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = half_to_float(p[i]); return r; }
+  static VecF bcast(float a) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a; return r; }
+  static VecF fma(VecF a, VecF b, VecF c) {
+    VecF r;
+    for (int i = 0; i < W; ++i) r.v[i] = std::fma(a.v[i], b.v[i], c.v[i]);
+    return r;
+  }
+  static VecF add(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] + b.v[i]; return r; }
+  static VecF max(VecF a, VecF b) {
+    VecF r;
+    for (int i = 0; i < W; ++i) r.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
+    return r;
+  }
+  static VecF exp(VecF x) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = fexp(x.v[i]); return r; }
+  void store(float* p) const { for (int i = 0; i < W; ++i) p[i] = v[i]; }
+};
+
+// The int8 activations of a k group: int16 pairs (vpmaddwd) or, for groups
+// of 4, uint8 shifted by 128 (vpdpbusd multiplies unsigned by signed bytes;
+// the kernel subtracts 128 * the weights' row sum, exactly)
+template <int G>
+struct Q8Input {
+  using type = int16_t;
+  static constexpr int offset = 0;
+};
+template <>
+struct Q8Input<4> {
+  using type = uint8_t;
+  static constexpr int offset = 128;
+};
+
+// int8 products: W int32 lanes accumulating, per group of G consecutive k, the
+// products of G activations with each lane's G weights (lane l's at w[l * G + h])
+template <int W, int G>
+struct Q8 {
+  using In = typename Q8Input<G>::type;
+  struct Acc {
+    int32_t v[W];
+  };
+  struct Weights {
+    const int8_t* p;
+  };
+  struct Group {
+    int32_t a[G];
+  };
+  static Acc zero() { Acc r; for (int l = 0; l < W; ++l) r.v[l] = 0; return r; }
+  static Weights load(const int8_t* p) { return {p}; }
+  static Group group(const In* x) { Group r; for (int h = 0; h < G; ++h) r.a[h] = x[h]; return r; }
+  static Acc madd(Group a, Weights w, Acc acc) {
+    for (int l = 0; l < W; ++l) {
+      int32_t s = 0;
+      for (int h = 0; h < G; ++h) s += a.a[h] * (int32_t)w.p[l * G + h];
+      acc.v[l] += s;
+    }
+    return acc;
+  }
+  static void store(int32_t* p, Acc a) { for (int l = 0; l < W; ++l) p[l] = a.v[l]; }
+};
+
+}  // namespace fa
