@@ -315,6 +315,7 @@ def run(cfg, bench) -> Dict:
         decode_blocks(blocks, gens, batches, bench, per_sent, totals, steps, tgt_dict, src_dict, bpe)
         for m in ct2_modes:
             run_ct2(m, ct2_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps)
+    ties = count_near_ties(modes, per_sent, {m: mdl for m, (mdl, _) in gens.items()}, tgt_dict.eos())
     for rec in per_sent.values():
         base = rec.get("greedy", rec[modes[0]])["tokens"]
         src = rec.pop("src_tokens")
@@ -325,7 +326,45 @@ def run(cfg, bench) -> Dict:
     threads = {"torch": torch.get_num_threads(),
                "engine": sorted({g.native.threads for _, g in gens.values() if getattr(g, "native", None)}),
                "ctranslate2": ct2_threads(bench) if ct2_modes else None}
-    return summarize(modes, per_sent, totals, steps, gens, bsz, threads, bench.bench_load)
+    res = summarize(modes, per_sent, totals, steps, gens, bsz, threads, bench.bench_load)
+    for m, n_ties in ties.items():
+        res["modes"][m]["near_ties_with_greedy"] = n_ties
+    return res
+
+
+# A token that differs from greedy's is a near-tie when greedy's model gives the
+# two tokens log-probabilities within float rounding's reach of each other
+# (int8 models: within one activation quantization step's reach); see
+# docs/exactness-and-portability.md.
+NEAR_TIE = 1e-4
+INT8_NEAR_TIE = 0.2
+
+
+def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
+    """Per mode with a greedy reference decoded in this process: how many of
+    its outputs that differ from greedy's first differ at a near-tie."""
+    out = {}
+    for m in modes:
+        ref = reference_mode(m, modes)
+        if m == ref or ref not in models or m.endswith("-sl") or m == "ct2-int8":
+            continue
+        tol = INT8_NEAR_TIE if ref.endswith("-int8") else NEAR_TIE
+        n = 0
+        for rec in per_sent.values():
+            a, b = rec[ref]["tokens"], rec[m]["tokens"]
+            if a == b:
+                continue
+            k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            if k >= min(len(a), len(b)):
+                continue  # one output is a prefix of the other: no choice between two tokens
+            src = torch.tensor([rec["src_tokens"]])
+            with torch.no_grad():
+                mdl = models[ref]
+                net = mdl(src, torch.tensor([src.size(1)]), torch.tensor([[eos] + a[:k]]))
+                lp = mdl.get_normalized_probs(net, log_probs=True)[0, -1]
+            n += abs(float(lp[a[k]] - lp[b[k]])) < tol
+        out[m] = n
+    return out
 
 
 def ct2_threads(bench) -> int:
@@ -583,7 +622,8 @@ def print_table(res, file=sys.stdout):
             f"{r['mean_ms_per_sentence'] / r['mean_passes_per_sentence']:.2f}" if r["mean_passes_per_sentence"] else "-",
             f"{r['mean_tokens_per_pass']:.2f}",
             f"{100 * r['draft_time_share']:.0f}%" if "draft_time_share" in r else "-",
-            f"{r.get('identical_to_greedy', '-')}/{res['sentences']}",
+            f"{r.get('identical_to_greedy', '-')}/{res['sentences']}"
+            + (f" (+{r['near_ties_with_greedy']} ties)" if r.get("near_ties_with_greedy") else ""),
         ] + ([f"{r.get('identical_to_fp32_greedy', '-')}/{res['sentences']}"] if has_int8 else []) + [
             f"{r['bleu']:.2f}" if "bleu" in r else "-",
             f"{100 * r['exact_match']:.1f}%" if "exact_match" in r else "-",

@@ -147,6 +147,37 @@ def test_float16_valued_weights_are_stored_as_float16():
 
 
 @needs_native
+@pytest.mark.slow
+def test_transformer_big_layer_shape():
+    """Transformer-big's layer shape (d=1024, 16 heads, ffn 4096; one layer a
+    side, random weights), batch 1 and 8, with IAD and with accepted noisy
+    drafts: equal to fairseq's greedy up to counted near-ties (greedy's top two
+    log-probs within float rounding, the only difference the engine's other
+    summation order allows), and bit for bit its own greedy on every target."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=21, encoder_layers=1, decoder_layers=1, encoder_embed_dim=1024,
+                       decoder_embed_dim=1024, encoder_ffn_embed_dim=4096, decoder_ffn_embed_dim=4096,
+                       encoder_attention_heads=16, decoder_attention_heads=16)
+    rng = random.Random(22)
+    rows = random_sources(rng, 8, len(d), d.eos()) + random_sources(rng, 8, len(d), d.eos(), repeat=True)
+    ref, _ = _decode(model, task, rows, 1, max_len_b=20, max_draft_len=0)  # the engine's greedy
+    cmp = None
+    for bsz in (1, 8):
+        out, gen = _decode(model, task, rows, bsz, drafter=Oracle(ref, rng, 0.2, len(d)), max_len_b=20)
+        assert gen.stats.accepted > 0
+        _same_bits(ref, out)
+        iad, _ = _decode(model, task, rows, bsz, max_len_b=20)
+        _same_bits(ref, iad)
+        for chunk, o in zip(batches(rows, bsz), batches(iad, bsz)):
+            sample = make_sample(chunk, d.pad())
+            cmp = compare(model, sample, greedy(model, d, sample, max_len_b=20), o, cmp)
+    assert cmp.ok() and cmp.identical + cmp.near_ties == 2 * len(rows), cmp
+    for isa in OTHER_TARGETS:
+        _same_bits(ref, _decode(model, task, rows, 8, native=NativeEngine(model, d, isa=isa), max_len_b=20)[0])
+
+
+@needs_native
 @pytest.mark.parametrize("isa", OTHER_TARGETS)
 def test_every_target_is_bit_identical(isa):
     """Every build target this CPU runs (the generic one ARM and non-AVX2 CPUs
@@ -242,3 +273,32 @@ def test_bench_engine_modes():
     assert mode_overrides("iad@4-torch", args) == dict(beam=1, decoding="iad", max_draft_len=4, engine="torch")
     with pytest.raises(SystemExit, match="applies to aggressive modes"):
         mode_overrides("beam5-native", args)
+
+
+def test_bench_counts_near_ties():
+    """The benchmark's near-tie count: an output that first differs from
+    greedy's at a token with the same log-probability (two identical rows of
+    the output projection) is a near-tie; at a token with another one it is not."""
+    import torch
+
+    from fairseq_aggressive.bench import count_near_ties
+
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=3)
+    rows = random_sources(random.Random(5), 12, len(d), d.eos())
+    hyps = [greedy(model, d, make_sample([r], d.pad()), max_len_b=20)[0][0]["tokens"].tolist() for r in rows]
+    i = next(i for i, h in enumerate(hyps) if len(h) >= 3)
+    toks, k = hyps[i], 1
+    twin = next(t for t in range(d.nspecial, len(d)) if t not in toks)
+    other = list(toks)
+    other[k] = twin
+    per_sent = {i: {"greedy": {"tokens": toks}, "iad": {"tokens": other}, "src_tokens": rows[i]}}
+    models = {"greedy": model, "iad": model}
+    assert count_near_ties(["greedy", "iad"], per_sent, models, d.eos()) == {"iad": 0}
+    w = model.decoder.output_projection.weight
+    with torch.no_grad():
+        w[twin] = w[toks[k]]  # the same logit as greedy's choice
+    assert count_near_ties(["greedy", "iad"], per_sent, models, d.eos()) == {"iad": 1}
+    per_sent[i]["iad"]["tokens"] = toks  # identical outputs are not counted
+    assert count_near_ties(["greedy", "iad"], per_sent, models, d.eos()) == {"iad": 0}

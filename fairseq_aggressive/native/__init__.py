@@ -1,5 +1,6 @@
-"""The compiled CPU engine (C++ in csrc/): built at first use, loaded
-with ctypes, used by the generator for exact greedy verification."""
+"""The compiled CPU engine (C++ in csrc/): compiled into the package per
+instruction-set target (targets.py), the best one for this CPU loaded with
+ctypes (build.py), used by the verifiers for exact greedy verification."""
 from .build import NativeUnavailable, available, library
 from .engine import NativeBatch, NativeEngine, check_native
 

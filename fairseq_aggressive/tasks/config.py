@@ -100,7 +100,7 @@ class AggressiveTranslationConfig(TranslationConfig):
         default="auto",
         metadata={
             "help": "verifier of --decoding iad/gad/blockwise: native = the compiled CPU engine "
-            "(fairseq_aggressive/native, built with the system C++ compiler at first use; exact "
+            "(fairseq_aggressive/native, compiled into the package per instruction set; exact "
             "acceptance and standard Transformers only); torch = the torch verifier; auto = native "
             "where it runs, else torch (the output is greedy's either way). A GAD drafter follows: "
             "torch with torch, else native where it runs"
