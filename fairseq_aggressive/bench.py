@@ -346,8 +346,9 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
     out = {}
     for m in modes:
         ref = reference_mode(m, modes)
-        if m == ref or ref not in models or m.endswith("-sl") or m == "ct2-int8":
-            continue
+        int8 = m.endswith("-int8") or m == "ct2-int8"
+        if m == ref or ref not in models or m.endswith("-sl") or int8 != ref.endswith("-int8"):
+            continue  # no greedy of the same arithmetic to compare with
         tol = INT8_NEAR_TIE if ref.endswith("-int8") else NEAR_TIE
         n = 0
         for rec in per_sent.values():

@@ -111,11 +111,24 @@ def machine_info() -> dict:
         "torch": torch.__version__,
         "fairseq": fairseq_version,
         "python": platform.python_version(),
+        "native_engine": native_engine_target(),
     }
+
+
+def native_engine_target() -> str:
+    """The native engine's build target that loads here (``avx2``, ``avx512vnni``
+    ...; ``FAIRSEQ_AGGRESSIVE_ISA`` respected), or why none does."""
+    from .native.build import NativeUnavailable, library
+
+    try:
+        return library().fa_isa().decode()
+    except NativeUnavailable as e:
+        return f"none ({e})"
 
 
 def describe_machine(info=None) -> str:
     info = info or machine_info()
     return (f"{info['cpu_model']} | capability {info['cpu_capability']} | native bf16: "
             f"{'yes' if info['native_bf16'] else 'no'} | {info['cores']} cores, "
-            f"{info['torch_threads']} torch threads | torch {info['torch']}, fairseq {info['fairseq']}")
+            f"{info['torch_threads']} torch threads | torch {info['torch']}, fairseq {info['fairseq']}"
+            + (f" | native engine {info['native_engine']}" if "native_engine" in info else ""))

@@ -121,9 +121,10 @@ def test_native_aggressive_is_bit_identical_to_native_greedy():
 @needs_native
 def test_float16_valued_weights_are_stored_as_float16():
     """A model whose weights are float16 values (fairseq --fp16 checkpoints,
-    float16 exports such as the shipped model) is stored as float16 in the
-    engine: same arithmetic, so still exact, and the generic build's software
-    half conversion gives the same bits as F16C."""
+    float16 exports such as the shipped model) is stored as float16 where the
+    target widens halves in hardware (F16C: avx2, avx512*): same arithmetic,
+    so still exact; the generic targets widen them once when packing, and
+    every target gives the same bits."""
     import torch
 
     task = make_task()
@@ -136,14 +137,16 @@ def test_float16_valued_weights_are_stored_as_float16():
     rows = random_sources(random.Random(4), 32, len(d), d.eos(), repeat=True)
     out, gen = _decode(model, task, rows, 8, max_len_b=40)
     # 2 encoder + 2 decoder layers: 4 + 7 + 7 + (1 projection) linear groups, fc1 of decoder layer 0 excluded
-    assert gen.native.half_linears == 2 * 4 + 2 * 7 + 1 - 1
+    assert gen.native.half_linears == (2 * 4 + 2 * 7 + 1 - 1 if gen.native.isa.startswith("avx") else 0)
     cmp = None
     for chunk, o in zip(batches(rows, 8), batches(out, 8)):
         sample = make_sample(chunk, d.pad())
         cmp = compare(model, sample, greedy(model, d, sample, max_len_b=40), o, cmp)
     assert cmp.ok() and cmp.identical == len(rows), cmp
     for isa in OTHER_TARGETS:
-        _same_bits(out, _decode(model, task, rows, 8, native=NativeEngine(model, d, isa=isa), max_len_b=40)[0])
+        other = NativeEngine(model, d, isa=isa)
+        assert other.half_linears == (gen.native.half_linears if other.isa.startswith("avx") else 0)
+        _same_bits(out, _decode(model, task, rows, 8, native=other, max_len_b=40)[0])
 
 
 @needs_native

@@ -220,7 +220,23 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
 
 }  // namespace
 
+// Float16 storage pays where one instruction widens a vector of halves (F16C);
+// the generic code would convert every weight of every pass in software, so
+// it widens them once here (the same float values, so the same results)
+#if defined(FA_ISA_AVX2) || defined(FA_ISA_AVX512)
+constexpr bool kHalfStorage = true;
+#else
+constexpr bool kHalfStorage = false;
+#endif
+
 void Linear::pack(const float* W, const uint16_t* Wh, const float* bias, int n, int k) {
+  std::vector<float> widened;
+  if (Wh != nullptr && !kHalfStorage) {
+    widened.resize((size_t)n * k);
+    for (size_t i = 0; i < widened.size(); ++i) widened[i] = half_to_float(Wh[i]);
+    W = widened.data();
+    Wh = nullptr;
+  }
   N = n;
   K = k;
   P = (n + PANEL - 1) / PANEL;
