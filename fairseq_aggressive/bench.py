@@ -73,6 +73,7 @@ from fairseq_aggressive.cpu_features import describe_machine, machine_info
 from fairseq_aggressive.cpu_load import cpu_load
 from fairseq_aggressive.evaluation.m2 import distance_table
 from fairseq_aggressive.generator import length_cap
+from fairseq_aggressive.options import check_isa
 
 logger = logging.getLogger("fairseq_aggressive.bench")
 
@@ -92,7 +93,17 @@ def mode_overrides(name: str, args) -> Dict:
     """Generation overrides for a mode name (``beam5``, ``iad``, ``gad@8``, ``gad++`` ...).
     An aggressive mode may end in ``-native`` or ``-torch`` (the verifier engine,
     default ``--engine``); ``greedy-native`` is greedy search in the native
-    engine (IAD with empty drafts)."""
+    engine (IAD with empty drafts).  A final ``:TARGET`` runs a native mode on
+    that build target of the engine (``iad:avx2``, ``greedy-native-int8:avx512``)."""
+    if ":" in name:  # a native mode on one build target of the engine (iad:avx2)
+        base, isa = name.rsplit(":", 1)
+        ov = mode_overrides(base, args)
+        if ov.get("decoding", "beam") == "beam" or ov.get("engine") == "torch" or base in COMPUTE_TYPES:
+            raise SystemExit(f"benchmark mode {name}: :TARGET applies to modes on the native engine")
+        try:
+            return dict(ov, native_isa=check_isa(isa) or "auto")
+        except ValueError as e:
+            raise SystemExit(f"benchmark mode {name}: {e}")
     if name.endswith("-dsl"):  # GAD with the drafter shortlist (proposals only: still exact)
         ov = mode_overrides(name[: -len("-dsl")], args)
         if ov.get("decoding") != "gad":
@@ -154,9 +165,15 @@ def mode_overrides(name: str, args) -> Dict:
     return ov
 
 
+def without_target(mode: str) -> str:
+    """The mode without its ``:TARGET`` (the engine's build target)."""
+    return mode.rsplit(":", 1)[0]
+
+
 def reference_mode(mode: str, modes) -> str:
     """The mode whose outputs ``mode`` must equal: greedy of the same model
     (int8: ``greedy-int8``; shortlist: ``greedy-sl`` / ``greedy-int8-sl``)."""
+    mode = without_target(mode)
     sl = mode.endswith("-sl")
     base = mode[: -len("-sl")] if sl else mode
     int8 = base.endswith("-int8") and base not in COMPUTE_TYPES
@@ -346,8 +363,9 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
     out = {}
     for m in modes:
         ref = reference_mode(m, modes)
-        int8 = m.endswith("-int8") or m == "ct2-int8"
-        if m == ref or ref not in models or m.endswith("-sl") or int8 != ref.endswith("-int8"):
+        base = without_target(m)
+        int8 = base.endswith("-int8")
+        if m == ref or ref not in models or base.endswith("-sl") or int8 != ref.endswith("-int8"):
             continue  # no greedy of the same arithmetic to compare with
         tol = INT8_NEAR_TIE if ref.endswith("-int8") else NEAR_TIE
         n = 0
@@ -449,6 +467,10 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
     has_ref = all("ref_text" in r for r in recs)
     out = {"sentences": len(recs), "batch_size": bsz, "threads": threads, "load": load,
            "machine": machine_info(), "modes": {}}
+    ct2_modes = [m for m in modes if m in COMPUTE_TYPES]
+    ct2_best = min(ct2_modes, key=lambda m: totals[m]) if ct2_modes else None
+    if ct2_best:
+        out["ct2_fastest"] = ct2_best
     for m in modes:
         row = {
             "total_s": totals[m],
@@ -458,6 +480,8 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
         for base in ("base_beam5", "beam5", "greedy", "greedy-native"):
             if base in modes:
                 row[f"speedup_vs_{base}"] = totals[base] / totals[m] if totals[m] else float("nan")
+        if ct2_best:  # CTranslate2's fastest mode of this run (float32 or int8)
+            row["speedup_vs_ct2"] = totals[ct2_best] / totals[m] if totals[m] else float("nan")
         gen = gens[m][1] if m in gens else None
         if hasattr(gen, "stats"):
             st = gen.stats.as_dict()
@@ -471,6 +495,7 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
             row["tree_passes"], row["branch_wins"] = st["tree_passes"], st["branch_wins"]
             if getattr(gen, "native", None) is not None:  # where the engine's threads spent their time
                 row["pool"] = gen.native.pool_stats()
+                row["native_target"] = gen.native.isa
             wins = getattr(gen.drafter, "wins", None)
             if wins:
                 row["kept_branch_kinds"] = dict(wins)
@@ -603,10 +628,11 @@ def describe_load(load: int) -> str:
 
 def print_table(res, file=sys.stdout):
     has_base = "base_beam5" in res["modes"]
-    has_int8 = any(m.endswith("-int8") or m.endswith("-sl") for m in res["modes"])
+    has_int8 = any(without_target(m).endswith(("-int8", "-sl")) for m in res["modes"])
     has_native = "greedy-native" in res["modes"]
+    ct2 = res.get("ct2_fastest")
     cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy"] + (
-        ["x greedy-native"] if has_native else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
+        ["x greedy-native"] if has_native else []) + ([f"x {ct2}"] if ct2 else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
     print(f"machine: {describe_machine(res['machine'])}", file=file)
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, threads: {describe_threads(res['threads'])}; "
           f"{describe_load(res.get('load', 0))}", file=file)
@@ -618,7 +644,8 @@ def print_table(res, file=sys.stdout):
         ] + ([f"{r['speedup_vs_base_beam5']:.2f}"] if has_base else []) + [
             f"{r['speedup_vs_beam5']:.2f}" if "speedup_vs_beam5" in r else "-",
             f"{r['speedup_vs_greedy']:.2f}" if "speedup_vs_greedy" in r else "-",
-        ] + ([f"{r['speedup_vs_greedy-native']:.2f}"] if has_native else []) + [
+        ] + ([f"{r['speedup_vs_greedy-native']:.2f}"] if has_native else []) + (
+            [f"{r['speedup_vs_ct2']:.2f}"] if ct2 else []) + [
             f"{r['mean_passes_per_sentence']:.2f}",
             f"{r['mean_ms_per_sentence'] / r['mean_passes_per_sentence']:.2f}" if r["mean_passes_per_sentence"] else "-",
             f"{r['mean_tokens_per_pass']:.2f}",

@@ -12,7 +12,7 @@ import torch
 from .acceptance import build_acceptance, build_blockwise_acceptance
 from .constants import DECODINGS  # beam = fairseq's own SequenceGenerator
 from .cpu_features import use_bf16
-from .options import (check_block_size, check_draft_cost, check_generation_args, check_iad_branches,
+from .options import (check_block_size, check_isa, check_draft_cost, check_generation_args, check_iad_branches,
                       check_max_draft_len, check_shortlist)
 from .threads import engine_threads, parse_threads
 
@@ -66,7 +66,7 @@ def build_gad_drafter(task, models, option):
     # the drafter's engine runs on the verifier's threads
     threads = engine_threads(parse_threads(option("native_threads")))
     return NARBlockDrafter(drafter_model, task.target_dictionary, k, engine=engine, shortlist=shortlist,
-                           threads=threads)
+                           threads=threads, isa=check_isa(option("native_isa")))
 
 
 def build_aggressive_generator(task, models, args, decoding: str, option: Callable[[str], object], **kwargs):
@@ -96,6 +96,7 @@ def build_aggressive_generator(task, models, args, decoding: str, option: Callab
         shortlist=_shortlist(task, option("vocab_shortlist")),
         draft_cost=option("draft_cost"),
         native_threads=option("native_threads"),
+        native_isa=option("native_isa"),
     )
     atexit.register(_log_summary, generator, decoding)
     return generator
@@ -122,6 +123,7 @@ def check_task_options(cfg) -> None:
         check_draft_cost(cfg.draft_cost)
     check_block_size(cfg.block_size)
     parse_threads(cfg.native_threads)
+    check_isa(cfg.native_isa)
     check_shortlist(cfg.vocab_shortlist, str(cfg.decoding))
     build_acceptance(cfg.gad_beta, cfg.gad_tau)
     build_blockwise_acceptance(cfg.blockwise_topk, cfg.min_block_size)

@@ -42,12 +42,13 @@ def _warn_once(message: str) -> None:
 
 
 def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_features: bool = False,
-                   shortlist=None, threads: Optional[int] = None):
+                   shortlist=None, threads: Optional[int] = None, isa: Optional[str] = None):
     """The verifier of ``model``: a :class:`~fairseq_aggressive.verifiers.NativeVerifier`
     where the engine runs (a CPU model it supports, an acceptance rule it applies
     itself, a drafter that does not read whole passes' features, a CPU it was
     built for), else a :class:`~fairseq_aggressive.verifiers.TorchVerifier`.
-    ``threads``: the engine's (None: :func:`~fairseq_aggressive.threads.engine_threads`)."""
+    ``threads``: the engine's (None: :func:`~fairseq_aggressive.threads.engine_threads`);
+    ``isa``: its build target (None / ``auto``: ``$FAIRSEQ_AGGRESSIVE_ISA`` or the best this CPU runs)."""
     from .verifiers import NativeVerifier, TorchVerifier
 
     def native():
@@ -59,7 +60,7 @@ def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_f
             raise NativeUnavailable(f"the native engine does not apply {acceptance!r}")
         if wants_pass_features:
             raise NativeUnavailable("the drafter reads the verifier's decoder features of whole passes")
-        eng = NativeEngine(model, tgt_dict, threads=threads)
+        eng = NativeEngine(model, tgt_dict, isa=isa, threads=threads)
         logger.info(f"verifier: the native engine ({eng.isa}, {eng.threads} thread(s); "
                     f"{eng.int8_linears} int8 linear layers, "
                     f"{eng.half_linears} stored as float16, their values are float16 values)")
@@ -68,7 +69,8 @@ def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_f
     return choose_engine(engine, native, "verifier") or TorchVerifier(model, rules, acceptance, shortlist)
 
 
-def build_block_drafter_engine(engine: str, model, tgt_dict, threads: Optional[int] = None):
+def build_block_drafter_engine(engine: str, model, tgt_dict, threads: Optional[int] = None,
+                               isa: Optional[str] = None):
     """The native engine of GAD's block drafter ``model``
     (:class:`~fairseq_aggressive.native.block_drafter.NativeBlockDrafter`), or
     None for its torch path."""
@@ -78,7 +80,7 @@ def build_block_drafter_engine(engine: str, model, tgt_dict, threads: Optional[i
     def native():
         from .native.block_drafter import NativeBlockDrafter
 
-        drafter = NativeBlockDrafter(model, tgt_dict, threads)
+        drafter = NativeBlockDrafter(model, tgt_dict, threads, isa)
         logger.info(f"drafter: the native engine ({'causal prefix, cached' if drafter.causal else 'whole rows'})")
         return drafter
 

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from .acceptance import AcceptanceRule, ExactAcceptance
 from .drafters.base import Drafter, DraftOutcome
 from .engines import build_verifier
-from .options import check_max_draft_len, check_single_model, check_temperature
+from .options import check_isa, check_max_draft_len, check_single_model, check_temperature
 from .threads import parse_threads
 from .verifiers import ScoreRules
 
@@ -74,7 +74,8 @@ class AggressiveGenerator(nn.Module):
     ``SequenceGenerator``'s, plus ``max_draft_len`` (a cap on each draft),
     ``shortlist`` (a :class:`~fairseq_aggressive.shortlist.VocabShortlist`),
     ``draft_cost`` (cost-aware draft lengths: ``auto``, ``FIXED,PER_POSITION`` or
-    None/``off``) and ``native_threads`` (``auto`` or a count)."""
+    None/``off``), ``native_threads`` (``auto`` or a count) and ``native_isa``
+    (the engine's build target: ``auto`` or a name, :mod:`~fairseq_aggressive.native.targets`)."""
 
     def __init__(
         self,
@@ -95,6 +96,7 @@ class AggressiveGenerator(nn.Module):
         shortlist=None,
         draft_cost: Optional[str] = None,
         native_threads=None,
+        native_isa=None,
     ):
         super().__init__()
         check_single_model(models)
@@ -117,7 +119,7 @@ class AggressiveGenerator(nn.Module):
         rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature)
         self.verifier = build_verifier(engine, self.model, tgt_dict, self.acceptance, rules,
                                        wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
-                                       threads=parse_threads(native_threads))
+                                       threads=parse_threads(native_threads), isa=check_isa(native_isa))
         # cost-aware draft lengths (fairseq_aggressive.draft_budget): "auto" measures the
         # verifier's pass cost on the first batch, "FIXED,PER_POSITION" gives it, None/"off": fixed lengths
         self.budget = None

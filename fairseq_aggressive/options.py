@@ -15,6 +15,21 @@ def check_positive_int(value, flag: str) -> int:
     return int(value)
 
 
+def check_isa(value) -> Optional[str]:
+    """--native-isa: None for ``auto`` (or unset), else a build target's name
+    (:mod:`~fairseq_aggressive.native.targets`; whether this CPU runs it is
+    checked when the engine loads)."""
+    if value in (None, "", "auto"):
+        return None
+    from .native import targets
+
+    names = list(targets.all_targets())
+    if value not in names:
+        raise ValueError(f"--native-isa must be auto or one of {', '.join(names) or '(none on this architecture)'}, "
+                         f"got {value!r}")
+    return str(value)
+
+
 def check_max_draft_len(value: Optional[int]) -> Optional[int]:
     """Lmax: None (unlimited / the engine's default) or an integer >= 0."""
     if value is None:

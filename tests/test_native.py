@@ -198,6 +198,40 @@ def test_every_target_is_bit_identical(isa):
     _same_bits(ref, out)
 
 
+@needs_native
+def test_native_isa_option_picks_the_target():
+    """``--native-isa TARGET`` (the generator's ``native_isa``) decodes on that
+    build target, with the default target's bits; a bad name is a clear
+    error at task creation and in the generator; the benchmark's ``:TARGET``
+    suffix sets it for native modes only."""
+    import argparse
+
+    from fairseq_aggressive.bench import mode_overrides, reference_mode
+    from fairseq_aggressive.tasks.aggressive_translation import (AggressiveTranslationConfig,
+                                                                 AggressiveTranslationTask)
+
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=3)
+    rows = random_sources(random.Random(5), 12, len(d), d.eos(), repeat=True)
+    ref, gen = _decode(model, task, rows, 4, max_len_b=30)
+    for isa in OTHER_TARGETS:
+        out, other = _decode(model, task, rows, 4, max_len_b=30, native_isa=isa)
+        assert other.native.isa == isa.replace("-wide", "")
+        _same_bits(ref, out)
+    with pytest.raises(ValueError, match="--native-isa must be auto or one of"):
+        AggressiveGenerator([model], d, InputCopyDrafter(d, d), native_isa="avx9")
+    with pytest.raises(ValueError, match="--native-isa"):
+        AggressiveTranslationTask(AggressiveTranslationConfig(native_isa="sse"), d, d)
+    args = argparse.Namespace()
+    assert mode_overrides("iad:avx2", args) == dict(beam=1, decoding="iad", native_isa="avx2")
+    assert mode_overrides("greedy-native-int8:generic", args)["native_isa"] == "generic"
+    assert reference_mode("iad-int8:avx2", ["greedy", "greedy-int8"]) == "greedy-int8"
+    for bad in ("greedy:avx2", "iad-torch:avx2", "ct2:avx2", "iad:avx9"):
+        with pytest.raises(SystemExit, match="benchmark mode"):
+            mode_overrides(bad, args)
+
+
 def test_unsupported_model_is_refused_or_falls_back():
     task = make_task()
     d = task.target_dictionary

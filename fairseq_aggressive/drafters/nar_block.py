@@ -26,11 +26,12 @@ logger = logging.getLogger(__name__)
 
 class NARBlockDrafter(Drafter):
     def __init__(self, model, tgt_dict, block_size: int, fast: bool = True, engine: str = "auto",
-                 shortlist=None, threads: Optional[int] = None):
+                 shortlist=None, threads: Optional[int] = None, isa: Optional[str] = None):
         """``shortlist``: a :class:`~fairseq_aggressive.shortlist.VocabShortlist` the
         drafter proposes from (``--drafter-shortlist``; proposals only, the
         verifier's choices are unaffected).  ``threads``: the native engine's
-        threads (None: :func:`~fairseq_aggressive.threads.engine_threads`' policy)."""
+        threads (None: :func:`~fairseq_aggressive.threads.engine_threads`' policy);
+        ``isa``: its build target (None: the best this CPU runs)."""
         self.k = check_positive_int(block_size, "--block-size")
         self.model = model.eval()
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
@@ -49,7 +50,7 @@ class NARBlockDrafter(Drafter):
                                 emitted_features=bool(getattr(model, "reads_verifier_features", False)))
         self._feats: Optional[torch.Tensor] = None  # (B, positions, C); row position 0 (BOS) stays zero
         self._n_feats: List[int] = []
-        self.native = build_block_drafter_engine(engine, model, tgt_dict, threads) if fast else None
+        self.native = build_block_drafter_engine(engine, model, tgt_dict, threads, isa) if fast else None
 
     @torch.no_grad()
     def begin(self, sample, max_len: int, encoder_out=None) -> None:

@@ -29,7 +29,7 @@ class _State:
 
 
 class NativeBlockDrafter:
-    def __init__(self, model, tgt_dict, threads: Optional[int] = None):
+    def __init__(self, model, tgt_dict, threads: Optional[int] = None, isa: Optional[str] = None):
         dec = model.decoder
         if getattr(dec, "src_copy", False):
             raise NativeUnavailable("--block-src-copy drafters run in torch")
@@ -38,7 +38,7 @@ class NativeBlockDrafter:
             raise NativeUnavailable("the drafter is not on the CPU")
         if param.dtype != torch.float32:
             raise NativeUnavailable("the drafter is not float32")
-        self.engine = NativeEngine(model, tgt_dict, threads=threads)
+        self.engine = NativeEngine(model, tgt_dict, isa=isa, threads=threads)
         self.lib = self.engine.lib
         self._mask = dec.mask_embed.detach().float().contiguous()
         self.lib.fa_set_mask_embed(self.engine.handle, self._mask.data_ptr())
