@@ -3,8 +3,10 @@
 Load with ``--user-dir fairseq_aggressive`` (or ``import fairseq_aggressive``).
 """
 from .compat import patch_checkpoint_loading
+from .distributed import patch_cpu_distributed
 
 patch_checkpoint_loading()
+patch_cpu_distributed()  # fairseq's distributed training on CPU processes (GPU runs untouched)
 
 from . import criterions, models, tasks  # noqa: E402,F401  (register components)
 

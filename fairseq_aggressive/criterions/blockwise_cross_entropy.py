@@ -52,8 +52,10 @@ class BlockwiseCrossEntropy(FairseqCriterion):
         target = sample["target"]
         B, T = target.shape
         k = model.blockwise_k
-        encoder_out = model.encoder(net_input["src_tokens"], src_lengths=net_input["src_lengths"])
-        feats, _ = model.decoder(net_input["prev_output_tokens"], encoder_out=encoder_out, features_only=True)
+        # through the model's forward: under DistributedDataParallel that call is what makes
+        # the backward pass average the gradients across processes (the heads run after it)
+        feats, _ = model(net_input["src_tokens"], net_input["src_lengths"], net_input["prev_output_tokens"],
+                         features_only=True)
         frozen_base = getattr(model.args, "freeze_base", False)
         if self.mode == "sampled" and model.training:
             heads = [random.randrange(1 if frozen_base else 0, k)]

@@ -133,10 +133,13 @@ class GlatBlockLoss(FairseqCriterion):
         net_input = sample["net_input"]
         target = sample["target"]
         lengths = target.ne(self.padding_idx).sum(1)
-        gen = None
-        if not model.training:  # the same cut points at every validation
-            gen = torch.Generator(device=target.device)
-            gen.manual_seed(int(sample["id"].sum()) + 1)
+        # Cut points and glancing are drawn from the batch's own sentence ids (and, in training,
+        # the update number): the same draws whichever process or accumulation step gets the
+        # batch, so 2 processes train what one process with --update-freq 2 trains; and the
+        # same cut points at every validation
+        num_updates = getattr(model, "num_updates", 0)
+        gen = torch.Generator(device=target.device)
+        gen.manual_seed(int(sample["id"].sum()) + 1 + (1_000_003 * (num_updates + 1) if model.training else 0))
         u = torch.rand(lengths.shape, device=target.device, generator=gen)
         cut = torch.minimum((u * lengths.float()).floor().long(), lengths - 1).clamp(min=0)
         tokens, slots, block_target = make_blocks(
@@ -151,7 +154,7 @@ class GlatBlockLoss(FairseqCriterion):
         valid = block_target.ne(self.padding_idx)
         block = slots  # the positions after the prefix (glancing reveals some, they stay block positions)
 
-        ratio = self.glat_ratio(getattr(model, "num_updates", 0)) if model.training else 0.0
+        ratio = self.glat_ratio(num_updates) if model.training else 0.0
         n_revealed = 0
         loss_mask = valid
         if ratio > 0:
@@ -160,13 +163,15 @@ class GlatBlockLoss(FairseqCriterion):
                                           prefix_feats=prefix_feats).argmax(-1)
             wrong = torch.zeros_like(slots)
             wrong[slots] = pred.ne(block_target[slots])
-            shown = reveal(wrong & valid, ratio)
+            shown = reveal(wrong & valid, ratio, generator=gen)
             n_revealed = int(shown.sum())
             slots = slots & ~shown
             loss_mask = valid & ~shown
 
-        feats = model.decoder.extract_block_features(tokens, slots, encoder_out, block=block,
-                                                     prefix_feats=prefix_feats)
+        # through the model's forward: under DistributedDataParallel that call is what makes
+        # the backward pass average the gradients across processes
+        feats, _ = model(net_input["src_tokens"], net_input["src_lengths"], tokens, slots=slots,
+                         encoder_out=encoder_out, block=block, prefix_feats=prefix_feats, features_only=True)
         logits = model.decoder.output_layer(feats[loss_mask])
         lprobs = utils.log_softmax(logits, dim=-1, onnx_trace=False).float()
         tgt = block_target[loss_mask]

@@ -69,13 +69,15 @@ class BlockNATDecoder(TransformerDecoderBase):
         self.feature_proj = nn.Linear(cfg.decoder.output_dim, self.embed_dim) if verifier_features else None
 
     def forward(self, prev_output_tokens, encoder_out=None, slots: Optional[Tensor] = None,
-                features_only: bool = False, **unused):
+                features_only: bool = False, block: Optional[Tensor] = None,
+                prefix_feats: Optional[Tensor] = None, **unused):
         if slots is None or unused.get("incremental_state") is not None:
             raise ValueError(
                 "block_nat is a non-autoregressive drafter and cannot decode on its own: "
                 "decode with an autoregressive verifier and --decoding gad --drafter-path THIS.pt"
             )
-        x = self.extract_block_features(prev_output_tokens, slots, encoder_out)
+        x = self.extract_block_features(prev_output_tokens, slots, encoder_out, block=block,
+                                        prefix_feats=prefix_feats)
         return (x if features_only else self.output_layer(x)), {}
 
     def slot_inputs(self, tokens: Tensor, slots: Tensor, encoder_out) -> Tensor:
@@ -287,8 +289,13 @@ class BlockNATModel(TransformerModel):
                 return self.encoder(src_tokens, src_lengths=src_lengths)
         return self.encoder(src_tokens, src_lengths=src_lengths)
 
-    def forward(self, src_tokens, src_lengths, prev_output_tokens, slots=None, **kwargs):
-        encoder_out = self.encode(src_tokens, src_lengths)
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, slots=None, encoder_out=None, **kwargs):
+        """The block decoder over ``prev_output_tokens`` with mask ``slots``;
+        ``encoder_out``: this model's encoder output when the caller has it
+        already (training runs the gradient-carrying pass through this method,
+        so that a DistributedDataParallel wrapper synchronizes the gradients)."""
+        if encoder_out is None:
+            encoder_out = self.encode(src_tokens, src_lengths)
         return self.decoder(prev_output_tokens, encoder_out, slots=slots, **kwargs)
 
     def block_logits(self, tokens: Tensor, slots: Tensor, encoder_out, block: Optional[Tensor] = None,

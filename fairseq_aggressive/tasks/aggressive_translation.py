@@ -71,11 +71,26 @@ class AggressiveTranslationTask(TranslationTask):
         fairseq's ``batch_by_size`` drops a last batch whose size is not a multiple of
         ``--required-batch-size-multiple`` (default 8; fairseq issue #5036), so stock
         ``fairseq-generate`` silently skips up to 7 test sentences.  The multiple is kept
-        for the training split only, where it serves fp16 efficiency."""
+        for the training split only, where it serves fp16 efficiency.
+
+        Sharded decoding (``--distributed-world-size S --distributed-rank R``)
+        splits the batches among the shards; fairseq-generate fails at its end
+        (a division by zero in its speed report) on a shard that got no batch, so
+        when a split has fewer batches than shards its sentences are spread over
+        S batches (as long as it has S sentences): every shard decodes some.
+        (In training, fewer batches than processes is a degenerate case anyway.)"""
         if dataset is not self.datasets.get(self._train_split()):
             required_batch_size_multiple = 1
-        return super().get_batch_iterator(
+        itr = super().get_batch_iterator(
             dataset, *args, required_batch_size_multiple=required_batch_size_multiple, **kwargs)
+        shards = kwargs.get("num_shards", 1)
+        batches = getattr(itr, "frozen_batches", None)
+        if shards > 1 and batches is not None and len(batches) < shards:
+            ids = [i for b in batches for i in b]
+            if len(ids) >= shards:
+                itr._frozen_batches = tuple(ids[len(ids) * s // shards: len(ids) * (s + 1) // shards]
+                                            for s in range(shards))
+        return itr
 
     def _train_split(self):
         return getattr(self.cfg, "train_subset", None) or "train"

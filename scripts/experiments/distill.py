@@ -89,6 +89,8 @@ def main(argv=None):
             "--task", "aggressive_translation", "-s", src, "-t", tgt,
             "--path", args.teacher, "--gen-subset", "train", "--beam", str(args.beam),
             "--max-tokens", str(args.max_tokens),
+            # every training pair (fairseq's batching drops a last batch that is not a multiple of it)
+            "--required-batch-size-multiple", "1",
             # fairseq-generate shards its input by the distributed world size/rank
             # (a single process when no init method is given)
             "--distributed-world-size", str(args.num_shards), "--distributed-rank", str(shard),
