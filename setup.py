@@ -113,7 +113,8 @@ setup(
     extras_require={
         "data": ["ua-gec"],
         "bench": ["matplotlib"],
-        "test": ["pytest"],
+        # pytest-timeout: a per-test time limit (pytest.ini) that fails a hung test with every thread's stack
+        "test": ["pytest", "pytest-timeout"],
         # CTranslate2 as a benchmark baseline (bench modes ct2, ct2-int8)
         "ct2": ["ctranslate2>=4.0"],
         # ERRANT (BEA-19 evaluation); pulls in spaCy. The English model must be

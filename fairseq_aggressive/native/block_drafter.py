@@ -72,6 +72,8 @@ class NativeBlockDrafter:
             flat = enc.cpu()[keep].contiguous()
             lengths = np.ascontiguousarray(keep.sum(1).numpy(), dtype=np.int32)
             handle = self.lib.fa_begin_encoded(self.engine.handle, bsz, flat.data_ptr(), lengths.ctypes.data, cap)
+            if not handle:
+                raise self.engine.failure("starting a drafter batch")
             self.state = _State(self.lib, handle)
             if shortlist is not None:
                 self.engine.set_shortlist(self.state.handle, shortlist, src_tokens)
@@ -106,6 +108,8 @@ class NativeBlockDrafter:
         rc = self.lib.fa_draft(self.engine.handle, self.state.handle, n, sent.ctypes.data_as(IP),
                                lens.ctypes.data_as(IP), flat.ctypes.data_as(IP), k, int(self.causal),
                                out.ctypes.data_as(IP), None if feats is None else feats.data_ptr())
+        if rc == -2:
+            raise self.engine.failure("a drafter pass")
         if rc != 0:
             raise RuntimeError("native drafter: a row does not fit its sentence's cache")
         if self.causal:

@@ -216,6 +216,17 @@ def _load(path: str) -> ctypes.CDLL:
     return lib
 
 
+def _built_from(path: str) -> Optional[str]:
+    """The source key a library file records (read before its API is checked:
+    a library of older sources is rebuilt, not refused); None if unreadable."""
+    try:
+        fn = ctypes.CDLL(path).fa_source_key
+    except (OSError, AttributeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_char_p, []
+    return fn().decode()
+
+
 def _locate(target: Target) -> str:
     """The library file for ``target``: the package's own unless its sources
     changed since it was built (a checkout being edited), else a compiled one."""
@@ -223,8 +234,7 @@ def _locate(target: Target) -> str:
     if path is None:
         return compile_target(target)
     if os.path.isdir(CSRC):
-        lib = _load(path)
-        if lib.fa_source_key().decode() not in ("", targets.source_key()):
+        if _built_from(path) not in ("", targets.source_key()):
             try:
                 return compile_target(target)
             except NativeUnavailable as e:

@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 3
+API_VERSION = 4
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -51,7 +51,9 @@ def declare(lib) -> None:
         "fa_int8_linears": (I, [P]),
         "fa_set_threads": (None, [P, I]),
         "fa_pool_stats": (None, [P, L64]),
-        "fa_pool_selftest": (I64, [I, I, I, I, I, L64]),
+        "fa_pool_selftest": (I64, [I, I, I, I, I, I, I, L64]),
+        "fa_set_pool_timeout": (None, [P, I]),
+        "fa_pool_lose_next_count": (None, [P]),
         "fa_begin": (P, [P, I, P, P, I]),
         "fa_begin_encoded": (P, [P, I, P, P, I]),
         "fa_state_free": (None, [P]),

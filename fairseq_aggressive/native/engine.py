@@ -195,6 +195,16 @@ class NativeEngine:
             self.lib.fa_set_threads(self.handle, int(n))
             self.threads = n
 
+    def failure(self, what: str) -> RuntimeError:
+        """The error of a decoding call that failed inside the engine (fa_model_error)."""
+        return RuntimeError(f"native engine: {what} failed: {self.lib.fa_model_error(self.handle).decode()}")
+
+    def set_pool_timeout(self, seconds: float) -> None:
+        """How long a call waits for its last items before it checks that a
+        worker still holds one; a call whose completion was lost then raises
+        instead of waiting forever (default 60 s, far beyond any pass)."""
+        self.lib.fa_set_pool_timeout(self.handle, max(1, int(seconds * 1000)))
+
     def pool_stats(self) -> dict:
         """The thread pool's counters since the engine was made: parallel calls,
         items its workers ran, waits for a worker's item and stalls (waits far
@@ -248,6 +258,8 @@ class NativeBatch:
         flat = np.ascontiguousarray(flat, dtype=np.int32)
         lengths = np.ascontiguousarray(lengths, dtype=np.int32)
         self.handle = self.lib.fa_begin(engine.handle, n, flat.ctypes.data, lengths.ctypes.data, cap)
+        if not self.handle:
+            raise engine.failure("encoding a batch")
         self._rows_cap = self._tok_cap = 0
         self._args = c_api.PassArgs()
         self.features = None  # after step(features=True): the emitted tokens' decoder features
@@ -326,6 +338,8 @@ class NativeBatch:
         a.choice, a.score, a.feats = _addr(self._choice), _addr(self._score), fptr
         a.n_emit, a.n_match, a.done, a.winner = (_addr(b) for b in (self._n_emit, self._n_match, self._done, self._win))
         rc = self.lib.fa_pass(self.engine.handle, self.handle, ctypes.byref(a))
+        if rc == -2:
+            raise self.engine.failure("a verification pass")
         if rc != 0:
             raise RuntimeError("native engine: a row does not fit its sentence's cache")
         n_emit = self._n_emit[:n]

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <vector>
 
@@ -22,9 +24,23 @@ namespace {
 
 // The version of this API; engine.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 3;
+constexpr int kApiVersion = 4;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
+
+// Runs a call that decodes: an exception (a lost completion in the pool, memory
+// exhausted) becomes the model's error and `failed` instead of crossing into Python.
+template <class R, class F>
+R guarded(void* mp, R failed, F&& call) {
+  try {
+    return call();
+  } catch (const std::exception& e) {
+    model(mp).error = e.what();
+  } catch (...) {
+    model(mp).error = "unknown C++ exception";
+  }
+  return failed;
+}
 State& state(void* sp) { return *static_cast<State*>(sp); }
 
 void put_stats(const fa::PoolStats& s, int64_t* out) {
@@ -83,7 +99,7 @@ int fa_model_build(void* mp) {
   return m.error.empty() ? 0 : -1;
 }
 
-// why the last fa_set_weight or fa_model_build failed ("" if it did not)
+// why the last fa_set_weight, fa_model_build, fa_begin*, fa_pass or fa_draft failed
 const char* fa_model_error(void* mp) { return model(mp).error.c_str(); }
 
 void fa_model_free(void* mp) { delete static_cast<Model*>(mp); }
@@ -99,57 +115,85 @@ void fa_set_threads(void* mp, int n) { model(mp).pool.resize(n); }
 // waits, stalls, wait_ns
 void fa_pool_stats(void* mp, int64_t* out) { put_stats(model(mp).pool.stats(), out); }
 
-// A pool of `threads` runs `calls` calls of `items` items each; every item records
-// that it ran.  In every `slow`-th call (0: none) the items the workers run sleep
-// `slow_us` microseconds, as a descheduled worker would, and the caller gives the
-// workers up to 2 ms to come before it takes its first item.  Returns the number of
-// items that did not run exactly once (0 when the pool is right); its counters go
-// to stats (6 values, as fa_pool_stats).
-int64_t fa_pool_selftest(int threads, int calls, int items, int slow, int slow_us, int64_t* stats) {
+// A pool of `threads` runs `calls` calls, each of an item count drawn anew in
+// [1, max_items] (seeded), as a decoder's calls are; every item records that it
+// ran and spins for a varying time.  In every `slow`-th call (0: none) the items
+// the workers run sleep `slow_us` microseconds, as a descheduled worker would, and
+// the caller gives the workers up to 2 ms to come before it takes its first item.
+// Returns the number of items that did not run exactly once (0 when the pool is
+// right), or -1 if a call failed with fa::PoolError (its message on stderr); the
+// pool's counters go to stats (6 values, as fa_pool_stats).
+int64_t fa_pool_selftest(int threads, int calls, int max_items, int seed, int slow, int slow_us, int timeout_ms,
+                         int64_t* stats) {
   fa::Pool pool(threads);
+  if (timeout_ms > 0) pool.set_timeout(std::chrono::milliseconds(timeout_ms));
   const std::thread::id caller = std::this_thread::get_id();
-  std::vector<std::atomic<int>> hits(items);
+  std::vector<std::atomic<int>> hits(std::max(max_items, 1));
   std::atomic<int> worker_came{0};
+  uint64_t rng = 0x2545F4914F6CDD1Dull * (uint64_t)(seed + 1);
+  auto next = [&] {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+  };
   int64_t bad = 0;
   for (int c = 0; c < calls; ++c) {
+    const int items = 1 + (int)(next() % (uint64_t)std::max(max_items, 1));
+    const int work = 50 + (int)(next() % 400);
     for (auto& h : hits) h.store(0, std::memory_order_relaxed);
     worker_came.store(0, std::memory_order_relaxed);
     const bool slow_call = slow > 0 && c % slow == 0;
     bool caller_waited = false;
-    pool.run(
-        [&](int i) {
-          const bool on_caller = std::this_thread::get_id() == caller;
-          if (slow_call && on_caller && !caller_waited) {
-            caller_waited = true;
-            const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-            while (worker_came.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
-              std::this_thread::yield();
-          }
-          if (!on_caller) worker_came.store(1, std::memory_order_release);
-          hits[i].fetch_add(1, std::memory_order_relaxed);
-          volatile uint64_t spin = 0;
-          for (int j = 0; j < 200; ++j) spin = spin + j;  // an item's work: about a microsecond
-          if (slow_call && !on_caller) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
-        },
-        items);
-    for (auto& h : hits) bad += h.load(std::memory_order_relaxed) != 1;
+    try {
+      pool.run(
+          [&](int i) {
+            const bool on_caller = std::this_thread::get_id() == caller;
+            if (slow_call && on_caller && !caller_waited) {
+              caller_waited = true;
+              const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
+              while (worker_came.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+                std::this_thread::yield();
+            }
+            if (!on_caller) worker_came.store(1, std::memory_order_release);
+            hits[i].fetch_add(1, std::memory_order_relaxed);
+            volatile uint64_t spin = 0;
+            for (int j = 0; j < work + 7 * i; ++j) spin = spin + j;  // an item's work: under a microsecond to a few
+            if (slow_call && !on_caller) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
+          },
+          items);
+    } catch (const fa::PoolError& e) {
+      std::fprintf(stderr, "fa_pool_selftest: call %d: %s\n", c, e.what());
+      bad = -1;
+      break;
+    }
+    for (int i = 0; i < (int)hits.size(); ++i) bad += hits[i].load(std::memory_order_relaxed) != (i < items ? 1 : 0);
   }
   if (stats != nullptr) put_stats(pool.stats(), stats);
   return bad;
 }
 
+// How long a decoding call waits for its last items before it checks that a
+// worker still holds one; a call whose completion was lost then fails (-2 from
+// fa_pass, fa_draft; fa_model_error says why) instead of waiting forever.
+void fa_set_pool_timeout(void* mp, int ms) { model(mp).pool.set_timeout(std::chrono::milliseconds(std::max(ms, 1))); }
+
+// Test hook: the model's next parallel call loses one completion (fa::Pool::lose_next_count).
+void fa_pool_lose_next_count(void* mp) { model(mp).pool.lose_next_count(); }
+
 // ------------------------------------------------------------ batches
 // Encode B sentences (tokens without padding, concatenated; lengths src_len)
 // and allocate decoder caches for cap positions each.
 void* fa_begin(void* mp, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
-  return fa::encode(model(mp), B, tokens, src_len, cap);
+  return guarded<void*>(mp, nullptr, [&]() -> void* { return fa::encode(model(mp), B, tokens, src_len, cap); });
 }
 
 // A state from an encoder output computed elsewhere (the verifier's, for a
 // --shared-encoder drafter): rows of the B sentences concatenated (src_len[b]
 // rows of C floats each).
 void* fa_begin_encoded(void* mp, int B, const float* enc_out, const int32_t* src_len, int cap) {
-  return fa::state_from_encoder_out(model(mp), B, enc_out, src_len, cap);
+  return guarded<void*>(mp, nullptr,
+                        [&]() -> void* { return fa::state_from_encoder_out(model(mp), B, enc_out, src_len, cap); });
 }
 
 void fa_state_free(void* sp) { delete static_cast<State*>(sp); }
@@ -180,10 +224,13 @@ int fa_shortlist(void* mp, void* sp, int b, int n, const int32_t* ids) {
 }
 
 // ------------------------------------------------------------ decoding
-// One verification pass (fa::PassArgs in csrc/pass.h); 0, or -1 (nothing
+// One verification pass (fa::PassArgs in csrc/pass.h); 0, -1 (nothing
 // changed) if a row does not fit its sentence's cache or its branches do not
-// add up to it.
-int fa_pass(void* mp, void* sp, const fa::PassArgs* args) { return fa::verify_pass(model(mp), state(sp), *args); }
+// add up to it, or -2 if the pass failed (fa_model_error says why; the batch's
+// state is then undefined).
+int fa_pass(void* mp, void* sp, const fa::PassArgs* args) {
+  return guarded(mp, -2, [&] { return fa::verify_pass(model(mp), state(sp), *args); });
+}
 
 // A block drafter's slot input vector (C floats).
 void fa_set_mask_embed(void* mp, const float* v) {
@@ -201,7 +248,9 @@ void fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
 // One block-drafter pass (fa::draft_pass in csrc/block_drafter.h).
 int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens, int k,
              int causal, int32_t* out, const float* feats) {
-  return fa::draft_pass(model(mp), state(sp), n, sent, row_len, tokens, k, causal != 0, out, feats);
+  return guarded(mp, -2, [&] {
+    return fa::draft_pass(model(mp), state(sp), n, sent, row_len, tokens, k, causal != 0, out, feats);
+  });
 }
 
 }  // extern "C"

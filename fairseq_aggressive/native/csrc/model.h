@@ -40,7 +40,7 @@ struct Model {
   int D = 0;  // head dimension
   float scaling = 1.f;
   WeightSet staged;  // named tensors given by fa_set_weight until build_model packs them
-  std::string error;  // why the last fa_set_weight or fa_model_build failed
+  std::string error;  // why the last fa_set_weight, fa_model_build or decoding call failed
   std::vector<float> src_embed, tgt_embed, src_pos, tgt_pos;  // pos tables may be empty
   std::vector<float> mask_embed;  // a block drafter's slot input (fa_set_mask_embed): target id -1
   Linear feat_proj;  // a --verifier-features drafter's projection of the verifier's features (fa_set_feature_proj)
