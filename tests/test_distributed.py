@@ -2,7 +2,9 @@
 the plugin registers: 2 processes (``torchrun``, gloo) train a few updates,
 both ranks end with the same parameters (a checksum per rank), and the model
 equals one process training the same batches with ``--update-freq 2`` (so the
-gradients were averaged across the processes).  Also ``fairseq-train
+gradients were averaged across the processes; parameters whose gradient is
+analytically zero, trained on rounding noise alone, within the optimizer's
+step bound).  Also ``fairseq-train
 --distributed-world-size 2`` spawning its own processes, and sharded decoding
 covering every sentence once with the unsharded output."""
 import json
@@ -35,6 +37,22 @@ SETUPS = {
     "blockwise fine-tuned": (["--arch", "transformer_blockwise", "--blockwise-k", "4", "--criterion",
                               "blockwise_cross_entropy"], "--init-from-ar"),
 }
+
+
+def _zero_gradient(name: str) -> bool:
+    """A key projection's bias has an analytically zero gradient: softmax ignores a
+    shift that every key of a query shares.  What it gets is rounding noise, which
+    depends on the summation order (processes, CPU kernels) and which Adam scales
+    into full-size steps."""
+    return name.endswith("k_proj.bias")
+
+
+def _noise_bound() -> float:
+    """How far two runs can move a parameter apart on noise alone in UPDATES
+    updates: each Adam step is at most lr * (1 - beta1) / sqrt(1 - beta2) = 3.17 lr
+    (betas 0.9, 0.999) per run, lr warming up linearly from 0 (inverse_sqrt)."""
+    lr, warmup = (float(COMMON[COMMON.index(k) + 1]) for k in ("--lr", "--warmup-updates"))
+    return 2 * 3.17 * sum(lr * min(1.0, u / warmup) for u in range(1, UPDATES + 1))
 
 
 def _train(data, save, opts, procs, extra=()):
@@ -75,9 +93,12 @@ def test_two_processes_train_what_one_trains(setup, trained, tmp_path, monkeypat
     init_state = None
     if init:  # the parameters that train must have moved (else equality says nothing)
         init_state = torch.load(ar, map_location="cpu", weights_only=False)["model"]
-    moved = 0
+    moved, noise = 0, _noise_bound()
     for name, p in one.items():
-        assert torch.allclose(p.float(), two[name].float(), rtol=1e-4, atol=1e-6), name
+        if _zero_gradient(name):  # determined only up to the optimizer's step on noise
+            assert float((p.float() - two[name].float()).abs().max()) <= noise, name
+        else:
+            assert torch.allclose(p.float(), two[name].float(), rtol=1e-4, atol=1e-6), name
         if init_state is not None and name in init_state and init_state[name].shape == p.shape:
             moved += not torch.equal(init_state[name], p)
     if init_state is not None and "--freeze-base" in opts:

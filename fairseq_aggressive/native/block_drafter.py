@@ -41,13 +41,15 @@ class NativeBlockDrafter:
         self.engine = NativeEngine(model, tgt_dict, isa=isa, threads=threads)
         self.lib = self.engine.lib
         self._mask = dec.mask_embed.detach().float().contiguous()
-        self.lib.fa_set_mask_embed(self.engine.handle, self._mask.data_ptr())
+        if self.lib.fa_set_mask_embed(self.engine.handle, self._mask.data_ptr()) != 0:
+            raise self.engine.failure("the drafter's slot input")
         proj = getattr(dec, "feature_proj", None)
         self.feature_dim = 0 if proj is None else proj.in_features
         if proj is not None:  # the engine projects the verifier's features itself (no torch call per pass)
             w = proj.weight.detach().float().contiguous()
             b = proj.bias.detach().float().contiguous()
-            self.lib.fa_set_feature_proj(self.engine.handle, w.data_ptr(), b.data_ptr(), self.feature_dim)
+            if self.lib.fa_set_feature_proj(self.engine.handle, w.data_ptr(), b.data_ptr(), self.feature_dim) != 0:
+                raise self.engine.failure("the drafter's feature projection")
         self.causal = bool(getattr(dec, "causal_prefix", False))
         self.state = None
         self.cached: List[int] = []

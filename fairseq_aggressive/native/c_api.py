@@ -49,7 +49,7 @@ def declare(lib) -> None:
         "fa_model_free": (None, [P]),
         "fa_half_linears": (I, [P]),
         "fa_int8_linears": (I, [P]),
-        "fa_set_threads": (None, [P, I]),
+        "fa_set_threads": (I, [P, I]),
         "fa_pool_stats": (None, [P, L64]),
         "fa_pool_selftest": (I64, [I, I, I, I, I, I, I, L64]),
         "fa_set_pool_timeout": (None, [P, I]),
@@ -62,8 +62,8 @@ def declare(lib) -> None:
         "fa_shortlist_common": (I, [P, I]),
         "fa_shortlist": (I, [P, P, I, I, P]),
         "fa_pass": (I, [P, P, ctypes.POINTER(PassArgs)]),
-        "fa_set_mask_embed": (None, [P, P]),
-        "fa_set_feature_proj": (None, [P, P, P, I]),
+        "fa_set_mask_embed": (I, [P, P]),
+        "fa_set_feature_proj": (I, [P, P, P, I]),
         "fa_draft": (I, [P, P, I, IP, IP, IP, I, I, IP, P]),
     }
     for name, (restype, argtypes) in signatures.items():

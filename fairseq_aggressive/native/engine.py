@@ -129,6 +129,8 @@ class NativeEngine:
         self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
         self.embed_dim = dec.embed_dim
         self.handle = self.lib.fa_model_new(ctypes.byref(cfg))
+        if not self.handle:
+            raise MemoryError(f"native engine: no memory for a model of width {C}")
         # every tensor by its fairseq name (csrc/weights.h lists them); the engine copies it
         self._n_float = self._n_int8 = 0
         for side, part, pos in (("encoder", enc, src_pos), ("decoder", dec, tgt_pos)):
@@ -192,7 +194,8 @@ class NativeEngine:
     def set_threads(self, n: int) -> None:
         """Run on ``n`` threads (the caller's and ``n - 1`` workers)."""
         if n != self.threads:
-            self.lib.fa_set_threads(self.handle, int(n))
+            if self.lib.fa_set_threads(self.handle, int(n)) != 0:
+                raise self.failure(f"starting {n} threads")
             self.threads = n
 
     def failure(self, what: str) -> RuntimeError:
@@ -241,12 +244,18 @@ class NativeEngine:
 
     def set_shortlist(self, state_handle, shortlist, src_tokens: torch.Tensor) -> None:
         """Restrict each sentence of a state to its shortlist (the common ids and its source's)."""
-        if self.lib.fa_shortlist_common(self.handle, shortlist.n_common) != 0:
+        rc = self.lib.fa_shortlist_common(self.handle, shortlist.n_common)
+        if rc == -2:
+            raise self.failure("a shortlist")
+        if rc != 0:
             raise ValueError(f"vocabulary shortlist of {shortlist.n_common} common ids: it must cover "
                              "the special symbols and fit the vocabulary")
         for b, ids in enumerate(shortlist.extras(src_tokens.cpu())):
             arr = np.ascontiguousarray(ids, dtype=np.int32)
-            if self.lib.fa_shortlist(self.handle, state_handle, b, len(arr), arr.ctypes.data) != 0:
+            rc = self.lib.fa_shortlist(self.handle, state_handle, b, len(arr), arr.ctypes.data)
+            if rc == -2:
+                raise self.failure("a shortlist")
+            if rc != 0:
                 raise ValueError(f"sentence {b}: shortlist ids must ascend, beyond the common ones")
 
 

@@ -81,22 +81,33 @@ const char* fa_source_key() { return FA_SOURCE_KEY; }
 // ------------------------------------------------------------ model
 // A model with the shape cfg and no weights yet: give each tensor with
 // fa_set_weight (names in csrc/weights.h), then pack them with fa_model_build.
-void* fa_model_new(const fa::Config* cfg) { return new Model(*cfg); }
+// nullptr if it cannot be made (memory).
+void* fa_model_new(const fa::Config* cfg) {
+  try {
+    return new Model(*cfg);
+  } catch (...) {
+    return nullptr;
+  }
+}
 
 // Copies one named tensor (rows x cols, row-major; dtype 0 float32, 1 float16,
 // 2 int8) of `layer` (-1 for a tensor outside the layers).  0, or -1 when the
 // name, layer, shape or dtype is wrong (fa_model_error says which).
 int fa_set_weight(void* mp, const char* name, int layer, int dtype, const void* data, int rows, int cols) {
-  Model& m = model(mp);
-  m.error = m.staged.put(m.cfg, name, layer, dtype, data, rows, cols);
-  return m.error.empty() ? 0 : -1;
+  return guarded(mp, -1, [&] {
+    Model& m = model(mp);
+    m.error = m.staged.put(m.cfg, name, layer, dtype, data, rows, cols);
+    return m.error.empty() ? 0 : -1;
+  });
 }
 
 // Packs the tensors given; 0, or -1 when one is missing or inconsistent (fa_model_error)
 int fa_model_build(void* mp) {
-  Model& m = model(mp);
-  m.error = fa::build_model(m);
-  return m.error.empty() ? 0 : -1;
+  return guarded(mp, -1, [&] {
+    Model& m = model(mp);
+    m.error = fa::build_model(m);
+    return m.error.empty() ? 0 : -1;
+  });
 }
 
 // why the last fa_set_weight, fa_model_build, fa_begin*, fa_pass or fa_draft failed
@@ -109,7 +120,13 @@ int fa_half_linears(void* mp) { return model(mp).half_linears(); }
 int fa_int8_linears(void* mp) { return model(mp).int8_linears(); }
 
 // ------------------------------------------------------------ threads
-void fa_set_threads(void* mp, int n) { model(mp).pool.resize(n); }
+// 0, or -2 if the threads could not be started (fa_model_error says why)
+int fa_set_threads(void* mp, int n) {
+  return guarded(mp, -2, [&] {
+    model(mp).pool.resize(n);
+    return 0;
+  });
+}
 
 // the pool's counters (fa::PoolStats, in its order): calls, parallel, worker_items,
 // waits, stalls, wait_ns
@@ -121,10 +138,11 @@ void fa_pool_stats(void* mp, int64_t* out) { put_stats(model(mp).pool.stats(), o
 // the workers run sleep `slow_us` microseconds, as a descheduled worker would, and
 // the caller gives the workers up to 2 ms to come before it takes its first item.
 // Returns the number of items that did not run exactly once (0 when the pool is
-// right), or -1 if a call failed with fa::PoolError (its message on stderr); the
+// right), or -1 if a call failed with fa::PoolError or the pool could not start
+// (the message on stderr); the
 // pool's counters go to stats (6 values, as fa_pool_stats).
 int64_t fa_pool_selftest(int threads, int calls, int max_items, int seed, int slow, int slow_us, int timeout_ms,
-                         int64_t* stats) {
+                         int64_t* stats) try {
   fa::Pool pool(threads);
   if (timeout_ms > 0) pool.set_timeout(std::chrono::milliseconds(timeout_ms));
   const std::thread::id caller = std::this_thread::get_id();
@@ -171,6 +189,9 @@ int64_t fa_pool_selftest(int threads, int calls, int max_items, int seed, int sl
   }
   if (stats != nullptr) put_stats(pool.stats(), stats);
   return bad;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_pool_selftest: %s\n", e.what());
+  return -1;
 }
 
 // How long a decoding call waits for its last items before it checks that a
@@ -213,14 +234,17 @@ int fa_length(void* sp, int b) { return state(sp).sents[b].len; }
 // a batch chooses among output ids [0, n) (the special symbols and the most
 // frequent tokens: fairseq dictionaries are sorted by frequency) and its own
 // ids set by fa_shortlist; log-probs are normalized over that set.
-// fa_shortlist_common(n): n = 0 turns it off; -1 if n does not cover the special symbols.
-int fa_shortlist_common(void* mp, int n) { return fa::set_common_shortlist(model(mp), n); }
+// fa_shortlist_common(n): n = 0 turns it off; -1 if n does not cover the special symbols
+// (both: -2 if the engine failed, fa_model_error says why).
+int fa_shortlist_common(void* mp, int n) {
+  return guarded(mp, -2, [&] { return fa::set_common_shortlist(model(mp), n); });
+}
 
 // Sentence b of a batch (after fa_shortlist_common): its ids beyond the common
 // ones, ascending, each in [n_common, vocab); -1 if not.  Once any sentence of
 // the batch has been given a list, the whole batch decodes on the shortlist.
 int fa_shortlist(void* mp, void* sp, int b, int n, const int32_t* ids) {
-  return fa::set_sentence_shortlist(model(mp), state(sp), b, n, ids);
+  return guarded(mp, -2, [&] { return fa::set_sentence_shortlist(model(mp), state(sp), b, n, ids); });
 }
 
 // ------------------------------------------------------------ decoding
@@ -232,17 +256,23 @@ int fa_pass(void* mp, void* sp, const fa::PassArgs* args) {
   return guarded(mp, -2, [&] { return fa::verify_pass(model(mp), state(sp), *args); });
 }
 
-// A block drafter's slot input vector (C floats).
-void fa_set_mask_embed(void* mp, const float* v) {
-  Model& m = model(mp);
-  m.mask_embed.assign(v, v + m.cfg.C);
+// A block drafter's slot input vector (C floats); 0, or -2 (fa_model_error).
+int fa_set_mask_embed(void* mp, const float* v) {
+  return guarded(mp, -2, [&] {
+    Model& m = model(mp);
+    m.mask_embed.assign(v, v + m.cfg.C);
+    return 0;
+  });
 }
 
 // A --verifier-features drafter's projection (C x n_in weights W, bias b) of
-// the verifier's features into its prefix inputs.
-void fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
-  Model& m = model(mp);
-  m.feat_proj.pack(W, nullptr, b, m.cfg.C, n_in);
+// the verifier's features into its prefix inputs; 0, or -2 (fa_model_error).
+int fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
+  return guarded(mp, -2, [&] {
+    Model& m = model(mp);
+    m.feat_proj.pack(W, nullptr, b, m.cfg.C, n_in);
+    return 0;
+  });
 }
 
 // One block-drafter pass (fa::draft_pass in csrc/block_drafter.h).

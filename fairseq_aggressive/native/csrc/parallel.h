@@ -138,6 +138,8 @@ class Pool {
 
   const PoolStats& stats() const { return stats_; }
 
+  // The setters below, like resize(), are the caller's: only between run() calls.
+
   // How long a caller waits for the last items before it checks that a worker
   // still holds one (point 5 above).
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
