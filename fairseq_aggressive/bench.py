@@ -45,6 +45,11 @@ converter (cached as ``CKPT.ct2/``).  CTranslate2 runs in a process of its own
 times), with the same thread count, after the torch modes have finished: the
 same warm-up batches first, then every batch timed one by one around
 ``translate_batch``; the length cap is fairseq's (``--max-len-a/-b``).
+``ct2-best`` first times every compute type CTranslate2 supports on the CPU at
+1, 2, 4, ... threads (up to the CPUs this process may use) on the first 40
+sentences, then decodes the run with the fastest (the JSON's ``ct2_config``
+lists every configuration's time).  The ``x ct2...`` column compares every mode
+with the fastest CTranslate2 mode of the run.
 
 The torch modes decode every batch back to back (interleaved), so machine
 noise hits them alike; then the modes on the native engine (``--engine``)
@@ -74,6 +79,7 @@ from fairseq_aggressive.cpu_load import cpu_load
 from fairseq_aggressive.evaluation.m2 import distance_table
 from fairseq_aggressive.generator import length_cap
 from fairseq_aggressive.options import check_isa
+from fairseq_aggressive.threads import usable_cpus
 
 logger = logging.getLogger("fairseq_aggressive.bench")
 
@@ -151,7 +157,7 @@ def mode_overrides(name: str, args) -> Dict:
         raise SystemExit(
             f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
             "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad[@LMAX][-bN][-cost], ct2, "
-            "ct2-int8; "
+            "ct2-int8, ct2-best; "
             "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native; any mode takes "
             "a final -int8 (e.g. iad-int8), then -sl (e.g. iad-sl, greedy-sl)"
         )
@@ -188,7 +194,9 @@ def add_bench_args(parser):
                    "(GAD with --drafter-path; gad@K sets the block size), iad@L (drafts of at most "
                    "L tokens), iad-bN (N branches after an edit), iad-cost (cost-aware draft lengths; "
                    "combine as iad@L-bN-cost), blockwise, "
-                   "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own); "
+                   "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own), ct2-best "
+                   "(CTranslate2 at its fastest compute type and thread count on this machine, timed on the "
+                   "first 40 sentences); "
                    "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's "
                    "greedy); a final -int8 decodes an int8 copy of the model (iad-int8, greedy-int8); "
                    "a final -sl decodes with the vocabulary shortlist of --bench-shortlist (approximate; "
@@ -330,8 +338,8 @@ def run(cfg, bench) -> Dict:
     steps = {m: 0 for m in modes}  # batched decoder steps of the stock generators
     with cpu_load(bench.bench_load):
         decode_blocks(blocks, gens, batches, bench, per_sent, totals, steps, tgt_dict, src_dict, bpe)
-        for m in ct2_modes:
-            run_ct2(m, ct2_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps)
+        ct2_configs = {m: run_ct2(m, ct2_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals,
+                                  steps) for m in ct2_modes}
     ties = count_near_ties(modes, per_sent, {m: mdl for m, (mdl, _) in gens.items()}, tgt_dict.eos())
     for rec in per_sent.values():
         base = rec.get("greedy", rec[modes[0]])["tokens"]
@@ -344,6 +352,8 @@ def run(cfg, bench) -> Dict:
                "engine": sorted({g.native.threads for _, g in gens.values() if getattr(g, "native", None)}),
                "ctranslate2": ct2_threads(bench) if ct2_modes else None}
     res = summarize(modes, per_sent, totals, steps, gens, bsz, threads, bench.bench_load)
+    for m, config in ct2_configs.items():  # CTranslate2's compute type and threads per mode
+        res["modes"][m]["ct2_config"] = config
     for m, n_ties in ties.items():
         res["modes"][m]["near_ties_with_greedy"] = n_ties
     return res
@@ -387,9 +397,8 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
 
 
 def ct2_threads(bench) -> int:
-    """CTranslate2's intra-op threads: ``--threads``, else the CPUs this process may use."""
-    from fairseq_aggressive.threads import usable_cpus
-
+    """CTranslate2's intra-op threads: ``--threads``, else the CPUs this process may use
+    (ct2-best chooses its own)."""
     return bench.threads or usable_cpus()
 
 
@@ -444,8 +453,18 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
         max_len = length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos)
         toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
         requests.append({"tokens": toks, "max_len": max_len})
+    compute_type, threads, config = COMPUTE_TYPES[mode], ct2_threads(bench), None
     try:
-        res = ct2_baseline.decode(model_dir, requests, mode, ct2_threads(bench), bench.warmup)
+        if compute_type is None:  # ct2-best: the fastest configuration on the first sentences
+            probe = ct2_baseline.probe_batches(requests)
+            counts = ct2_baseline.thread_counts(max(ct2_threads(bench), usable_cpus()))
+            config = ct2_baseline.tune(model_dir, probe, counts, min(bench.warmup, len(probe)))
+            compute_type, threads = config["compute_type"], config["threads"]
+            logger.info(f"{mode}: {compute_type}, {threads} thread(s) was the fastest of "
+                        + ", ".join(f"{c['compute_type']}/{c['threads']}t {1000 * c['seconds']:.0f} ms"
+                                    for c in config["configs"])
+                        + f" on the first {sum(len(b['tokens']) for b in probe)} sentences")
+        res = ct2_baseline.decode(model_dir, requests, compute_type, threads, bench.warmup)
     except ct2_baseline.CT2Error as e:
         raise SystemExit(f"error: {e}")
     bpe = cfg.common_eval.post_process
@@ -458,6 +477,7 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
             per_sent[sid][mode] = {"ms": 1000 * out["seconds"] / len(sids), "tokens": ids,
                                    "text": tgt_dict.string(torch.tensor(ids), bpe)}
     logger.info(f"{mode}: CTranslate2 {res['version']}, {model_dir}")
+    return dict(config or {}, compute_type=compute_type, threads=threads)
 
 
 def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dict:
@@ -626,6 +646,14 @@ def describe_load(load: int) -> str:
     return f"load: {load} CPU-bound process{'es' if load != 1 else ''} beside it" if load else "no load beside it"
 
 
+def describe_mode(mode: str, row: Dict) -> str:
+    """A mode's name in the table; ct2-best with the configuration it chose."""
+    config = row.get("ct2_config")
+    if mode != ct2_baseline.BEST or not config:
+        return mode
+    return f"{mode} ({config['compute_type']}, {config['threads']} thread{'s' if config['threads'] > 1 else ''})"
+
+
 def print_table(res, file=sys.stdout):
     has_base = "base_beam5" in res["modes"]
     has_int8 = any(without_target(m).endswith(("-int8", "-sl")) for m in res["modes"])
@@ -640,7 +668,7 @@ def print_table(res, file=sys.stdout):
     print("|" + "---|" * len(cols), file=file)
     for m, r in res["modes"].items():
         cells = [
-            m, f"{r['total_s']:.2f}", f"{r['mean_ms_per_sentence']:.1f}",
+            describe_mode(m, r), f"{r['total_s']:.2f}", f"{r['mean_ms_per_sentence']:.1f}",
         ] + ([f"{r['speedup_vs_base_beam5']:.2f}"] if has_base else []) + [
             f"{r['speedup_vs_beam5']:.2f}" if "speedup_vs_beam5" in r else "-",
             f"{r['speedup_vs_greedy']:.2f}" if "speedup_vs_greedy" in r else "-",

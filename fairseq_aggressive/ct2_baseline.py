@@ -1,6 +1,14 @@
-"""CTranslate2 greedy decoding as a benchmark baseline (bench modes ``ct2`` and
-``ct2-int8``), driven from the torch process but run in a process of its own
-(:mod:`fairseq_aggressive.ct2_worker`).
+"""CTranslate2 greedy decoding as a benchmark baseline (bench modes ``ct2``,
+``ct2-int8`` and ``ct2-best``), driven from the torch process but run in a
+process of its own (:mod:`fairseq_aggressive.ct2_worker`).
+
+``ct2-best`` is CTranslate2 at its fastest configuration on the machine: every
+compute type it supports on this CPU (float32, int8, int8_float32, int16,
+bfloat16 ... as the CPU allows) at 1, 2, 4, ... threads up to the CPUs the
+process may use, each timed on the first sentences of the run (:func:`tune`);
+the fastest decodes the run.  Which one wins depends on the CPU (on Intel CPUs,
+where CTranslate2 uses MKL, often int8 with one thread; on AMD ones its
+float32).
 
 The checkpoint is converted once with CTranslate2's fairseq converter and the
 result is cached beside it (``CKPT.ct2/``, or under ``~/.cache`` when that
@@ -20,7 +28,11 @@ from typing import Dict, List
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
-COMPUTE_TYPES = {"ct2": "float32", "ct2-int8": "int8"}
+# the compute type of each mode; ct2-best's is chosen by tune()
+BEST = "ct2-best"
+COMPUTE_TYPES = {"ct2": "float32", "ct2-int8": "int8", BEST: None}
+# sentences of the run that ct2-best times every configuration on
+PROBE_SENTENCES = 40
 
 
 class CT2Error(RuntimeError):
@@ -76,23 +88,66 @@ def converted_model(ckpt: str, data_dir: str) -> str:
     return out
 
 
-def decode(model_dir: str, batches: List[Dict], mode: str, threads: int, warmup: int) -> Dict:
+def compute_types() -> List[str]:
+    """The compute types CTranslate2 supports on this CPU."""
+    require()
+    proc = subprocess.run([sys.executable, WORKER, "types"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise CT2Error(f"CTranslate2 could not list its compute types:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout)
+
+
+def thread_counts(max_threads: int) -> List[int]:
+    """1, 2, 4, ... up to max_threads, and max_threads."""
+    counts, t = set(), 1
+    while t < max_threads:
+        counts.add(t)
+        t *= 2
+    return sorted(counts | {max(1, max_threads)})
+
+
+def probe_batches(batches: List[Dict], sentences: int = PROBE_SENTENCES) -> List[Dict]:
+    """The first batches of a run, up to ``sentences`` sentences (at least one batch)."""
+    out, n = [], 0
+    for b in batches:
+        if out and n >= sentences:
+            break
+        out.append(b)
+        n += len(b["tokens"])
+    return out
+
+
+def tune(model_dir: str, batches: List[Dict], threads: List[int], warmup: int) -> Dict:
+    """Times greedy decoding of ``batches`` with every compute type of this CPU at
+    each count of ``threads``; returns ``{"compute_type", "threads"}`` of the
+    fastest and ``"configs"``, every configuration with its seconds."""
+    configs = []
+    for ct in compute_types():
+        for t in threads:
+            res = _worker("decode", model_dir, {"compute_type": ct, "threads": t, "warmup": warmup,
+                                                "batches": batches}, f"{BEST} {ct}", t)
+            configs.append({"compute_type": ct, "threads": t,
+                            "seconds": sum(b["seconds"] for b in res["batches"])})
+    best = min(configs, key=lambda c: c["seconds"])
+    return {"compute_type": best["compute_type"], "threads": best["threads"], "configs": configs}
+
+
+def decode(model_dir: str, batches: List[Dict], compute_type: str, threads: int, warmup: int) -> Dict:
     """Decode ``batches`` ([{"tokens": [[str]], "max_len": int}]) greedily in a
     CTranslate2 process; returns the worker's result (per batch seconds and
     hypotheses as token strings)."""
-    request = {"compute_type": COMPUTE_TYPES[mode], "threads": threads, "warmup": warmup,
-               "batches": batches}
-    return _worker("decode", model_dir, request, mode, threads)
+    request = {"compute_type": compute_type, "threads": threads, "warmup": warmup, "batches": batches}
+    return _worker("decode", model_dir, request, f"ct2 {compute_type}", threads)
 
 
-def serve(model_dir: str, shards: List[List[Dict]], mode: str, threads: int, warmup: int) -> Dict:
+def serve(model_dir: str, shards: List[List[Dict]], compute_type: str, threads: int, warmup: int) -> Dict:
     """Decode each shard's batches in its own client thread of one CTranslate2
     translator with ``inter_threads=len(shards)`` (``intra_threads=threads``),
     all shards at once (a service with that many workers); returns per shard
     the seconds and hypotheses of each batch, and the wall time of the whole."""
-    request = {"compute_type": COMPUTE_TYPES[mode], "workers": len(shards), "threads": threads,
+    request = {"compute_type": compute_type, "workers": len(shards), "threads": threads,
                "warmup": warmup, "shards": shards}
-    return _worker("serve", model_dir, request, mode, threads * len(shards))
+    return _worker("serve", model_dir, request, f"ct2 {compute_type}", threads * len(shards))
 
 
 def _worker(command: str, model_dir: str, request: Dict, mode: str, omp_threads: int) -> Dict:

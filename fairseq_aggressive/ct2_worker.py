@@ -5,6 +5,7 @@ by 14-34x when both live in one process).
     python ct2_worker.py convert CKPT DATA_DIR USER_DIR OUT_DIR
     python ct2_worker.py decode MODEL_DIR < request.json > result.json
     python ct2_worker.py serve MODEL_DIR < request.json > result.json
+    python ct2_worker.py types > types.json
 
 ``convert`` writes a CTranslate2 model with CTranslate2's own fairseq
 converter (float32 weights; int8 is chosen at load time with
@@ -20,6 +21,8 @@ by one, and writes ``{"batches": [{"seconds": float, "hyps": [[str]]}],
 shard, all started at once, each sending its shard's batches one by one, as a
 service with that many workers does; writes ``{"wall": float, "shards":
 [[{"seconds": float, "hyps": [[str]]}]], "version": str}``.
+
+``types`` writes the compute types CTranslate2 supports on this CPU (a JSON list).
 
 This file imports only the standard library and ctranslate2 (for ``decode`` and ``serve``).
 """
@@ -99,7 +102,16 @@ def serve(model_dir, request):
     return {"wall": time.perf_counter() - t0, "shards": out, "version": ctranslate2.__version__}
 
 
+def types():
+    import ctranslate2
+
+    return sorted(ctranslate2.get_supported_compute_types("cpu"))
+
+
 def main(argv):
+    if argv == ["types"]:
+        json.dump(types(), sys.stdout)
+        return 0
     if len(argv) == 5 and argv[0] == "convert":
         convert(*argv[1:])
         return 0

@@ -48,6 +48,43 @@ def test_bench_ct2_modes(trained, tmp_path):
     assert json.loads(js4.read_text())["modes"]["ct2"]["identical_to_greedy"] >= 29
 
 
+@pytest.mark.slow
+def test_bench_ct2_best_configuration(trained, tmp_path):
+    """ct2-best times every compute type CTranslate2 supports on this CPU at 1, 2, 4 ...
+    threads on the first sentences, decodes the run with the fastest, and the
+    x ct2 column is against the fastest CTranslate2 mode of the run."""
+    data, ckpt = trained
+    js = tmp_path / "best.json"
+    proc = bench(data, ckpt, js, "greedy,iad,ct2,ct2-best", 30, 1)
+    res = json.loads(js.read_text())
+    best = res["modes"]["ct2-best"]
+    config = best["ct2_config"]
+    types = ct2_baseline.compute_types()
+    assert "float32" in types and "int8" in types
+    counts = ct2_baseline.thread_counts(os.cpu_count())
+    assert sorted((c["compute_type"], c["threads"]) for c in config["configs"]) == sorted(
+        (t, n) for t in types for n in counts)
+    chosen = min(config["configs"], key=lambda c: c["seconds"])
+    assert (config["compute_type"], config["threads"]) == (chosen["compute_type"], chosen["threads"])
+    assert best["total_s"] > 0 and len(res["per_sentence"]) == 30
+    if config["compute_type"] == "float32":  # float32 greedy is fairseq's (up to a near tie)
+        assert best["identical_to_greedy"] >= 29, best
+    fastest = res["ct2_fastest"]
+    assert fastest in ("ct2", "ct2-best")
+    assert res["modes"][fastest]["speedup_vs_ct2"] == 1.0
+    thr = f"{config['threads']} thread{'s' if config['threads'] > 1 else ''}"
+    assert f"| ct2-best ({config['compute_type']}, {thr}) |" in proc.stdout
+
+
+def test_ct2_thread_counts_and_probe():
+    assert ct2_baseline.thread_counts(1) == [1]
+    assert ct2_baseline.thread_counts(2) == [1, 2]
+    assert ct2_baseline.thread_counts(6) == [1, 2, 4, 6]
+    batches = [{"tokens": [["a"]] * 3, "max_len": 5} for _ in range(20)]
+    assert len(ct2_baseline.probe_batches(batches, 7)) == 3  # 9 sentences: the first batches past 7
+    assert len(ct2_baseline.probe_batches(batches[:1], 40)) == 1
+
+
 def test_ct2_missing_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(ct2_baseline.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ct2_baseline.CT2Error, match=r"pip install 'fairseq-aggressive\[ct2\]'"):

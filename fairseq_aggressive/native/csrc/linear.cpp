@@ -76,9 +76,17 @@ TileFn<WT> tile_fn(int mr, int nr) {
   }
 }
 
-// panels per tile for a row block of mr rows (about 8-12 accumulators)
+// panels per tile for a row block of mr rows: mr x panels accumulators, the
+// panels' weight vectors and a broadcast input fill the vector registers (16 on
+// AVX2 and the generic layout: 8-12 accumulators; 32 with AVX-512: 16-24), so
+// each weight vector loaded feeds as many rows as the registers allow.  The
+// tiling never changes a result: each output sums over k in order.
 int panels_for(int mr) {
+#if defined(FA_ISA_AVX512)
+  static const int t[7] = {0, 8, 8, 6, 5, 4, 4};
+#else
   static const int t[7] = {0, 8, 6, 4, 3, 2, 2};
+#endif
   return t[mr];
 }
 
