@@ -128,12 +128,14 @@ def test_pool_stress_with_widened_windows():
 def test_pool_stress_catches_a_split_bound():
     """The same stress test on a protocol that reads a job's bound apart from its
     job word (-DFA_POOL_SPLIT_BOUND), with the windows widened: every run fails,
-    by an item run twice or for the wrong call, or by a completion the pool
-    reports lost (never by a silent hang)."""
+    by an item run twice or for the wrong call, by a completion the pool
+    reports lost, or by a crash (a worker that claims an item of a finished call
+    runs a function object the caller has already destroyed); never by a silent
+    hang."""
     rc, runs = stress("split-bound", 20_000, timeout_ms=300)
     assert rc == 0 and len(runs) == 6, runs
     for r in runs:
-        assert r["status"] in (1, 2), r
+        assert r["status"] in (1, 2) or r["status"] < 0, r
         assert r["calls"] < 20_000, r
         if r["status"] == 2:
             assert "a completion was lost" in r["report"], r

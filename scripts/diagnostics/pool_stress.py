@@ -21,7 +21,8 @@ CPU-bound processes.  Variants:
 
 Prints a line per run and, with ``--json``, one JSON object with every run
 (threads, load, calls, bad items, exit status: 0 right, 1 miscounted item,
-2 the pool reported a lost completion, 3 a hang the pool did not report).
+2 the pool reported a lost completion, 3 a hang the pool did not report,
+negative: killed by that signal).
 Exits 0 when every run's status is the one its variant expects.
 """
 import argparse
