@@ -215,6 +215,10 @@ def add_bench_args(parser):
                    "share of the sentences one request at a time, as a service with W workers does "
                    "(sentences per second in total, per-request latency p50/p95; CTranslate2: one "
                    "translator with inter_threads=W); each worker gets the CPUs / W threads")
+    g.add_argument("--bench-worker-kind", choices=("processes", "threads"), default="processes",
+                   help="with --bench-workers: W processes, each with its own copy of the model "
+                   "(processes), or one process with W decoder threads on one copy of the native "
+                   "engine's weights (threads)")
     g.add_argument("--bench-max-sentences", type=int, default=None,
                    help="decode only the first N sentences of the subset")
     g.add_argument("--baseline-path", default=None,

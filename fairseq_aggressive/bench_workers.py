@@ -1,13 +1,16 @@
 """``fairseq-aggressive-bench --bench-workers W``: decoding as a service with W
 workers runs it.
 
-For each mode, W decoder processes start at once on a shared input: worker k
+For each mode, W decoders start at once on a shared input (W processes, or
+with ``--bench-worker-kind threads`` W decoder threads of one process that
+share one copy of the native engine's weights): worker k
 decodes sentences k, k + W, k + 2W, ... one request (batch) at a time, with
 ``threads`` threads (``--threads``, default the CPUs this process may use
 divided by W).  Each worker loads the model and decodes ``--warmup`` batches,
 then all start together; the result is the sentences per second of all
 workers together (sentences / the time from the first worker's start to the
-last one's end) and the per-request latency (p50 / p95).  CTranslate2 modes run one
+last one's end) and the per-request latency (p50 / p95), and the peak resident memory of the
+processes summed.  CTranslate2 modes run one
 translator with ``inter_threads=W`` and W client threads (its own way of
 serving W requests at once).  ``--bench-load N`` runs beside all of it.
 
@@ -54,8 +57,19 @@ def _shard_batches(dataset, n: int, k: int, workers: int, bsz: int):
     return [dataset.collater([dataset[i] for i in ids[j : j + bsz]]) for j in range(0, len(ids), bsz)]
 
 
+def peak_rss() -> int:
+    """The peak resident memory of this process so far, in bytes."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: kilobytes
+
+
 def worker(spec: Dict) -> None:
-    """One worker: load, warm up, say ready, wait for the start, decode its shard."""
+    """One worker process: load, build one generator per decoder thread (on one
+    copy of the native engine's weights), warm up, say ready, wait for the
+    start, decode the shards, one thread per shard."""
+    import threading
+
     from fairseq import checkpoint_utils, utils
 
     import fairseq_aggressive  # noqa: F401
@@ -66,33 +80,59 @@ def worker(spec: Dict) -> None:
     cfg, args, task, dataset, n = _load(spec["argv"])
     models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
     model = models[0].eval()
-    ov = dict(mode_overrides(spec["mode"], args), native_threads=spec["threads"])
-    gen = task.build_generator([model], gen_args_for(cfg.generation, ov))
-    batches = _shard_batches(dataset, n, spec["shard"], spec["workers"], cfg.dataset.batch_size or 1)
-    for sample in batches[: args.warmup]:
-        gen.generate([model], sample)
+    gen_args = gen_args_for(cfg.generation, dict(mode_overrides(spec["mode"], args), native_threads=spec["threads"]))
+    gens = [task.build_generator([model], gen_args)]
+    for _ in spec["shards"][1:]:  # the other decoders read the first one's weights
+        share = getattr(gens[0], "native", None)
+        gens.append(task.build_generator([model], gen_args, **({"native_share": share} if share else {})))
+    bsz = cfg.dataset.batch_size or 1
+    shards = [_shard_batches(dataset, n, k, spec["workers"], bsz) for k in spec["shards"]]
+    for gen, batches in zip(gens, shards):
+        for sample in batches[: args.warmup]:
+            gen.generate([model], sample)
     print(READY, flush=True)
     sys.stdin.readline()  # the start
     start = time.monotonic()  # one clock for every process of the machine
-    recs = []
-    for sample in batches:
-        t0 = time.perf_counter()
-        hypos = gen.generate([model], sample)
-        dt = time.perf_counter() - t0
-        for sid, h in zip(sample["id"].tolist(), hypos):
-            recs.append({"id": sid, "seconds": dt, "tokens": h[0]["tokens"].tolist()})
+    recs: List[List[Dict]] = [[] for _ in shards]
+    errors: List[BaseException] = []
+
+    def decode(k: int) -> None:
+        try:
+            for sample in shards[k]:
+                t0 = time.perf_counter()
+                hypos = gens[k].generate([model], sample)
+                dt = time.perf_counter() - t0
+                for sid, h in zip(sample["id"].tolist(), hypos):
+                    recs[k].append({"id": sid, "seconds": dt, "tokens": h[0]["tokens"].tolist()})
+        except BaseException as e:  # noqa: B036 - reported by the main thread
+            errors.append(e)
+
+    if len(shards) == 1:
+        decode(0)
+    else:
+        threads = [threading.Thread(target=decode, args=(k,)) for k in range(len(shards))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    if errors:
+        raise errors[0]
     end = time.monotonic()
     with open(spec["out"], "w") as f:
-        json.dump({"start": start, "end": end, "requests": recs}, f)
+        json.dump({"start": start, "end": end, "requests": [r for rs in recs for r in rs],
+                   "peak_rss": peak_rss()}, f)
 
 
-def _run_processes(argv, mode: str, workers: int, threads: int) -> Dict:
-    """W worker processes of ``mode``, started together; their requests and the wall time."""
+def _run_processes(argv, mode: str, workers: int, threads: int, kind: str = "processes") -> Dict:
+    """``mode`` served by W decoders started together: W processes (``kind``
+    processes) or one process with W decoder threads (threads); their
+    requests, the wall time and the processes' peak resident memory summed."""
+    groups = [[k] for k in range(workers)] if kind == "processes" else [list(range(workers))]
     with tempfile.TemporaryDirectory(prefix="fa-workers-") as tmp:
         procs, logs = [], []
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        for k in range(workers):
-            spec = dict(argv=argv, mode=mode, shard=k, workers=workers, threads=threads,
+        for k, shards in enumerate(groups):
+            spec = dict(argv=argv, mode=mode, shards=shards, workers=workers, threads=threads,
                         out=os.path.join(tmp, f"{k}.json"))
             log = open(os.path.join(tmp, f"{k}.log"), "w+")
             logs.append(log)
@@ -123,15 +163,16 @@ def _run_processes(argv, mode: str, workers: int, threads: int) -> Dict:
                     p.wait()
             for log in logs:
                 log.close()
-        recs, starts, ends = [], [], []
-        for k in range(workers):
+        recs, starts, ends, rss = [], [], [], 0
+        for k in range(len(groups)):
             with open(os.path.join(tmp, f"{k}.json")) as f:
                 res = json.load(f)
             recs += res["requests"]
             starts.append(res["start"])
             ends.append(res["end"])
+            rss += res["peak_rss"]
     # from the first worker's start to the last one's end (not counting the processes' exit)
-    return {"wall": max(ends) - min(starts), "requests": recs}
+    return {"wall": max(ends) - min(starts), "requests": recs, "peak_rss": rss}
 
 
 def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
@@ -166,7 +207,8 @@ def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
             for sid, hyp in zip(sids, out["hyps"]):
                 recs.append({"id": sid, "seconds": out["seconds"],
                              "tokens": [tgt_dict.index(t) for t in hyp] + [tgt_dict.eos()]})
-    return {"wall": res["wall"], "requests": recs, "ct2_config": {"compute_type": compute_type, "threads": threads}}
+    return {"wall": res["wall"], "requests": recs, "peak_rss": res.get("peak_rss"),
+            "ct2_config": {"compute_type": compute_type, "threads": threads}}
 
 
 def _percentile(xs: List[float], q: float) -> float:
@@ -193,17 +235,18 @@ def run_workers(argv, bench_args) -> Dict:
             logger.info(f"workers: {workers} x {m} ({threads} thread(s) each)")
             try:
                 runs[m] = (_run_ct2(m, cfg, args, task, dataset, n, workers, threads) if m in COMPUTE_TYPES
-                           else _run_processes(argv, m, workers, threads))
+                           else _run_processes(argv, m, workers, threads, bench_args.bench_worker_kind))
             except (CT2Error, RuntimeError) as e:
                 raise SystemExit(f"error: {e}")
     ref = {r["id"]: r["tokens"] for r in runs["greedy"]["requests"]} if "greedy" in runs else None
-    out = {"sentences": n, "workers": workers, "threads_per_worker": threads, "load": bench_args.bench_load,
+    out = {"sentences": n, "workers": workers, "worker_kind": bench_args.bench_worker_kind,
+           "threads_per_worker": threads, "load": bench_args.bench_load,
            "batch_size": cfg.dataset.batch_size or 1, "machine": machine_info(), "modes": {}}
     for m, r in runs.items():
         lat = [1000 * q["seconds"] for q in r["requests"]]
         row = {"wall_s": r["wall"], "sentences_per_s": len(r["requests"]) / r["wall"],
                "latency_ms_p50": _percentile(lat, 0.5), "latency_ms_p95": _percentile(lat, 0.95),
-               "latency_ms_mean": statistics.mean(lat)}
+               "latency_ms_mean": statistics.mean(lat), "peak_rss_mb": (r.get("peak_rss") or 0) / 2**20}
         if ref is not None:
             row["identical_to_greedy"] = sum(q["tokens"] == ref[q["id"]] for q in r["requests"])
         if "ct2_config" in r:
@@ -226,16 +269,21 @@ def print_workers_table(res, file=sys.stdout) -> None:
     from .cpu_features import describe_machine
 
     print(f"machine: {describe_machine(res['machine'])}", file=file)
-    print(f"{res['sentences']} sentences, {res['workers']} workers x {res['threads_per_worker']} thread(s), "
+    kind = ("one process each" if res.get("worker_kind", "processes") == "processes"
+            else "decoder threads of one process, one copy of the weights")
+    print(f"{res['sentences']} sentences, {res['workers']} workers ({kind}; CTranslate2: inter_threads) "
+          f"x {res['threads_per_worker']} thread(s), "
           f"batch {res['batch_size']}; {describe_load(res['load'])}", file=file)
     from .bench import describe_mode
 
     bases = [b for b in (res.get("ct2_fastest"), "greedy-native") if b in res["modes"]]
-    cols = ["mode", "sent/s", "latency p50 ms", "latency p95 ms"] + [f"x {b}" for b in bases] + ["=greedy"]
+    cols = (["mode", "sent/s", "latency p50 ms", "latency p95 ms", "peak RSS MB"] + [f"x {b}" for b in bases]
+            + ["=greedy"])
     print("| " + " | ".join(cols) + " |", file=file)
     print("|" + "---|" * len(cols), file=file)
     for m, r in res["modes"].items():
-        cells = [describe_mode(m, r), f"{r['sentences_per_s']:.1f}", f"{r['latency_ms_p50']:.1f}", f"{r['latency_ms_p95']:.1f}"]
+        cells = [describe_mode(m, r), f"{r['sentences_per_s']:.1f}", f"{r['latency_ms_p50']:.1f}",
+                 f"{r['latency_ms_p95']:.1f}", f"{r['peak_rss_mb']:.0f}" if r.get("peak_rss_mb") else "-"]
         cells += [f"{r[f'throughput_vs_{b}']:.2f}" for b in bases]
         cells.append(f"{r['identical_to_greedy']}/{res['sentences']}" if "identical_to_greedy" in r else "-")
         print("| " + " | ".join(cells) + " |", file=file)

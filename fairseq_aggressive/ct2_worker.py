@@ -99,7 +99,10 @@ def serve(model_dir, request):
     t0 = time.perf_counter()
     for c in clients:
         c.join()
-    return {"wall": time.perf_counter() - t0, "shards": out, "version": ctranslate2.__version__}
+    import resource
+
+    return {"wall": time.perf_counter() - t0, "shards": out, "version": ctranslate2.__version__,
+            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 def types():

@@ -97,6 +97,7 @@ def build_aggressive_generator(task, models, args, decoding: str, option: Callab
         draft_cost=option("draft_cost"),
         native_threads=option("native_threads"),
         native_isa=option("native_isa"),
+        native_share=kwargs.get("native_share"),
     )
     atexit.register(_log_summary, generator, decoding)
     return generator

@@ -42,13 +42,16 @@ def _warn_once(message: str) -> None:
 
 
 def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_features: bool = False,
-                   shortlist=None, threads: Optional[int] = None, isa: Optional[str] = None):
+                   shortlist=None, threads: Optional[int] = None, isa: Optional[str] = None, share=None):
     """The verifier of ``model``: a :class:`~fairseq_aggressive.verifiers.NativeVerifier`
     where the engine runs (a CPU model it supports, an acceptance rule it applies
     itself, a drafter that does not read whole passes' features, a CPU it was
     built for), else a :class:`~fairseq_aggressive.verifiers.TorchVerifier`.
     ``threads``: the engine's (None: :func:`~fairseq_aggressive.threads.engine_threads`);
-    ``isa``: its build target (None / ``auto``: ``$FAIRSEQ_AGGRESSIVE_ISA`` or the best this CPU runs)."""
+    ``isa``: its build target (None / ``auto``: ``$FAIRSEQ_AGGRESSIVE_ISA`` or the best this CPU runs);
+    ``share``: a :class:`~fairseq_aggressive.native.NativeEngine` made from
+    ``model`` whose weights the verifier's engine reads (one copy in memory for
+    generators that decode on separate threads)."""
     from .verifiers import NativeVerifier, TorchVerifier
 
     def native():
@@ -60,7 +63,14 @@ def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_f
             raise NativeUnavailable(f"the native engine does not apply {acceptance!r}")
         if wants_pass_features:
             raise NativeUnavailable("the drafter reads the verifier's decoder features of whole passes")
-        eng = NativeEngine(model, tgt_dict, isa=isa, threads=threads)
+        if share is not None:
+            if not share.runs(model):
+                raise ValueError("the engine to share weights with was made from another model")
+            if isa not in (None, "auto", share.isa):
+                raise ValueError(f"the engine to share weights with runs {share.isa}, not {isa}")
+            eng = share.share(threads)
+        else:
+            eng = NativeEngine(model, tgt_dict, isa=isa, threads=threads)
         logger.info(f"verifier: the native engine ({eng.isa}, {eng.threads} thread(s); "
                     f"{eng.int8_linears} int8 linear layers, "
                     f"{eng.half_linears} stored as float16, their values are float16 values)")

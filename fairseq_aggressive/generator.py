@@ -75,7 +75,11 @@ class AggressiveGenerator(nn.Module):
     ``shortlist`` (a :class:`~fairseq_aggressive.shortlist.VocabShortlist`),
     ``draft_cost`` (cost-aware draft lengths: ``auto``, ``FIXED,PER_POSITION`` or
     None/``off``), ``native_threads`` (``auto`` or a count) and ``native_isa``
-    (the engine's build target: ``auto`` or a name, :mod:`~fairseq_aggressive.native.targets`)."""
+    (the engine's build target: ``auto`` or a name, :mod:`~fairseq_aggressive.native.targets`),
+    ``native_share`` (another generator's :attr:`native` engine, made from the
+    same model: this generator's engine reads its weights instead of a copy of
+    its own, so that several generators decode on separate threads at the
+    memory of one)."""
 
     def __init__(
         self,
@@ -97,6 +101,7 @@ class AggressiveGenerator(nn.Module):
         draft_cost: Optional[str] = None,
         native_threads=None,
         native_isa=None,
+        native_share=None,
     ):
         super().__init__()
         check_single_model(models)
@@ -119,7 +124,8 @@ class AggressiveGenerator(nn.Module):
         rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature)
         self.verifier = build_verifier(engine, self.model, tgt_dict, self.acceptance, rules,
                                        wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
-                                       threads=parse_threads(native_threads), isa=check_isa(native_isa))
+                                       threads=parse_threads(native_threads), isa=check_isa(native_isa),
+                                       share=native_share)
         # cost-aware draft lengths (fairseq_aggressive.draft_budget): "auto" measures the
         # verifier's pass cost on the first batch, "FIXED,PER_POSITION" gives it, None/"off": fixed lengths
         self.budget = None

@@ -318,5 +318,104 @@ def test_bench_under_load_and_with_workers(trained, tmp_path):
     assert [q["id"] for q in res["per_request"]["iad"]] == list(range(20))
     assert [q["tokens"] for q in res["per_request"]["iad"]] == [q["tokens"] for q in res["per_request"]["greedy"]]
     assert "| iad |" in proc.stdout and "2 workers" in proc.stdout
+    assert all(row["peak_rss_mb"] > 0 for row in res["modes"].values())
+
+    # W decoder threads of one process (on one copy of the engine's weights where it runs)
+    js = tmp_path / "threads.json"
+    modes = "greedy,iad" + (",greedy-native" if native else "")
+    proc = run(common + ["--bench-modes", modes, "--bench-workers", "2", "--bench-worker-kind", "threads",
+                         "--bench-json", str(js)])
+    res = json.loads(js.read_text())
+    assert res["worker_kind"] == "threads" and "decoder threads of one process" in proc.stdout
+    assert [q["id"] for q in res["per_request"]["iad"]] == list(range(20))
+    for m in modes.split(","):
+        assert res["modes"][m]["identical_to_greedy"] == 20, m
     bad = subprocess.run(common + ["--bench-workers", "-1"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--bench-load and --bench-workers must be >= 0" in bad.stderr
+
+
+# ------------------------------------------------------ one copy, W decoders
+@needs_native
+@pytest.mark.timeout(600)
+def test_decoders_on_one_copy_of_the_weights_decode_at_once():
+    """Generators whose engines share one copy of the weights (native_share)
+    decode on separate threads at once, with more threads than cores and beside
+    two busy processes: each output is fairseq's greedy, bit for bit the output
+    of a generator with its own copy; the weights outlive the engine that made
+    them."""
+    import threading
+
+    from fairseq_aggressive.drafters import InputCopyDrafter
+    from fairseq_aggressive.generator import AggressiveGenerator
+    from helpers import greedy
+
+    task = make_task()
+    model = make_model(task, encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=256,
+                       decoder_ffn_embed_dim=256)
+    d = task.target_dictionary
+    rows = random_rows(d, 24, 5, 30, seed=11) + [r[:-1] * 3 + [d.eos()] for r in random_rows(d, 12, 4, 9, seed=12)]
+    samples = [make_sample(rows[i: i + 2], d.pad()) for i in range(0, len(rows), 2)]
+
+    def gen(share=None, threads=1, copy=True):
+        return AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", native_threads=threads,
+                                   max_len_b=40, max_draft_len=None if copy else 0, native_share=share)
+
+    def outputs(g, s):
+        return [(h[0]["tokens"].tolist(), h[0]["positional_scores"].tolist()) for h in g.generate([model], s)]
+
+    first = gen()
+    ref = [outputs(first, s) for s in samples]
+    for s, out in zip(samples, ref):  # the engine's output is fairseq's greedy
+        assert [t for t, _ in out] == [h[0]["tokens"].tolist() for h in greedy(model, d, s, max_len_b=40)]
+    shared = [gen(first.native, threads=1 + k % 2, copy=k % 3 != 2) for k in range(5)]
+    assert all(g.native.handle != first.native.handle for g in shared)
+    del first  # the weights stay while a decoder reads them
+    got, errors = {}, []
+
+    def decode(k):
+        try:
+            for rep in range(3):
+                for i in range(k, len(samples), 2):
+                    got[(k, rep, i)] = outputs(shared[k], samples[i])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    with cpu_load(2):
+        threads = [threading.Thread(target=decode, args=(k,)) for k in range(len(shared))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=300)
+    assert not errors and not any(t.is_alive() for t in threads), errors
+    assert len(got) == sum(3 * len(range(k, len(samples), 2)) for k in range(len(shared)))
+    for (k, rep, i), out in got.items():
+        assert out == ref[i], (k, rep, i)
+    assert any(g.stats.accepted > 0 for g in shared)
+    assert not busy_children()
+
+
+@needs_native
+def test_shared_weights_no_longer_change():
+    """Once a second decoder reads a model's weights, setting a weight fails
+    with an error that says why (nothing changes); an unbuilt model cannot be
+    shared."""
+    from fairseq_aggressive.native import NativeEngine, c_api, library
+
+    task = make_task()
+    model = make_model(task, encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=256,
+                       decoder_ffn_embed_dim=256)
+    eng = NativeEngine(model, task.target_dictionary, threads=1)
+    other = eng.share(threads=1)
+    with pytest.raises(RuntimeError, match="shared with another decoder"):
+        eng._put("decoder.layers.fc1.bias", 0, torch.zeros(256))
+    with pytest.raises(RuntimeError, match="shared with another decoder"):
+        other._put("decoder.layers.fc1.bias", 0, torch.zeros(256))
+    lib = library()
+    cfg = c_api.Config(C=64, H=4, F=256, enc_layers=1, dec_layers=1, src_vocab=10, tgt_vocab=10, pad=1, unk=3, eos=2,
+                       enc_embed_scale=1.0, dec_embed_scale=1.0, ln_eps=1e-5)
+    raw = lib.fa_model_new(ctypes.byref(cfg))
+    try:
+        assert not lib.fa_model_share(raw)
+        assert "not built" in lib.fa_model_error(raw).decode()
+    finally:
+        lib.fa_model_free(raw)

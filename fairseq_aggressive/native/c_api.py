@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 4
+API_VERSION = 5
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -47,6 +47,7 @@ def declare(lib) -> None:
         "fa_model_build": (I, [P]),
         "fa_model_error": (ctypes.c_char_p, [P]),
         "fa_model_free": (None, [P]),
+        "fa_model_share": (P, [P]),
         "fa_half_linears": (I, [P]),
         "fa_int8_linears": (I, [P]),
         "fa_set_threads": (I, [P, I]),

@@ -8,6 +8,7 @@ Models the engine does not reproduce are refused by :func:`check_native`
 (the generator then uses the torch verifier, which gives the same output).
 """
 import ctypes
+import weakref
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -154,10 +155,32 @@ class NativeEngine:
             raise NativeUnavailable(f"{self._n_int8} int8 and {self._n_float} float linear layers in one model")
         if self.lib.fa_model_build(self.handle) != 0:
             raise RuntimeError(f"native engine: {self.lib.fa_model_error(self.handle).decode()}")
+        self._model = weakref.ref(model)
         self.half_linears = self.lib.fa_half_linears(self.handle)
         self.int8_linears = self.lib.fa_int8_linears(self.handle)
         self.threads = 0
         self.set_threads(engine_threads(threads))
+
+    def share(self, threads: Optional[int] = None) -> "NativeEngine":
+        """Another engine on the same weights: one copy in memory for every
+        engine made this way (the C++ side frees it with the last), each with
+        its own threads (``threads``: its count, None: the default), scratch
+        buffers and shortlist.  Engines that share weights decode at once on
+        separate Python threads (each one batch at a time); the engine can no
+        longer change its weights."""
+        other = object.__new__(NativeEngine)
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("handle", "threads")})
+        other.handle = None
+        handle = self.lib.fa_model_share(self.handle)
+        if not handle:
+            raise self.failure("sharing the weights")
+        other.handle, other.threads = handle, 0
+        other.set_threads(engine_threads(threads))
+        return other
+
+    def runs(self, model) -> bool:
+        """Whether this engine was made from ``model`` (the same module object)."""
+        return self._model() is model
 
     def _put(self, name: str, layer: int, t: Optional[torch.Tensor], dtype: int = c_api.F32) -> None:
         """Hands tensor ``t`` (None: absent) to the engine as ``name`` of ``layer`` (-1: not a layer's)."""

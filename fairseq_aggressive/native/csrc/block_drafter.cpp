@@ -12,7 +12,7 @@ namespace fa {
 int draft_pass(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
                int k, bool causal, int32_t* out, const float* feats) {
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
-  if (m.mask_embed.empty() || k < 1 || (feats != nullptr && m.feat_proj.N == 0)) return -1;
+  if (m.w.mask_embed.empty() || k < 1 || (feats != nullptr && m.w.feat_proj.N == 0)) return -1;
   std::vector<int> off(n + 1, 0);
   std::vector<int32_t> full(n), bidir(n);
   int max_keys = 0;
@@ -33,7 +33,7 @@ int draft_pass(Model& m, State& st, int n, const int32_t* sent, const int32_t* r
     int sent_tokens = 0;
     for (int r = 0; r < n; ++r) sent_tokens += row_len[r];
     std::vector<float> proj((size_t)sent_tokens * C);
-    linear(m.pool, m.feat_proj, feats, m.feat_proj.K, sent_tokens, proj.data(), C);
+    linear(m.pool, m.w.feat_proj, feats, m.w.feat_proj.K, sent_tokens, proj.data(), C);
     adds.assign((size_t)off[n] * C, 0.f);
     for (int r = 0, j = 0; r < n; j += row_len[r], ++r)
       std::copy(proj.data() + (size_t)j * C, proj.data() + (size_t)(j + row_len[r]) * C,

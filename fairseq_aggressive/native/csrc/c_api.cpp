@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -24,7 +25,7 @@ namespace {
 
 // The version of this API; engine.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 4;
+constexpr int kApiVersion = 5;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -42,6 +43,13 @@ R guarded(void* mp, R failed, F&& call) {
   return failed;
 }
 State& state(void* sp) { return *static_cast<State*>(sp); }
+
+// The weights of m for a call that changes them: refused (an exception, so the
+// call's error) once another decoder reads them
+fa::Weights& weights_to_change(Model& m) {
+  if (m.weights_shared()) throw std::logic_error("the weights are shared with another decoder (fa_model_share): they no longer change");
+  return *m.shared;
+}
 
 void put_stats(const fa::PoolStats& s, int64_t* out) {
   const int64_t v[6] = {s.calls, s.parallel, s.worker_items, s.waits, s.stalls, s.wait_ns};
@@ -96,7 +104,7 @@ void* fa_model_new(const fa::Config* cfg) {
 int fa_set_weight(void* mp, const char* name, int layer, int dtype, const void* data, int rows, int cols) {
   return guarded(mp, -1, [&] {
     Model& m = model(mp);
-    m.error = m.staged.put(m.cfg, name, layer, dtype, data, rows, cols);
+    m.error = weights_to_change(m).staged.put(m.cfg, name, layer, dtype, data, rows, cols);
     return m.error.empty() ? 0 : -1;
   });
 }
@@ -105,8 +113,23 @@ int fa_set_weight(void* mp, const char* name, int layer, int dtype, const void* 
 int fa_model_build(void* mp) {
   return guarded(mp, -1, [&] {
     Model& m = model(mp);
+    fa::Weights& w = weights_to_change(m);
     m.error = fa::build_model(m);
+    w.built = m.error.empty();
     return m.error.empty() ? 0 : -1;
+  });
+}
+
+// A second decoder on the weights of mp (built): one copy of the weights for
+// every decoder made this way, each with its own thread pool (one thread:
+// fa_set_threads), scratch buffers, shortlist and error, so that several run at
+// once on separate threads.  nullptr if mp is not built (fa_model_error) or
+// memory is short.  Free each with fa_model_free; the weights go with the last.
+void* fa_model_share(void* mp) {
+  return guarded<void*>(mp, nullptr, [&]() -> void* {
+    const Model& m = model(mp);
+    if (!m.w.built) throw std::logic_error("the model is not built (fa_model_build) yet");
+    return new Model(m, 0);
   });
 }
 
@@ -116,8 +139,8 @@ const char* fa_model_error(void* mp) { return model(mp).error.c_str(); }
 void fa_model_free(void* mp) { delete static_cast<Model*>(mp); }
 
 // linear layers stored as float16 / as int8
-int fa_half_linears(void* mp) { return model(mp).half_linears(); }
-int fa_int8_linears(void* mp) { return model(mp).int8_linears(); }
+int fa_half_linears(void* mp) { return model(mp).w.half_linears(); }
+int fa_int8_linears(void* mp) { return model(mp).w.int8_linears(); }
 
 // ------------------------------------------------------------ threads
 // 0, or -2 if the threads could not be started (fa_model_error says why)
@@ -260,7 +283,7 @@ int fa_pass(void* mp, void* sp, const fa::PassArgs* args) {
 int fa_set_mask_embed(void* mp, const float* v) {
   return guarded(mp, -2, [&] {
     Model& m = model(mp);
-    m.mask_embed.assign(v, v + m.cfg.C);
+    weights_to_change(m).mask_embed.assign(v, v + m.cfg.C);
     return 0;
   });
 }
@@ -270,7 +293,7 @@ int fa_set_mask_embed(void* mp, const float* v) {
 int fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
   return guarded(mp, -2, [&] {
     Model& m = model(mp);
-    m.feat_proj.pack(W, nullptr, b, m.cfg.C, n_in);
+    weights_to_change(m).feat_proj.pack(W, nullptr, b, m.cfg.C, n_in);
     return 0;
   });
 }

@@ -11,22 +11,27 @@
 
 namespace fa {
 
-Model::Model(const Config& c) : cfg(c) {
+Weights::Weights(const Config& c) {
+  enc.resize(c.enc_layers);
+  dec.resize(c.dec_layers);
+}
+
+Model::Model(const Config& c) : cfg(c), shared(std::make_shared<Weights>(c)), w(*shared) {
   D = cfg.C / cfg.H;
   // fairseq: self.scaling = self.head_dim ** -0.5 (a Python float, rounded to fp32 in the product)
   scaling = (float)std::pow((double)D, -0.5);
-  enc.resize(cfg.enc_layers);
-  dec.resize(cfg.dec_layers);
 }
 
-int Model::half_linears() const {
+Model::Model(const Model& m, int) : cfg(m.cfg), D(m.D), scaling(m.scaling), shared(m.shared), w(*shared) {}
+
+int Weights::half_linears() const {
   int n = proj.half;
   for (auto& L : enc) n += L.qkv.half + L.out.half + L.fc1.half + L.fc2.half;
   for (auto& L : dec) n += L.qkv.half + L.out.half + L.cq.half + L.ckv.half + L.cout.half + L.fc1.half + L.fc2.half;
   return n;
 }
 
-int Model::int8_linears() const {
+int Weights::int8_linears() const {
   int n = proj.q8;
   for (auto& L : enc) n += L.qkv.q8 + L.out.q8 + L.fc1.q8 + L.fc2.q8;
   for (auto& L : dec) n += L.qkv.q8 + L.out.q8 + L.cq.q8 + L.ckv.q8 + L.cout.q8 + L.fc1.q8 + L.fc2.q8;
@@ -53,7 +58,7 @@ int column_of(const Model& m, const State& st, const Sentence& s, int tok) {
 void project(Model& m, const State& st, const float* h, int M, const int32_t* sent_of, float* out) {
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
   if (!st.shortlist) {
-    linear(m.pool, m.proj, h, C, M, out, V);
+    linear(m.pool, m.w.proj, h, C, M, out, V);
     return;
   }
   linear(m.pool, m.sl_common, h, C, M, out, V);
@@ -78,7 +83,7 @@ int set_common_shortlist(Model& m, int n) {
   if (n == m.sl_n) return 0;
   std::vector<int32_t> ids(n);
   for (int i = 0; i < n; ++i) ids[i] = i;
-  gather_rows(m.proj, ids.data(), n, m.sl_common);
+  gather_rows(m.w.proj, ids.data(), n, m.sl_common);
   m.sl_n = n;
   return 0;
 }
@@ -89,7 +94,7 @@ int set_sentence_shortlist(Model& m, State& st, int b, int n, const int32_t* ids
     if (ids[i] < m.sl_n || ids[i] >= m.cfg.tgt_vocab || (i > 0 && ids[i] <= ids[i - 1])) return -1;
   Sentence& s = st.sents[b];
   s.sl_ids.assign(ids, ids + n);
-  if (n > 0) gather_rows(m.proj, ids, n, s.sl_extra);
+  if (n > 0) gather_rows(m.w.proj, ids, n, s.sl_extra);
   st.shortlist = true;
   return 0;
 }
@@ -130,11 +135,11 @@ void for_rows(Model& m, int M, int max_keys, const std::function<void(int, float
 
 // embeddings of tokens at positions pos (table row index) into m.x, then the embedding layer norm
 void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool target, const float* add = nullptr) {
-  const std::vector<float>& E = target ? m.tgt_embed : m.src_embed;
-  const std::vector<float>& P = target ? m.tgt_pos : m.src_pos;
+  const std::vector<float>& E = target ? m.w.tgt_embed : m.w.src_embed;
+  const std::vector<float>& P = target ? m.w.tgt_pos : m.w.src_pos;
   embed_rows(m.x.data(), m.cfg.C, M, tok, pos, E.data(), P.empty() ? nullptr : P.data(),
-             target ? m.cfg.dec_embed_scale : m.cfg.enc_embed_scale, target ? m.mask_embed.data() : nullptr, add);
-  const Norm& ln = target ? m.dec_ln_embed : m.enc_ln_embed;
+             target ? m.cfg.dec_embed_scale : m.cfg.enc_embed_scale, target ? m.w.mask_embed.data() : nullptr, add);
+  const Norm& ln = target ? m.w.dec_ln_embed : m.w.enc_ln_embed;
   if (ln.on) layer_norm_rows(m.x.data(), m.x.data(), M, m.cfg.C, ln.w, ln.b, m.cfg.ln_eps);
 }
 
@@ -170,7 +175,7 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
   }
   st.sents.resize(B);
   st.enc_out.assign(x, x + (size_t)M * C);
-  const int nl = (int)m.dec.size();
+  const int nl = (int)m.w.dec.size();
   for (int b = 0; b < B; ++b) {
     Sentence& s = st.sents[b];
     s.src_len = src_len[b];
@@ -182,7 +187,7 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
   }
   ensure(m.kv, (size_t)M * 3 * C);
   for (int l = 0; l < nl; ++l) {
-    linear(m.pool, m.dec[l].ckv, st.enc_out.data(), C, M, m.kv.data(), 2 * C);
+    linear(m.pool, m.w.dec[l].ckv, st.enc_out.data(), C, M, m.kv.data(), 2 * C);
     for (int b = 0; b < B; ++b) {
       Sentence& s = st.sents[b];
       for (int t = 0; t < s.src_len; ++t) {
@@ -215,7 +220,7 @@ State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, in
   embed(m, tokens, pos.data(), M, false);
   const bool pre = m.cfg.enc_normalize_before;
   float* x = m.x.data();
-  for (auto& L : m.enc) {
+  for (auto& L : m.w.enc) {
     const float* in = x;
     if (pre) {
       layer_norm_rows(x, m.h.data(), M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
@@ -238,7 +243,7 @@ State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, in
     if (!pre) layer_norm_rows(x, x, M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
     ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
   }
-  if (m.enc_final.on) layer_norm_rows(x, x, M, C, m.enc_final.w, m.enc_final.b, m.cfg.ln_eps);
+  if (m.w.enc_final.on) layer_norm_rows(x, x, M, C, m.w.enc_final.w, m.w.enc_final.b, m.cfg.ln_eps);
   init_state(m, *st, B, src_len, x, cap);
   return st;
 }
@@ -269,8 +274,8 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
   embed(m, tokens, pos.data(), M, true, add);
   const bool pre = m.cfg.dec_normalize_before;
   float* x = m.x.data();
-  for (size_t l = 0; l < m.dec.size(); ++l) {
-    DecLayer& L = m.dec[l];
+  for (size_t l = 0; l < m.w.dec.size(); ++l) {
+    const DecLayer& L = m.w.dec[l];
     // self-attention over the cache and the new positions (causal)
     const float* in = x;
     if (pre) {
@@ -332,7 +337,7 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
     if (!pre) layer_norm_rows(x, x, M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
     ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
   }
-  if (m.dec_final.on) layer_norm_rows(x, x, M, C, m.dec_final.w, m.dec_final.b, m.cfg.ln_eps);
+  if (m.w.dec_final.on) layer_norm_rows(x, x, M, C, m.w.dec_final.w, m.w.dec_final.b, m.cfg.ln_eps);
 }
 
 }  // namespace fa

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,12 +36,12 @@ struct DecLayer {
   Norm ln_self, ln_cross, ln_ffn;
 };
 
-struct Model {
-  Config cfg;
-  int D = 0;  // head dimension
-  float scaling = 1.f;
+// The weights of a model: given by name (fa_set_weight), packed once
+// (fa_model_build), then only read.  Every decoder made from a model
+// (fa_model_share) reads the same copy; nothing changes them once a second
+// decoder exists (the C API refuses).
+struct Weights {
   WeightSet staged;  // named tensors given by fa_set_weight until build_model packs them
-  std::string error;  // why the last fa_set_weight, fa_model_build or decoding call failed
   std::vector<float> src_embed, tgt_embed, src_pos, tgt_pos;  // pos tables may be empty
   std::vector<float> mask_embed;  // a block drafter's slot input (fa_set_mask_embed): target id -1
   Linear feat_proj;  // a --verifier-features drafter's projection of the verifier's features (fa_set_feature_proj)
@@ -48,6 +49,25 @@ struct Model {
   std::vector<EncLayer> enc;
   std::vector<DecLayer> dec;
   Linear proj;
+  bool built = false;
+
+  explicit Weights(const Config& c);
+  // linear layers stored as float16 / as int8
+  int half_linears() const;
+  int int8_linears() const;
+};
+
+// One decoder of a model: the weights (shared with the decoders made from the
+// same model) and what its calls write: the thread pool, the scratch buffers,
+// the vocabulary shortlist and the last error.  Decoders that share weights run
+// at once on separate threads, each one call at a time.
+struct Model {
+  const Config cfg;
+  int D = 0;  // head dimension
+  float scaling = 1.f;
+  std::shared_ptr<Weights> shared;
+  const Weights& w;  // *shared, read only: decoding never changes weights (the C API's setters write *shared)
+  std::string error;  // why the last fa_set_weight, fa_model_build or decoding call failed
   // vocabulary shortlist (fa_shortlist_common): output rows [0, sl_n) of proj,
   // the special symbols and the most frequent tokens; 0 = no shortlist
   int sl_n = 0;
@@ -57,12 +77,13 @@ struct Model {
   std::vector<float> x, h, q, kv, a, f, logits, att;
 
   explicit Model(const Config& c);
-  // linear layers stored as float16 / as int8
-  int half_linears() const;
-  int int8_linears() const;
+  // a second decoder on m's weights (after build), with its own pool of one thread
+  explicit Model(const Model& m, int);
+  // whether another decoder reads these weights
+  bool weights_shared() const { return shared.use_count() > 1; }
 };
 
-// Packs the tensors of m.staged into the model's layers; "" or what is wrong
+// Packs the tensors of m.w.staged into the model's layers; "" or what is wrong
 std::string build_model(Model& m);
 
 struct Sentence {

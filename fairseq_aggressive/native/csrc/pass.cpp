@@ -273,7 +273,7 @@ class Pass {
     Sentence& s = sentence(r);
     const int C = m_.cfg.C;
     if (b_start_[w] != 1)
-      for (size_t l = 0; l < m_.dec.size(); ++l) {
+      for (size_t l = 0; l < m_.w.dec.size(); ++l) {
         float* ck = s.self_k.data() + l * s.cap * C;
         float* cv = s.self_v.data() + l * s.cap * C;
         for (int j = 0; j < ne - 1; ++j) {

@@ -103,7 +103,7 @@ struct Builder {
   std::string error;
 
   const Tensor* get(const std::string& name, int layer, bool required) {
-    const Tensor* t = m.staged.get(name, layer);
+    const Tensor* t = m.w.staged.get(name, layer);
     if (t == nullptr && required && error.empty())
       error = "missing " + name + (layer >= 0 ? " of layer " + std::to_string(layer) : "");
     return t;
@@ -219,20 +219,21 @@ const Tensor* WeightSet::get(const std::string& name, int layer) const {
 }
 
 std::string build_model(Model& m) {
+  Weights& W = *m.shared;
   const Config& cfg = m.cfg;
   const int C = cfg.C, F = cfg.F;
   Builder b{m, ""};
-  b.table(m.src_embed, "encoder.embed_tokens.weight", true);
-  b.table(m.src_pos, "encoder.embed_positions.weight", false);
-  b.norm(m.enc_ln_embed, "encoder.layernorm_embedding", -1, false);
-  b.norm(m.enc_final, "encoder.layer_norm", -1, false);
-  b.table(m.tgt_embed, "decoder.embed_tokens.weight", true);
-  b.table(m.tgt_pos, "decoder.embed_positions.weight", false);
-  b.norm(m.dec_ln_embed, "decoder.layernorm_embedding", -1, false);
-  b.norm(m.dec_final, "decoder.layer_norm", -1, false);
-  b.linear(m.proj, "decoder.", -1, {"output_projection"}, cfg.tgt_vocab, C);
+  b.table(W.src_embed, "encoder.embed_tokens.weight", true);
+  b.table(W.src_pos, "encoder.embed_positions.weight", false);
+  b.norm(W.enc_ln_embed, "encoder.layernorm_embedding", -1, false);
+  b.norm(W.enc_final, "encoder.layer_norm", -1, false);
+  b.table(W.tgt_embed, "decoder.embed_tokens.weight", true);
+  b.table(W.tgt_pos, "decoder.embed_positions.weight", false);
+  b.norm(W.dec_ln_embed, "decoder.layernorm_embedding", -1, false);
+  b.norm(W.dec_final, "decoder.layer_norm", -1, false);
+  b.linear(W.proj, "decoder.", -1, {"output_projection"}, cfg.tgt_vocab, C);
   for (int l = 0; l < cfg.enc_layers; ++l) {
-    EncLayer& L = m.enc[l];
+    EncLayer& L = W.enc[l];
     const std::string p = "encoder.layers.";
     b.linear(L.qkv, p, l, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, C, C);
     b.linear(L.out, p, l, {"self_attn.out_proj"}, C, C);
@@ -242,7 +243,7 @@ std::string build_model(Model& m) {
     b.norm(L.ln_ffn, p + "final_layer_norm", l, true);
   }
   for (int l = 0; l < cfg.dec_layers; ++l) {
-    DecLayer& L = m.dec[l];
+    DecLayer& L = W.dec[l];
     const std::string p = "decoder.layers.";
     b.linear(L.qkv, p, l, {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"}, C, C);
     b.linear(L.out, p, l, {"self_attn.out_proj"}, C, C);
@@ -255,7 +256,7 @@ std::string build_model(Model& m) {
     b.linear(L.fc2, p, l, {"fc2"}, C, F);
     b.norm(L.ln_ffn, p + "final_layer_norm", l, true);
   }
-  m.staged.tensors.clear();
+  W.staged.tensors.clear();
   return b.error;
 }
 
