@@ -145,16 +145,19 @@ class Pass {
     return true;
   }
 
-  // The next chunk of each open branch's path (8, 16, 32, ... positions; a
-  // tree row first projects its last token only, which every branch shares),
-  // sorted: grouped by row
+  // The next chunk of each open branch's path, sorted (grouped by row): its
+  // first position (the last token, which a tree row's branches share), then
+  // 8, 16, 32, ... positions.  A draft is most often rejected at its first
+  // token (after an edit, IAD's copy), and a position past a rejection needs
+  // no projection: the vocabulary projection is most of a position's work on
+  // small and int8 models, where a pass is bound by arithmetic, not by reading
+  // the weights.  Rows are independent in the kernels, so the chunks never
+  // change a result.
   void next_positions(int round, std::vector<int>& todo) {
     todo.clear();
     for (int i = 0; i < (int)b_start_.size(); ++i) {
       if (!open_[i]) continue;
-      const int r = row_of_[i];
-      const bool shared_first = first_branch_[r + 1] - first_branch_[r] > 1;
-      const int sz = !shared_first ? 8 << std::min(round, 20) : round == 0 ? 1 : 8 << std::min(round - 1, 20);
+      const int sz = round == 0 ? 1 : 8 << std::min(round - 1, 20);
       for (int j = checked_[i]; j < std::min(b_len_[i] + 1, checked_[i] + sz); ++j) {
         const int p = path(i, j);
         if (at_[p] < 0 && !queued_[p]) {
