@@ -162,3 +162,31 @@ def test_inference_precision_option_quantizes_for_every_decoding():
     assert mode_overrides("greedy-native-int8", args) == dict(
         beam=1, decoding="iad", max_draft_len=0, engine="native", inference_precision="int8")
     assert mode_overrides("ct2-int8", args) == {}
+
+
+@needs_native
+def test_native_int8_prefetching_model_is_bit_exact():
+    """A model whose int8 weights outgrow the caches (Transformer-big's layer
+    shape, one layer a side: the int8 tiles of several rows prefetch their
+    weights) decodes IAD and accepted noisy drafts bit for bit as its int8
+    greedy, at batch 1 and 8, and every other target gives the same bits."""
+    from fairseq_aggressive.quantization import Int8Linear
+
+    task = make_task()
+    d = task.target_dictionary
+    model = quantize_int8(make_model(task, seed=23, encoder_layers=1, decoder_layers=1, encoder_embed_dim=1024,
+                                     decoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
+                                     decoder_ffn_embed_dim=4096, encoder_attention_heads=16,
+                                     decoder_attention_heads=16))
+    int8_bytes = sum(m.qweight.numel() for m in model.modules() if isinstance(m, Int8Linear))
+    assert int8_bytes >= 8 << 20  # kPrefetchModelBytes (csrc/linear.h)
+    rng = random.Random(24)
+    rows = random_sources(rng, 8, len(d), d.eos()) + random_sources(rng, 8, len(d), d.eos(), repeat=True)
+    ref, _ = _decode(model, task, rows, 1, max_len_b=20, max_draft_len=0)
+    for bsz in (1, 8):
+        out, gen = _decode(model, task, rows, bsz, drafter=Oracle(ref, rng, 0.2, len(d)), max_len_b=20)
+        assert gen.stats.accepted > 0
+        _same_bits(ref, out)
+        _same_bits(ref, _decode(model, task, rows, bsz, max_len_b=20)[0])
+    for isa in OTHER_TARGETS:
+        _same_bits(ref, _decode(model, task, rows, 8, native=NativeEngine(model, d, isa=isa), max_len_b=20)[0])

@@ -29,6 +29,9 @@ struct Linear {
   std::vector<int32_t> wsum;  // int8: per output row, the sum of its weights (uint8 activations' offset)
   std::vector<float> b;    // N (zeros if no bias)
   bool has_bias = false;
+  // int8 tiles of several rows prefetch the weights (set for every layer of a
+  // model whose int8 weights outgrow the caches: see linear.cpp)
+  bool prefetch = false;
   int KG() const { return (K + Q8_GROUP - 1) / Q8_GROUP; }
   size_t q8_index(int r, int c) const {
     return (((size_t)(r / PANEL) * KG() + c / Q8_GROUP) * PANEL + r % PANEL) * Q8_GROUP + c % Q8_GROUP;
@@ -41,6 +44,9 @@ struct Linear {
 
 // y (M x N, row stride ldy) = x (M x K, row stride ldx) W^T + b, on the pool's threads
 void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy);
+
+// int8 weight bytes beyond which a model's layers prefetch their weights (Linear::prefetch)
+constexpr size_t kPrefetchModelBytes = (size_t)8 << 20;
 
 // dst = rows ids[0..n) of src, stored as src is; a row's dot products are
 // computed exactly as in src, so its outputs are bit for bit the same
