@@ -9,10 +9,15 @@ from fairseq.models import ARCH_MODEL_REGISTRY, ARCH_CONFIG_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
 import fairseq_aggressive  # noqa: F401
+from fairseq_aggressive.native import available as _native_available
 from fairseq_aggressive.tasks.aggressive_translation import (
     AggressiveTranslationConfig,
     AggressiveTranslationTask,
 )
+
+# why the native engine cannot run here (None: it runs), and the mark of tests that need it
+NATIVE_REASON = _native_available()
+needs_native = pytest.mark.skipif(NATIVE_REASON is not None, reason=f"no native engine here: {NATIVE_REASON}")
 
 
 def fast_first(values, n=1):

@@ -13,11 +13,11 @@ from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import NativeEngine, build
 from fairseq_aggressive.quantization import Int8Linear, is_int8, quantize_int8
-from helpers import INT8_NEAR_TIE, INT8_SCORE_TOL, compare, fast_first, greedy, make_model, make_sample, make_task
+from helpers import (INT8_NEAR_TIE, INT8_SCORE_TOL, compare, fast_first, greedy, make_model, make_sample, make_task,
+                     needs_native)
 from test_equivalence import NoisyOracleDrafter, batches, random_sources
 from test_native import OTHER_TARGETS, Oracle, _decode, _same_bits
 
-needs_native = pytest.mark.skipif(build.available() is not None, reason="no native engine here")
 
 
 def _reference_int8(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:

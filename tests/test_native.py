@@ -11,16 +11,14 @@ from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable, build
 from fairseq_aggressive.verifiers import NativeVerifier
-from helpers import compare, fast_first, greedy, make_model, make_sample, make_task
+from helpers import NATIVE_REASON, compare, fast_first, greedy, make_model, make_sample, make_task, needs_native
 from test_equivalence import SHAPES, NoisyOracleDrafter, batches, random_sources
 
 NATIVE_SHAPES = {k: v for k, v in SHAPES.items() if "normformer" not in k and "output dim" not in k}
 NATIVE_SHAPES["gelu, post-norm, 8 heads"] = dict(activation_fn="gelu", encoder_attention_heads=8,
                                                  decoder_attention_heads=8)
-REASON = build.available()
-needs_native = pytest.mark.skipif(REASON is not None, reason=f"no native engine here: {REASON}")
 # the build targets this CPU runs besides the default one
-OTHER_TARGETS = [t for t in build.runnable_targets() if REASON is None and t != build.cpu_targets()[0].name]
+OTHER_TARGETS = [t for t in build.runnable_targets() if NATIVE_REASON is None and t != build.cpu_targets()[0].name]
 
 
 def _decode(model, task, rows, bsz, engine="native", native=None, drafter=None, **kw):
@@ -339,3 +337,28 @@ def test_bench_counts_near_ties():
     assert count_near_ties(["greedy", "iad"], per_sent, models, d.eos()) == {"iad": 1}
     per_sent[i]["iad"]["tokens"] = toks  # identical outputs are not counted
     assert count_near_ties(["greedy", "iad"], per_sent, models, d.eos()) == {"iad": 0}
+
+
+@needs_native
+def test_a_library_of_another_api_is_refused(monkeypatch):
+    """A library that is not this API (no version, another version, structs of
+    other sizes than the Python mirrors) is refused with what differs and how
+    to rebuild, never called into."""
+    import ctypes
+
+    from fairseq_aggressive.native import c_api, library
+
+    lib = library()
+    assert c_api.mismatch(lib) is None
+    assert c_api.mismatch(ctypes.CDLL(None)) == "it has no fa_version()"  # the interpreter itself
+    with monkeypatch.context() as m:
+        m.setattr(c_api, "API_VERSION", c_api.API_VERSION + 1)
+        assert c_api.mismatch(lib) == (f"its API version is {c_api.API_VERSION - 1}, "
+                                       f"this Python code expects {c_api.API_VERSION}")
+        with pytest.raises(NativeUnavailable, match="does not match this fairseq_aggressive .*reinstall"):
+            build._load(lib._name)
+    wider = type("PassArgs", (ctypes.Structure,), {"_fields_": c_api.PassArgs._fields_ + [("extra", ctypes.c_int64)]})
+    with monkeypatch.context() as m:
+        m.setattr(c_api, "PassArgs", wider)
+        assert re.fullmatch(r"its PassArgs has \d+ bytes, the Python mirror \d+", c_api.mismatch(lib))
+    assert c_api.mismatch(lib) is None  # (declares the library's signatures with the real mirrors again)

@@ -10,13 +10,10 @@ import torch
 from fairseq_aggressive.acceptance import ExactAcceptance, TopBetaTauAcceptance
 from fairseq_aggressive.drafters import NARBlockDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
-from fairseq_aggressive.native import build
 from fairseq_aggressive.shortlist import VocabShortlist
-from helpers import fast_first, greedy, make_model, make_sample, make_task, random_rows
+from helpers import fast_first, greedy, make_model, make_sample, make_task, needs_native, random_rows
 from test_gad import GreedyOracleBlockModel
 
-REASON = build.available()
-needs_native = pytest.mark.skipif(REASON is not None, reason=f"no native engine here: {REASON}")
 
 RULES = [(2, 0.5), (3, 2.0), (5, 6.0), (40, 100.0)]
 OPTIONS = [

@@ -14,13 +14,11 @@ import torch
 from fairseq_aggressive.bench import mode_overrides, reference_mode
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
-from fairseq_aggressive.native import build
 from fairseq_aggressive.quantization import quantize_int8
 from fairseq_aggressive.shortlist import VocabShortlist
-from helpers import compare, greedy, make_dict, make_model, make_sample, make_task
+from helpers import compare, greedy, make_dict, make_model, make_sample, make_task, needs_native
 from test_equivalence import batches, random_sources
 
-needs_native = pytest.mark.skipif(build.available() is not None, reason="no native engine here")
 GEN = dict(max_len_a=0, max_len_b=30)
 N_FREQUENT = 8  # of 40 symbols: most choices of a random model lie outside the shortlist
 

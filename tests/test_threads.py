@@ -11,13 +11,12 @@ import sys
 import pytest
 import torch
 
-from helpers import make_model, make_sample, make_task, random_rows
+from helpers import make_model, make_sample, make_task, needs_native, random_rows
 
 from fairseq_aggressive.cpu_load import cpu_load
 from fairseq_aggressive.native import available
 from fairseq_aggressive.threads import THREADS_ENV, _cgroup_quota, engine_threads, parse_threads, usable_cpus
 
-needs_native = pytest.mark.skipif(available() is not None, reason=f"native engine unavailable: {available()}")
 
 
 def selftest(threads, calls, max_items, slow=0, slow_us=0, seed=1, timeout_ms=0):

@@ -129,7 +129,7 @@ void* fa_model_share(void* mp) {
   return guarded<void*>(mp, nullptr, [&]() -> void* {
     const Model& m = model(mp);
     if (!m.w.built) throw std::logic_error("the model is not built (fa_model_build) yet");
-    return new Model(m, 0);
+    return new Model(Model::ShareWeightsOf{m});
   });
 }
 

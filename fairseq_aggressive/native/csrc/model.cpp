@@ -22,7 +22,8 @@ Model::Model(const Config& c) : cfg(c), shared(std::make_shared<Weights>(c)), w(
   scaling = (float)std::pow((double)D, -0.5);
 }
 
-Model::Model(const Model& m, int) : cfg(m.cfg), D(m.D), scaling(m.scaling), shared(m.shared), w(*shared) {}
+Model::Model(ShareWeightsOf s)
+    : cfg(s.other.cfg), D(s.other.D), scaling(s.other.scaling), shared(s.other.shared), w(*shared) {}
 
 int Weights::half_linears() const {
   int n = proj.half;

@@ -76,9 +76,12 @@ struct Model {
   // scratch
   std::vector<float> x, h, q, kv, a, f, logits, att;
 
+  // a second decoder on the weights of another (after build), with its own pool of one thread
+  struct ShareWeightsOf {
+    const Model& other;
+  };
   explicit Model(const Config& c);
-  // a second decoder on m's weights (after build), with its own pool of one thread
-  explicit Model(const Model& m, int);
+  explicit Model(ShareWeightsOf s);
   // whether another decoder reads these weights
   bool weights_shared() const { return shared.use_count() > 1; }
 };
