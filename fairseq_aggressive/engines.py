@@ -69,8 +69,8 @@ def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_f
             if isa not in (None, "auto", share.isa):
                 raise ValueError(f"the engine to share weights with runs {share.isa}, not {isa}")
             eng = share.share(threads)
-        else:
-            eng = NativeEngine(model, tgt_dict, isa=isa, threads=threads)
+        else:  # the weights of the model's last engine, if it is unchanged since
+            eng = NativeEngine.for_model(model, tgt_dict, isa=isa, threads=threads)
         logger.info(f"verifier: the native engine ({eng.isa}, {eng.threads} thread(s); "
                     f"{eng.int8_linears} int8 linear layers, "
                     f"{eng.half_linears} stored as float16, their values are float16 values)")

@@ -418,3 +418,44 @@ def test_shared_weights_no_longer_change():
         assert "not built" in lib.fa_model_error(raw).decode()
     finally:
         lib.fa_model_free(raw)
+
+
+@needs_native
+def test_generators_of_one_model_share_its_engine_weights_until_it_changes():
+    """Generators built one after another for one model (a hub model's
+    translate() builds one per call) read one copy of the engine's weights; a
+    model changed in place, or quantized, gets a fresh copy, and each decodes
+    its model's greedy."""
+    import argparse
+
+    from helpers import greedy
+
+    task = make_task()
+    model = make_model(task, encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=256,
+                       decoder_ffn_embed_dim=256)
+    d = task.target_dictionary
+    sample = make_sample(random_rows(d, 4, 5, 20, seed=13), d.pad())
+    args = argparse.Namespace(beam=1, nbest=1, decoding="iad", max_len_b=30, engine="native")
+
+    def build_and_decode():
+        gen = task.build_generator([model], args)
+        out = [h[0]["tokens"].tolist() for h in gen.generate([model], sample)]
+        return gen, out
+
+    def fairseq_greedy():
+        return [h[0]["tokens"].tolist() for h in greedy(model, d, sample, max_len_b=30)]
+
+    g1, out1 = build_and_decode()
+    g2, out2 = build_and_decode()
+    assert g1.native.weights_id == g2.native.weights_id and g1.native.handle != g2.native.handle
+    assert out1 == out2 == fairseq_greedy()
+    with torch.no_grad():  # an in-place change: a fresh copy, the changed model's greedy
+        model.decoder.output_projection.weight.mul_(-1.0)
+    g3, out3 = build_and_decode()
+    assert g3.native.weights_id != g1.native.weights_id
+    assert out3 == fairseq_greedy() != out1
+    args.inference_precision = "int8"  # quantizes the model in place: a fresh (int8) copy, then shared again
+    g4, out4 = build_and_decode()
+    g5, out5 = build_and_decode()
+    assert g4.native.int8_linears > 0 and g4.native.weights_id != g3.native.weights_id
+    assert g5.native.weights_id == g4.native.weights_id and out5 == out4

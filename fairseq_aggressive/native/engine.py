@@ -8,6 +8,8 @@ Models the engine does not reproduce are refused by :func:`check_native`
 (the generator then uses the torch verifier, which gives the same output).
 """
 import ctypes
+import itertools
+import threading
 import weakref
 from typing import List, Optional, Sequence
 
@@ -96,6 +98,18 @@ def _positions(emb, n: int):
         return emb(dummy)[0].float().contiguous()
 
 
+# model -> (its fingerprint, tgt dict and target; an engine whose weights later engines for it share)
+_SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def _fingerprint(model) -> tuple:
+    """What the engine copies from a model: every parameter and buffer, by
+    storage, shape, dtype and in-place version (a change of any makes another)."""
+    return tuple((t.data_ptr(), t._version, tuple(t.shape), t.dtype)
+                 for t in itertools.chain(model.parameters(), model.buffers()))
+
+
 class NativeEngine:
     """One model in the compiled engine; decodes batches with :meth:`begin` /
     :meth:`step`.  Thread-safe only per instance (one batch at a time)."""
@@ -177,6 +191,26 @@ class NativeEngine:
         other.handle, other.threads = handle, 0
         other.set_threads(engine_threads(threads))
         return other
+
+    @property
+    def weights_id(self) -> int:
+        """Equal for engines that read one copy of the weights (:meth:`share`)."""
+        return self.lib.fa_weights_id(self.handle)
+
+    @classmethod
+    def for_model(cls, model, tgt_dict, isa: Optional[str] = None, threads: Optional[int] = None) -> "NativeEngine":
+        """An engine for ``model`` on the weights of the last one made for it
+        here (:meth:`share`: no copy), as long as the model's tensors are the
+        same and unchanged (a tensor changed in place, replaced, or the model
+        quantized makes a fresh copy): a hub model's ``translate`` builds a
+        generator per call, which must not copy the weights each time."""
+        key = (_fingerprint(model), id(tgt_dict), isa)
+        with _SHARED_LOCK:
+            entry = _SHARED.get(model)
+            if entry is None or entry[0] != key:
+                entry = (key, cls(model, tgt_dict, isa=isa, threads=1))
+                _SHARED[model] = entry
+            return entry[1].share(threads)
 
     def runs(self, model) -> bool:
         """Whether this engine was made from ``model`` (the same module object)."""

@@ -25,7 +25,7 @@ namespace {
 
 // The version of this API; engine.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 5;
+constexpr int kApiVersion = 6;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -141,6 +141,9 @@ void fa_model_free(void* mp) { delete static_cast<Model*>(mp); }
 // linear layers stored as float16 / as int8
 int fa_half_linears(void* mp) { return model(mp).w.half_linears(); }
 int fa_int8_linears(void* mp) { return model(mp).w.int8_linears(); }
+
+// the address of the weights a decoder reads: equal for decoders that share them (fa_model_share)
+int64_t fa_weights_id(void* mp) { return (int64_t)(intptr_t)&model(mp).w; }
 
 // ------------------------------------------------------------ threads
 // 0, or -2 if the threads could not be started (fa_model_error says why)
