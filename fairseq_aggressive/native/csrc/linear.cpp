@@ -235,11 +235,10 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
   const Q8In* q = xq.data();
   const float* s = sx.data();
   const size_t pstride = (size_t)KG * Q8_GROUP * PANEL;
-  const bool prefetch = L.prefetch;
   for_tiles(pool, L, M, [&](int mr, int m0, int p, int cnt) {
     tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, KG, L.wq.data() + (size_t)p * pstride, pstride, s + m0,
                         y + (size_t)m0 * ldy, ldy, p * PANEL, L.N, L.ws.data(), L.wsum.data(), L.b.data(),
-                        L.has_bias, prefetch);
+                        L.has_bias, L.prefetch);
   });
 }
 

@@ -26,16 +26,14 @@ Model::Model(ShareWeightsOf s)
     : cfg(s.other.cfg), D(s.other.D), scaling(s.other.scaling), shared(s.other.shared), w(*shared) {}
 
 int Weights::half_linears() const {
-  int n = proj.half;
-  for (auto& L : enc) n += L.qkv.half + L.out.half + L.fc1.half + L.fc2.half;
-  for (auto& L : dec) n += L.qkv.half + L.out.half + L.cq.half + L.ckv.half + L.cout.half + L.fc1.half + L.fc2.half;
+  int n = 0;
+  for_each_linear([&](const Linear& L) { n += L.half; });
   return n;
 }
 
 int Weights::int8_linears() const {
-  int n = proj.q8;
-  for (auto& L : enc) n += L.qkv.q8 + L.out.q8 + L.fc1.q8 + L.fc2.q8;
-  for (auto& L : dec) n += L.qkv.q8 + L.out.q8 + L.cq.q8 + L.ckv.q8 + L.cout.q8 + L.fc1.q8 + L.fc2.q8;
+  int n = 0;
+  for_each_linear([&](const Linear& L) { n += L.q8; });
   return n;
 }
 

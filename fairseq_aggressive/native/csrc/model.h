@@ -55,6 +55,25 @@ struct Weights {
   // linear layers stored as float16 / as int8
   int half_linears() const;
   int int8_linears() const;
+  // f(layer) for every linear layer of the encoder, the decoder and the output projection
+  template <class F>
+  void for_each_linear(F&& f) {
+    visit(*this, f);
+  }
+  template <class F>
+  void for_each_linear(F&& f) const {
+    visit(*this, f);
+  }
+
+ private:
+  template <class W, class F>
+  static void visit(W& w, F& f) {
+    f(w.proj);
+    for (auto& L : w.enc)
+      for (auto* x : {&L.qkv, &L.out, &L.fc1, &L.fc2}) f(*x);
+    for (auto& L : w.dec)
+      for (auto* x : {&L.qkv, &L.out, &L.cq, &L.ckv, &L.cout, &L.fc1, &L.fc2}) f(*x);
+  }
 };
 
 // One decoder of a model: the weights (shared with the decoders made from the

@@ -258,12 +258,9 @@ std::string build_model(Model& m) {
   }
   W.staged.tensors.clear();
   // the int8 tiles prefetch weights in a model larger than the caches (linear.cpp)
-  std::vector<Linear*> all{&W.proj};
-  for (auto& L : W.enc) all.insert(all.end(), {&L.qkv, &L.out, &L.fc1, &L.fc2});
-  for (auto& L : W.dec) all.insert(all.end(), {&L.qkv, &L.out, &L.cq, &L.ckv, &L.cout, &L.fc1, &L.fc2});
   size_t bytes = 0;
-  for (const Linear* L : all) bytes += L->wq.size();
-  for (Linear* L : all) L->prefetch = L->q8 && bytes >= kPrefetchModelBytes;
+  W.for_each_linear([&](const Linear& L) { bytes += L.wq.size(); });
+  W.for_each_linear([&](Linear& L) { L.prefetch = L.q8 && bytes >= kPrefetchModelBytes; });
   return b.error;
 }
 
