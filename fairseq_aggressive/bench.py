@@ -29,6 +29,11 @@ linear layers (``--inference-precision int8``); its ``=greedy`` column counts
 outputs identical to ``greedy-int8`` (the same int8 model) when that mode runs,
 and ``=fp32`` those identical to float32 ``greedy`` (the quality change).
 
+``-pyloop`` after an IAD mode or ``greedy-native`` (``iad-pyloop``,
+``greedy-native-int8-pyloop``) runs the draft -> verify -> accept loop in
+Python, one engine call per pass (``--python-loop``), where the engine would
+run it in one call per batch: the same output, the cost of the round trips.
+
 ``-dsl`` after a gad mode (``gad@8-dsl``) drafts from the same shortlist
 (``--drafter-shortlist``): cheaper drafting passes, the output still greedy's.
 ``-sl`` after any mode but beam and CTranslate2 (``iad-sl``, ``greedy-sl``,
@@ -110,6 +115,11 @@ def mode_overrides(name: str, args) -> Dict:
             return dict(ov, native_isa=check_isa(isa) or "auto")
         except ValueError as e:
             raise SystemExit(f"benchmark mode {name}: {e}")
+    if name.endswith("-pyloop"):  # the generator's loop in Python where the engine would run it
+        ov = mode_overrides(name[: -len("-pyloop")], args)
+        if ov.get("decoding") != "iad" or ov.get("engine") == "torch":
+            raise SystemExit(f"benchmark mode {name}: -pyloop applies to IAD modes and greedy-native")
+        return dict(ov, python_loop=True)
     if name.endswith("-dsl"):  # GAD with the drafter shortlist (proposals only: still exact)
         ov = mode_overrides(name[: -len("-dsl")], args)
         if ov.get("decoding") != "gad":
@@ -159,7 +169,8 @@ def mode_overrides(name: str, args) -> Dict:
             "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad[@LMAX][-bN][-cost], ct2, "
             "ct2-int8, ct2-best; "
             "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native; any mode takes "
-            "a final -int8 (e.g. iad-int8), then -sl (e.g. iad-sl, greedy-sl)"
+            "a final -int8 (e.g. iad-int8), then -sl (e.g. iad-sl, greedy-sl); IAD modes and greedy-native take "
+            "-pyloop (e.g. iad-pyloop)"
         )
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")

@@ -98,6 +98,7 @@ def build_aggressive_generator(task, models, args, decoding: str, option: Callab
         native_threads=option("native_threads"),
         native_isa=option("native_isa"),
         native_share=kwargs.get("native_share"),
+        engine_loop=not option("python_loop"),
     )
     atexit.register(_log_summary, generator, decoding)
     return generator

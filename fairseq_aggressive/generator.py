@@ -26,6 +26,9 @@ from .verifiers import ScoreRules
 BUDGET_DRAFT_CAP = 16
 # when the budget skips the drafter, one pass in this many drafts anyway (the cost is learnt from them)
 BUDGET_EXPLORE = 16
+# draft positions whose acceptance is counted one by one (the last counts every later one; the
+# native engine's loop counts as many: kLoopPositions in csrc/copy_loop.h)
+COUNTED_POSITIONS = 32
 logger = logging.getLogger("fairseq_aggressive")
 
 
@@ -48,12 +51,32 @@ class DecodingStats:
         self.tree_passes = 0  # sentence passes that verified several branches
         self.branch_wins = 0  # ... where a branch other than the first accepted most
         self.draft_seconds = 0.0  # wall time spent in the drafter
+        # per position of a draft (of the kept branch): passes whose draft had it, and whose token there passed
+        self.position_drafted: List[int] = []
+        self.position_accepted: List[int] = []
+
+    def add_positions(self, drafted, accepted) -> None:
+        """Adds per-position counts (lists, position 0 first; positions from
+        COUNTED_POSITIONS - 1 on are counted together, as the engine's loop does)."""
+        last = COUNTED_POSITIONS - 1
+        for mine, theirs in ((self.position_drafted, drafted), (self.position_accepted, accepted)):
+            for i, v in enumerate(theirs):
+                if v:
+                    i = min(i, last)
+                    mine.extend([0] * (i + 1 - len(mine)))
+                    mine[i] += v
+        self.position_accepted.extend([0] * (len(self.position_drafted) - len(self.position_accepted)))
+
+    def acceptance_by_position(self) -> List[float]:
+        """Per draft position, the share of the drafts reaching it whose token there passed."""
+        return [a / d if d else 0.0 for d, a in zip(self.position_drafted, self.position_accepted)]
 
     def as_dict(self) -> Dict[str, float]:
         d = dict(vars(self))
         d["mean_tokens_per_pass"] = self.tokens / max(self.sentence_passes, 1)
         d["mean_passes_per_sentence"] = self.sentence_passes / max(self.sentences, 1)
         d["wasted_per_pass"] = (self.drafted - self.accepted) / max(self.sentence_passes, 1)
+        d["acceptance_by_position"] = self.acceptance_by_position()
         return d
 
     def summary(self) -> str:
@@ -65,6 +88,8 @@ class DecodingStats:
             f"{self.accepted}/{self.drafted} drafted tokens accepted"
             + (f", {self.tree_passes} passes over several drafts ({self.branch_wins} kept another than the first)"
                if self.tree_passes else "")
+            + (", accepted by draft position " + " ".join(f"{r:.2f}" for r in self.acceptance_by_position()[:8])
+               if self.position_drafted else "")
         )
 
 
@@ -79,7 +104,10 @@ class AggressiveGenerator(nn.Module):
     ``native_share`` (another generator's :attr:`native` engine, made from the
     same model: this generator's engine reads its weights instead of a copy of
     its own, so that several generators decode on separate threads at the
-    memory of one)."""
+    memory of one), ``engine_loop`` (where the verifier can run the whole
+    loop of the drafter itself, as the native engine does for IAD with one
+    branch and for greedy search: let it, one call per batch; False: this
+    generator's loop, one call per pass; the same output either way)."""
 
     def __init__(
         self,
@@ -102,6 +130,7 @@ class AggressiveGenerator(nn.Module):
         native_threads=None,
         native_isa=None,
         native_share=None,
+        engine_loop: bool = True,
     ):
         super().__init__()
         check_single_model(models)
@@ -119,6 +148,7 @@ class AggressiveGenerator(nn.Module):
         self.normalize_scores = normalize_scores
         self.len_penalty = len_penalty
         self.max_draft_len = max_draft_len
+        self.engine_loop = engine_loop
         self.stats = DecodingStats()
         self.model.eval()
         rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature)
@@ -174,6 +204,9 @@ class AggressiveGenerator(nn.Module):
 
     def _decode(self, sample, max_len: int, bos_token=None):
         """The draft -> verify -> accept loop over one batch the verifier has begun."""
+        ngrams = self.drafter.copy_loop() if self.engine_loop and self.budget is None else None
+        if ngrams is not None and self.verifier.runs_copy_loop:
+            return self._decode_in_verifier(sample, max_len, bos_token, ngrams)
         src_tokens = sample["net_input"]["src_tokens"]
         bsz = src_tokens.size(0)
         device = src_tokens.device
@@ -220,6 +253,8 @@ class AggressiveGenerator(nn.Module):
             keep = []
             for i, b in enumerate(active):
                 won = kept[i][res.kept[i]]  # the kept branch, as the drafter numbered them
+                n_draft = verified[i][won] if verified[i] else 0
+                stats.add_positions([1] * n_draft, [1] * res.n_match[i])
                 if len(kept[i]) > 1:
                     stats.tree_passes += 1
                     stats.branch_wins += res.kept[i] > 0
@@ -236,6 +271,26 @@ class AggressiveGenerator(nn.Module):
             active = [active[i] for i in keep]
 
         return [self._finalize(outputs[b], scores[b], device) for b in range(bsz)]
+
+    def _decode_in_verifier(self, sample, max_len: int, bos_token, ngrams):
+        """The batch decoded by the verifier's own loop of source-copy drafts
+        (the drafter's, with one branch; greedy search with a draft cap of 0)."""
+        src, src_len = self.drafter.copy_source(sample)
+        first = self.eos if bos_token is None else bos_token
+        lmax = max_len if self.max_draft_len is None else self.max_draft_len
+        toks, scores, passes, st = self.verifier.decode_copy(src, src_len, first, lmax, *ngrams)
+        self.drafter.learn_from_loop(st)
+        stats = self.stats
+        stats.sentences += len(toks)
+        stats.passes += st.passes
+        stats.sentence_passes += st.sentence_passes
+        stats.drafted += st.drafted
+        stats.accepted += st.accepted
+        stats.draft_seconds += st.draft_ns / 1e9
+        stats.add_positions(list(st.position_drafted), list(st.position_accepted))
+        self.last_sentence_passes = passes
+        device = sample["net_input"]["src_tokens"].device
+        return [self._finalize(t, s, device) for t, s in zip(toks, scores)]
 
     def _propose(self, active: List[int], outputs, lens: List[int], several: bool):
         """The drafter's branches for a pass, shortened by the budget if there

@@ -106,6 +106,12 @@ class Drafter:
         ``n_emit`` x C), sentence ``sents[i]``'s ``n_emit[i]`` tokens after
         those of the sentences before it."""
 
+    def copy_loop(self):
+        """(ngram_min, ngram_max) if this drafter's drafts are source copies
+        that a verifier can make and verify in one loop of its own
+        (:meth:`~fairseq_aggressive.verifiers.base.Verifier.decode_copy`), else None."""
+        return None
+
     def draft(self, sent: int, output: List[int], cap: int) -> List[int]:
         """The first draft :meth:`propose` gives one sentence (a convenience)."""
         return self.propose([sent], [output], [cap])[0][0].tokens

@@ -103,6 +103,29 @@ class InputCopyDrafter(Drafter):
         self._proposed = {}
         self._index = {}
 
+    # ------------------------------------------------- the loop in the engine
+    def copy_loop(self) -> Optional[Tuple[int, int]]:
+        # one draft per pass: a verifier that runs the loop makes exactly these drafts
+        return (self.ngram_min, self.ngram_max) if self.caps.max_branches == 1 else None
+
+    def copy_source(self, sample):
+        """Each sentence's copy source (target ids, padding removed), concatenated,
+        and their lengths: int32 arrays for a verifier's own loop."""
+        src_tokens = sample["net_input"]["src_tokens"].cpu()
+        keep = src_tokens.ne(self.pad)
+        if self.src_to_tgt is not None:
+            src_tokens = self.src_to_tgt[src_tokens]
+        return src_tokens[keep].to(torch.int32).numpy(), keep.sum(1).to(torch.int32).numpy()
+
+    def learn_from_loop(self, stats) -> None:
+        """What a verifier's own loop counted (its CopyLoopStats) goes into the
+        rates :meth:`update` learns."""
+        self.first["copy"].add(stats.copy_hits, stats.copy_trials)
+        self.first["sync"].add(stats.sync_hits, stats.sync_trials)
+        self.wins["copy"] += stats.copy_hits
+        self.wins["sync"] += stats.sync_hits
+        self.cont.add(stats.cont_hits, stats.cont_trials)
+
     # --------------------------------------------------------------- drafts
     def _starts(self, sent: int, output: List[int]) -> List[Tuple[str, int]]:
         """(kind, source position) of every copy to draft, most likely first."""

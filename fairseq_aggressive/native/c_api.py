@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 6
+API_VERSION = 7
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -30,6 +30,31 @@ class PassArgs(ctypes.Structure):
                 ("tau", ctypes.c_float), ("choice", P), ("score", P), ("n_emit", P), ("n_match", P), ("done", P),
                 ("winner", P), ("feats", P)]
     del P
+
+
+class CopyLoopArgs(ctypes.Structure):
+    """fa::CopyLoopArgs (csrc/copy_loop.h): the in-engine loop of source-copy
+    drafting (greedy search with max_draft 0) over one batch."""
+
+    P, I, F = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float
+    _fields_ = [("n", I), ("src", P), ("src_len", P), ("first", I), ("max_draft", I), ("ngram_min", I),
+                ("ngram_max", I), ("max_len", I), ("min_len", I), ("unk_penalty", F), ("temperature", F),
+                ("beta", I), ("tau", F), ("out_cap", I), ("out_tokens", P), ("out_scores", P), ("out_len", P),
+                ("passes", P)]
+    del P, I, F
+
+
+# draft positions counted one by one in CopyLoopStats (kLoopPositions; the last counts every later one)
+LOOP_POSITIONS = 32
+
+
+class CopyLoopStats(ctypes.Structure):
+    """fa::CopyLoopStats (csrc/copy_loop.h): the loop's counters."""
+
+    _fields_ = [(n, ctypes.c_int64) for n in ("passes", "sentence_passes", "drafted", "accepted", "draft_ns")] + [
+        ("position_drafted", ctypes.c_int64 * LOOP_POSITIONS), ("position_accepted", ctypes.c_int64 * LOOP_POSITIONS)
+    ] + [(n, ctypes.c_int64) for n in ("copy_trials", "copy_hits", "sync_trials", "sync_hits", "cont_trials",
+                                        "cont_hits")]
 
 
 def declare(lib) -> None:
@@ -64,6 +89,7 @@ def declare(lib) -> None:
         "fa_shortlist_common": (I, [P, I]),
         "fa_shortlist": (I, [P, P, I, I, P]),
         "fa_pass": (I, [P, P, ctypes.POINTER(PassArgs)]),
+        "fa_decode_copy": (I, [P, P, ctypes.POINTER(CopyLoopArgs), ctypes.POINTER(CopyLoopStats)]),
         "fa_set_mask_embed": (I, [P, P]),
         "fa_set_feature_proj": (I, [P, P, P, I]),
         "fa_draft": (I, [P, P, I, IP, IP, IP, I, I, IP, P]),
@@ -84,7 +110,7 @@ def mismatch(lib):
     if version() != API_VERSION:
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
     declare(lib)
-    for struct in (Config, PassArgs):
+    for struct in (Config, PassArgs, CopyLoopArgs, CopyLoopStats):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

@@ -11,7 +11,7 @@ import ctypes
 import itertools
 import threading
 import weakref
-from typing import List, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ import torch
 from ..quantization import Int8Linear
 from ..threads import engine_threads
 from . import c_api
+from .batch import NativeBatch
 from .build import NativeUnavailable, library
 
 
@@ -71,11 +72,6 @@ def check_native(model) -> None:
                 problems.append(f"layer {i}: non-standard attention")
     if problems:
         raise NativeUnavailable("the native engine does not run this model (" + "; ".join(sorted(set(problems))) + ")")
-
-
-def _addr(buf) -> Optional[int]:
-    """The address of a ctypes array (None for None)."""
-    return None if buf is None else ctypes.addressof(buf)
 
 
 def _f32(t):
@@ -314,111 +310,3 @@ class NativeEngine:
                 raise self.failure("a shortlist")
             if rc != 0:
                 raise ValueError(f"sentence {b}: shortlist ids must ascend, beyond the common ones")
-
-
-class NativeBatch:
-    """The encoded sentences of one batch and their decoder caches."""
-
-    def __init__(self, engine: NativeEngine, n: int, flat: np.ndarray, lengths: np.ndarray, cap: int):
-        self.engine, self.lib = engine, engine.lib
-        flat = np.ascontiguousarray(flat, dtype=np.int32)
-        lengths = np.ascontiguousarray(lengths, dtype=np.int32)
-        self.handle = self.lib.fa_begin(engine.handle, n, flat.ctypes.data, lengths.ctypes.data, cap)
-        if not self.handle:
-            raise engine.failure("encoding a batch")
-        self._rows_cap = self._tok_cap = 0
-        self._args = c_api.PassArgs()
-        self.features = None  # after step(features=True): the emitted tokens' decoder features
-
-    def __del__(self):
-        handle = getattr(self, "handle", None)
-        if handle:
-            self.lib.fa_state_free(handle)
-            self.handle = None
-
-    def encoder_out(self):
-        """The verifier's encoder output as fairseq's encoder returns it
-        (``encoder_out`` S x B x C, zeros at padding; ``encoder_padding_mask``
-        B x S), for a drafter that shares the verifier's encoder."""
-        keep = self.src_keep
-        C = self.engine.embed_dim
-        flat = torch.empty(int(keep.sum()), C, dtype=torch.float32)
-        n = self.lib.fa_encoder_out(self.handle, flat.data_ptr())
-        if n != flat.numel():
-            raise RuntimeError(f"native engine: {n} encoder values, expected {flat.numel()}")
-        enc = torch.zeros(*keep.shape, C, dtype=torch.float32)
-        enc[keep] = flat
-        return {"encoder_out": [enc.transpose(0, 1)], "encoder_padding_mask": [~keep],
-                "encoder_embedding": [], "encoder_states": [], "src_tokens": [], "src_lengths": []}
-
-    def _buffers(self, n_rows: int, n_tokens: int):
-        if n_rows > self._rows_cap or n_tokens > self._tok_cap:
-            self._rows_cap, self._tok_cap = max(n_rows, self._rows_cap), max(n_tokens, 2 * self._tok_cap)
-            I, F = ctypes.c_int32, ctypes.c_float
-            self._sent, self._lens, self._n_emit, self._n_match, self._done, self._nb, self._win = (
-                (I * self._rows_cap)() for _ in range(7))
-            self._tok, self._choice, self._blen = (I * self._tok_cap)(), (I * self._tok_cap)(), (I * self._tok_cap)()
-            self._score = (F * self._tok_cap)()
-            self._feats = None
-
-    def step(self, sents: Sequence[int], rows: Sequence[List[int]], max_len: int, min_len: int,
-             unk_penalty: float, temperature: float, branches: Optional[Sequence[List[int]]] = None,
-             features: bool = False, beta: int = 1, tau: float = 0.0):
-        """One pass; ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.
-        With ``branches``, ``branches[i]`` lists the lengths of the drafts that
-        follow the last token in ``rows[i]`` one after the other (each is a
-        continuation of the last token; the pass keeps the one that accepts
-        most).  Returns per row the emitted tokens, their scores, the accepted
-        draft length, whether EOS was emitted and the index of the kept draft.
-        With ``features``, :attr:`features` then holds the decoder features
-        (last layer, normalised) each emitted token was chosen from, the rows'
-        emitted tokens one after the other (sum of n_emit x C).  ``beta`` > 1
-        accepts GAD++'s way (:class:`~fairseq_aggressive.acceptance.RankAcceptance`:
-        a drafted token among the top ``beta`` within ``tau`` of the top one's
-        log-probability) instead of greedy's."""
-        n = len(rows)
-        lens = [len(r) for r in rows]
-        flat = rows[0] if n == 1 else [t for r in rows for t in r]
-        self._buffers(n, len(flat))
-        self._sent[:n], self._lens[:n], self._tok[: len(flat)] = sents, lens, flat
-        nb = blen = None
-        if branches is not None:
-            if len(branches) != n:
-                raise ValueError(f"{len(branches)} branch lists for {n} rows")
-            bflat = [x for b in branches for x in b]
-            for r, b in zip(rows, branches):
-                if not b or 1 + sum(b) != len(r) or (len(b) > 1 and min(b) < 1):
-                    raise ValueError(f"branch lengths {b} do not split a row of {len(r)} tokens")
-            self._nb[:n], self._blen[: len(bflat)] = [len(b) for b in branches], bflat
-            nb, blen = self._nb, self._blen
-        fptr = None
-        if features:
-            if self._feats is None:
-                self._feats = torch.empty(self._tok_cap, self.engine.embed_dim, dtype=torch.float32)
-            fptr = self._feats.data_ptr()
-        a = self._args
-        a.n, a.max_len, a.min_len = n, max_len, min_len
-        a.unk_penalty, a.temperature, a.beta, a.tau = unk_penalty, temperature, beta, tau
-        a.sent, a.row_len, a.tokens = _addr(self._sent), _addr(self._lens), _addr(self._tok)
-        a.n_branch, a.branch_len = _addr(nb), _addr(blen)
-        a.choice, a.score, a.feats = _addr(self._choice), _addr(self._score), fptr
-        a.n_emit, a.n_match, a.done, a.winner = (_addr(b) for b in (self._n_emit, self._n_match, self._done, self._win))
-        rc = self.lib.fa_pass(self.engine.handle, self.handle, ctypes.byref(a))
-        if rc == -2:
-            raise self.engine.failure("a verification pass")
-        if rc != 0:
-            raise RuntimeError("native engine: a row does not fit its sentence's cache")
-        n_emit = self._n_emit[:n]
-        toks, scores, o = [], [], 0
-        for k, ne in zip(lens, n_emit):
-            toks.append(self._choice[o : o + ne])
-            scores.append(self._score[o : o + ne])
-            o += k
-        if features:
-            if n == 1:
-                self.features = self._feats[: n_emit[0]].clone()
-            else:
-                ne = np.asarray(n_emit)  # emitted token j of row r sits at row offset + j
-                idx = np.arange(ne.sum()) + np.repeat(np.cumsum(lens) - lens - (np.cumsum(ne) - ne), ne)
-                self.features = self._feats[torch.from_numpy(idx)]
-        return toks, scores, self._n_match[:n], self._done[:n], self._win[:n]

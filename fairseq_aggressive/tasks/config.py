@@ -115,6 +115,14 @@ class AggressiveTranslationConfig(TranslationConfig):
             "processes on N cores gives each N/W (docs/threads-and-load.md)"
         },
     )
+    python_loop: bool = field(
+        default=False,
+        metadata={
+            "help": "run the draft -> verify -> accept loop in Python, one engine call per pass, also "
+            "where the native engine runs it itself (IAD with one branch and no --draft-cost, greedy "
+            "with --max-draft-len 0: one call per batch); the output is the same either way"
+        },
+    )
     native_isa: str = field(
         default="auto",
         metadata={

@@ -87,6 +87,20 @@ class Verifier:
         drafter that shares the verifier's encoder)."""
         raise NotImplementedError
 
+    @property
+    def runs_copy_loop(self) -> bool:
+        """Whether the verifier runs the whole loop of source-copy drafting
+        and greedy search itself (:meth:`decode_copy`) for the batch begun last."""
+        return False
+
+    def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int):
+        """(:attr:`runs_copy_loop`) Decodes the batch begun last with the drafts
+        of :class:`~fairseq_aggressive.drafters.InputCopyDrafter` with one branch
+        (``src``, ``src_len``: the copy sources concatenated and their lengths;
+        ``first``: the token before the output): per sentence its tokens, their
+        scores and passes, and the loop's counters."""
+        raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
+
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], branches: Optional[Sequence[List[int]]] = None,
              emitted_features: bool = False, pass_features: bool = False) -> PassResult:
         """Verify ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.

@@ -57,6 +57,18 @@ class NativeVerifier(Verifier):
 
         return measure_pass_cost(self.engine, src_tokens)
 
+    @property
+    def runs_copy_loop(self) -> bool:
+        """Whether :meth:`decode_copy` runs the batch begun last (in the engine)."""
+        return not self._on_torch
+
+    def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int):
+        """The batch begun last, decoded in the engine with source-copy drafts
+        (:meth:`~fairseq_aggressive.native.NativeBatch.decode_copy`)."""
+        r = self.rules
+        return self.batch.decode_copy(src, src_len, first, max_draft, ngram_min, ngram_max, self.max_len, r.min_len,
+                                      r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau)
+
     def step(self, sents, rows, branches=None, emitted_features=False, pass_features=False) -> PassResult:
         if self._on_torch:
             return self.fallback.step(sents, rows, branches, emitted_features, pass_features)

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "block_drafter.h"
+#include "copy_loop.h"
 #include "model.h"
 #include "parallel.h"
 #include "pass.h"
@@ -23,9 +24,9 @@ using fa::State;
 
 namespace {
 
-// The version of this API; engine.py's API_VERSION must equal it (a library
+// The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 6;
+constexpr int kApiVersion = 7;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -65,10 +66,13 @@ extern "C" {
 // ------------------------------------------------------------ library
 int fa_version() { return kApiVersion; }
 
-// sizeof the structs engine.py mirrors ("Config", "PassArgs"); -1 for another name
+// sizeof the structs c_api.py mirrors ("Config", "PassArgs", "CopyLoopArgs",
+// "CopyLoopStats"); -1 for another name
 int fa_sizeof(const char* name) {
   if (std::strcmp(name, "Config") == 0) return (int)sizeof(fa::Config);
   if (std::strcmp(name, "PassArgs") == 0) return (int)sizeof(fa::PassArgs);
+  if (std::strcmp(name, "CopyLoopArgs") == 0) return (int)sizeof(fa::CopyLoopArgs);
+  if (std::strcmp(name, "CopyLoopStats") == 0) return (int)sizeof(fa::CopyLoopStats);
   return -1;
 }
 
@@ -280,6 +284,14 @@ int fa_shortlist(void* mp, void* sp, int b, int n, const int32_t* ids) {
 // state is then undefined).
 int fa_pass(void* mp, void* sp, const fa::PassArgs* args) {
   return guarded(mp, -2, [&] { return fa::verify_pass(model(mp), state(sp), *args); });
+}
+
+// The whole loop of source-copy drafting or greedy search over a batch just
+// begun (fa::CopyLoopArgs in csrc/copy_loop.h), its counters added to *stats;
+// 0, -1 (nothing decoded) if an argument does not fit the batch, or -2 if it
+// failed (fa_model_error says why; the batch's state is then undefined).
+int fa_decode_copy(void* mp, void* sp, const fa::CopyLoopArgs* args, fa::CopyLoopStats* stats) {
+  return guarded(mp, -2, [&] { return fa::decode_copy(model(mp), state(sp), *args, *stats); });
 }
 
 // A block drafter's slot input vector (C floats); 0, or -2 (fa_model_error).

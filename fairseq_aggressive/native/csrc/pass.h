@@ -9,7 +9,7 @@
 
 namespace fa {
 
-// One pass's inputs and outputs (mirrored by _PassArgs in engine.py).
+// One pass's inputs and outputs (mirrored by PassArgs in c_api.py).
 //
 // Row r: sentence sent[r], row_len[r] tokens (the last emitted token followed
 // by the drafted tokens), rows concatenated in tokens.  Without n_branch a

@@ -1,0 +1,72 @@
+// The whole draft -> verify -> accept loop of source-copy drafting (IAD with
+// one draft per pass, Sun et al. 2021) and of greedy search (drafts of length
+// 0) over one encoded batch, in one call (fa_decode_copy): no return to Python
+// between passes.  Each pass is verify_pass (pass.h); the drafts are those of
+// drafters/input_copy.py with branches = 1, so the output, the statistics and
+// what the drafter learns are the same as that drafter's in the generator's loop.
+#pragma once
+
+#include <cstdint>
+
+#include "model.h"
+
+namespace fa {
+
+// One batch's loop: inputs, then outputs (mirrored by CopyLoopArgs in c_api.py).
+//
+// Sentence b of the state (n: all of them, none decoded yet): its copy source,
+// src_len[b] tokens of src (the sentences' sources in target ids, padding
+// removed, concatenated in order); the loop starts
+// from the token `first` (EOS, or a BOS).  A draft is the source from the
+// copy position on, at most max_draft tokens and at most the tokens left
+// before max_len; after a rejection the copy position is found again right
+// after the unique occurrence in the source of the output's shortest suffix of
+// ngram_min .. ngram_max tokens that occurs once (no draft while there is none).
+// The pass's score rules and acceptance (max_len, min_len, unk_penalty,
+// temperature, beta, tau) are PassArgs'.
+//
+// Outputs: sentence b's out_len[b] tokens and scores at b * out_cap (out_cap >=
+// max_len + 1, the most any sentence emits) and the passes it took part in.
+struct CopyLoopArgs {
+  int32_t n;
+  const int32_t* src;
+  const int32_t* src_len;
+  int32_t first;
+  int32_t max_draft, ngram_min, ngram_max;
+  int32_t max_len, min_len;
+  float unk_penalty, temperature;
+  int32_t beta;
+  float tau;
+  int32_t out_cap;
+  int32_t* out_tokens;
+  float* out_scores;
+  int32_t* out_len;
+  int32_t* passes;
+};
+
+// Counters of one loop, added to (mirrored by CopyLoopStats in c_api.py).
+// Per draft position i < kLoopPositions (the last slot counts every later one):
+// the passes whose draft had a position i and those whose drafted token i was
+// accepted.  The drafter's rates (input_copy.py), for the passes after which a
+// sentence went on (update() is not called on a finished sentence): per kind of
+// draft (copy: continuing a copy; sync: the first after re-anchoring) the
+// drafts verified and those whose first token was accepted, and over the drafts
+// whose first token was accepted, the tokens after an accepted one that could
+// have been accepted and those that were.
+constexpr int kLoopPositions = 32;
+struct CopyLoopStats {
+  int64_t passes;           // decoder invocations
+  int64_t sentence_passes;  // sum over sentences of the passes they took part in
+  int64_t drafted, accepted;
+  int64_t draft_ns;         // time spent making drafts
+  int64_t position_drafted[kLoopPositions], position_accepted[kLoopPositions];
+  int64_t copy_trials, copy_hits, sync_trials, sync_hits;
+  int64_t cont_trials, cont_hits;
+};
+
+// 0, or -1 (nothing decoded) if an argument does not fit the state (n, a
+// source length, out_cap, the draft settings, a sentence already decoded); a
+// failed pass throws (as verify_pass does).
+int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats);
+
+}  // namespace fa

@@ -1,0 +1,192 @@
+"""The draft -> verify -> accept loop of source-copy drafting (IAD, one branch)
+and greedy search inside the native engine (fa_decode_copy): bit-identical
+to the generator's own loop over the same drafter, statistics and what the
+drafter learns included, and used wherever it applies."""
+import random
+
+import pytest
+import torch
+
+from fairseq_aggressive.drafters import InputCopyDrafter
+from fairseq_aggressive.generator import COUNTED_POSITIONS, AggressiveGenerator
+from fairseq_aggressive.native import NativeBatch
+from fairseq_aggressive.native.c_api import LOOP_POSITIONS
+from helpers import compare, fast_first, greedy, make_dict, make_model, make_sample, make_task, needs_native
+from test_equivalence import batches, random_sources
+
+pytestmark = needs_native
+
+
+class EditedCopyDrafter(InputCopyDrafter):
+    """IAD whose copy sources are given: greedy's outputs with edits (tokens
+    substituted, inserted, deleted, repeated n-grams), so that drafts are
+    accepted for long runs and rejected after each edit, and re-anchoring has
+    unique and ambiguous suffixes to find.  Both loops copy these sources."""
+
+    def __init__(self, d, sources, **kw):
+        super().__init__(d, d, **kw)
+        self.sources = sources  # per batch, per sentence
+
+    def use(self, i):
+        self.batch = self.sources[i]
+
+    def begin(self, sample, max_len, encoder_out=None):
+        super().begin(sample, max_len, encoder_out)
+        self.src = [list(s) for s in self.batch]
+
+    def copy_source(self, sample):
+        import numpy as np
+
+        return (np.array([t for s in self.batch for t in s], dtype=np.int32),
+                np.array([len(s) for s in self.batch], dtype=np.int32))
+
+
+def _edited(rng, ref, vocab, eos, p=0.12):
+    out = []
+    for t in ref[:-1]:
+        u = rng.random()
+        if u < p / 3:
+            out.append(rng.randrange(4, vocab))  # substituted
+        elif u < 2 * p / 3:
+            out += [t, rng.randrange(4, vocab)]  # inserted after
+        elif u >= p:
+            out.append(t)  # (else deleted)
+        if rng.random() < 0.05:
+            out += out[-3:]  # a repeated n-gram: ambiguous suffixes
+    return out + [eos]
+
+
+def _run(model, d, rows, bsz, sources, engine_loop, gen_kw, drafter_kw, bos=None):
+    drafter = EditedCopyDrafter(d, sources, **drafter_kw)
+    gen = AggressiveGenerator([model], d, drafter, engine="native", engine_loop=engine_loop, **gen_kw)
+    outs, passes = [], []
+    for i, chunk in enumerate(batches(rows, bsz)):
+        drafter.use(i)
+        outs += gen.generate([model], make_sample(chunk, d.pad()), bos_token=bos)
+        passes += list(gen.last_sentence_passes)
+    learnt = ({k: (r.hits, r.trials) for k, r in drafter.first.items()}, (drafter.cont.hits, drafter.cont.trials),
+              dict(drafter.wins))
+    return outs, passes, gen.stats, learnt
+
+
+def _bits(outs):
+    return [(o[0]["tokens"].tolist(), o[0]["positional_scores"].tolist(), float(o[0]["score"])) for o in outs]
+
+
+def _counters(stats):
+    d = stats.as_dict()
+    d.pop("draft_seconds")
+    return d
+
+
+@pytest.mark.parametrize("bsz", fast_first([8, 1]))
+@pytest.mark.parametrize("lmax", fast_first([4, 0, 1, 1024], 2))
+@pytest.mark.parametrize("gen_kw", fast_first([dict(max_len_b=40), dict(max_len_a=0, max_len_b=5),
+                                               dict(min_len=6, unk_penalty=-2.0, temperature=0.8, max_len_b=40)]),
+                         ids=["plain", "max-len", "min-len-unkpen-temperature"])
+def test_engine_loop_equals_the_generators_loop(bsz, lmax, gen_kw):
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=5)
+    rng = random.Random(bsz * 100 + lmax)
+    rows = random_sources(rng, 24, len(d), d.eos()) + random_sources(rng, 8, len(d), d.eos(), repeat=True)
+    kw = dict(gen_kw, max_draft_len=lmax)
+    ref = greedy(model, d, make_sample(rows, d.pad()), **gen_kw)
+    sources = [[_edited(rng, r[0]["tokens"].tolist(), len(d), d.eos()) for r in chunk] for chunk in batches(ref, bsz)]
+    a = _run(model, d, rows, bsz, sources, True, kw, {})
+    b = _run(model, d, rows, bsz, sources, False, kw, {})
+    assert _bits(a[0]) == _bits(b[0])
+    assert a[1] == b[1]  # passes per sentence
+    assert _counters(a[2]) == _counters(b[2])
+    assert a[3] == b[3]  # the drafter's rates and wins
+    assert compare(model, make_sample(rows, d.pad()), ref, a[0]).ok()
+    if lmax:  # the drafts were exercised: long accepted runs, rejections, re-anchoring
+        assert a[2].accepted > a[2].sentences and a[2].position_drafted[0] > a[2].position_accepted[0] > 0
+        assert a[3][0]["sync"][1] > 0 or gen_kw.get("max_len_b") == 5
+    else:
+        assert a[2].drafted == 0 and a[2].position_drafted == []
+
+
+def test_engine_loop_re_anchors_on_every_suffix_length_and_a_bos():
+    """ngram ranges 1..1, 2..3 and 1..6, with the loop started from a BOS token:
+    the same drafts, output and counts as the generator's loop."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=8)
+    rng = random.Random(4)
+    rows = random_sources(rng, 16, len(d), d.eos(), repeat=True)
+    ref = greedy(model, d, make_sample(rows, d.pad()), max_len_b=30)
+    sources = [[_edited(rng, r[0]["tokens"].tolist(), len(d), d.eos(), p=0.3) for r in chunk] for chunk in batches(ref, 4)]
+    for lo, hi in ((1, 1), (2, 3), (1, 6)):
+        dk = dict(ngram_min=lo, ngram_max=hi)
+        a = _run(model, d, rows, 4, sources, True, dict(max_len_b=30, max_draft_len=6), dk, bos=d.bos())
+        b = _run(model, d, rows, 4, sources, False, dict(max_len_b=30, max_draft_len=6), dk, bos=d.bos())
+        assert _bits(a[0]) == _bits(b[0]) and a[1] == b[1] and a[3] == b[3]
+        assert _counters(a[2]) == _counters(b[2])
+
+
+def test_engine_loop_with_separate_dictionaries_copies_mapped_ids():
+    src_d, tgt_d = make_dict(40), make_dict(40)
+    tgt_d.add_symbol("extra")  # another dictionary: source ids map to target ids
+    task = make_task(src_d, tgt_d)
+    model = make_model(task, seed=2)
+    rows = random_sources(random.Random(5), 16, len(src_d), src_d.eos())
+    outs = []
+    for engine_loop in (True, False):
+        gen = AggressiveGenerator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="native",
+                                  engine_loop=engine_loop, max_len_b=30)
+        outs.append([gen.generate([model], make_sample(c, src_d.pad())) for c in batches(rows, 8)])
+        assert gen.drafter.src_to_tgt is not None
+        counts = _counters(gen.stats)
+        if engine_loop:
+            first = counts
+    assert [_bits(o) for o in outs[0]] == [_bits(o) for o in outs[1]] and first == counts
+
+
+def test_the_engine_loop_runs_wherever_it_applies(monkeypatch):
+    """IAD with one branch and greedy search (draft cap 0) on the native engine
+    never make a pass from Python; several branches, a draft budget and
+    engine_loop=False do."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=1)
+    sample = make_sample(random_sources(random.Random(1), 6, len(d), d.eos()), d.pad())
+    steps = []
+    real = NativeBatch.step
+    monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
+    for kw, python_passes in ((dict(), False), (dict(max_draft_len=0), False), (dict(engine_loop=False), True),
+                              (dict(draft_cost="1,0.1"), True)):
+        steps.clear()
+        gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", max_len_b=20, **kw)
+        gen.generate([model], sample)
+        assert bool(steps) == python_passes, kw
+    steps.clear()
+    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d, branches=3), engine="native", max_len_b=20)
+    gen.generate([model], sample)
+    assert steps
+
+
+def test_engine_loop_refuses_what_does_not_fit():
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=1)
+    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", max_len_b=20)
+    src = torch.tensor([[5, 6, 7, d.eos()], [d.pad(), 8, 9, d.eos()]])
+    flat, lens = InputCopyDrafter(d, d).copy_source(make_sample([[5, 6, 7, d.eos()], [8, 9, d.eos()]], d.pad()))
+    batch = gen.native.begin(src, 20)
+    args = dict(first=d.eos(), max_draft=4, ngram_min=1, ngram_max=4, max_len=20, min_len=1, unk_penalty=0.0,
+                temperature=1.0)
+    with pytest.raises(ValueError, match="lengths add up"):
+        batch.decode_copy(flat[:-1], lens, **args)
+    with pytest.raises(ValueError, match="does not fit the batch"):
+        batch.decode_copy(flat[:4], lens[:1], **args)  # one source for two sentences
+    with pytest.raises(ValueError, match="does not fit the batch"):
+        batch.decode_copy(flat, lens, **dict(args, ngram_min=0))
+    toks, scores, passes, stats = batch.decode_copy(flat, lens, **args)
+    assert len(toks) == 2 and all(t[-1] == d.eos() for t in toks) and stats.sentence_passes == sum(passes)
+    with pytest.raises(ValueError, match="decodes once"):  # its sentences are decoded
+        batch.decode_copy(flat, lens, **args)
+
+
+def test_counted_positions_agree():
+    assert COUNTED_POSITIONS == LOOP_POSITIONS
