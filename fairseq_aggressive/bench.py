@@ -528,6 +528,8 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
             row["draft_time_share"] = st["draft_seconds"] / totals[m] if totals[m] else 0.0
             row["wasted_per_pass"] = st["wasted_per_pass"]
             row["tree_passes"], row["branch_wins"] = st["tree_passes"], st["branch_wins"]
+            if st["acceptance_by_position"]:  # per draft position: the share of drafts reaching it accepted there
+                row["acceptance_by_position"] = st["acceptance_by_position"]
             if getattr(gen, "native", None) is not None:  # where the engine's threads spent their time
                 row["pool"] = gen.native.pool_stats()
                 row["native_target"] = gen.native.isa
@@ -617,6 +619,20 @@ def print_edit_table(res, file=sys.stdout):
         print(f"| {m} | " + " | ".join(cells) + f" | {pe[m]['mean_passes']:.2f} | "
               f"{pe[m]['passes_per_span']:.2f} | {row.get('wasted_per_pass', 0):.2f} | "
               + (f"{row.get('branch_wins', 0)}/{trees}" if trees else "-") + " |", file=file)
+
+
+def print_position_table(res, file=sys.stdout, positions=8):
+    """Per draft position, the share of the drafts that reached it whose token
+    there was accepted (the evidence behind a draft cap)."""
+    rows = [(m, r["acceptance_by_position"]) for m, r in res["modes"].items() if r.get("acceptance_by_position")]
+    if not rows:
+        return
+    n = min(positions, max(len(a) for _, a in rows))
+    print("\ndrafted tokens accepted, by position in the draft (of the drafts that reached it)", file=file)
+    print("| mode | " + " | ".join(str(i + 1) for i in range(n)) + " |", file=file)
+    print("|" + "---|" * (n + 1), file=file)
+    for m, a in rows:
+        print(f"| {m} | " + " | ".join(f"{a[i]:.2f}" if i < len(a) else "-" for i in range(n)) + " |", file=file)
 
 
 def plot_edit_spans(res, path):
@@ -757,6 +773,7 @@ def main(argv=None):
     res = run(cfg, args)
     print_table(res)
     print_edit_table(res)
+    print_position_table(res)
     if args.bench_json:
         with open(args.bench_json, "w") as f:
             json.dump(res, f, indent=1)

@@ -165,6 +165,16 @@ def test_the_engine_loop_runs_wherever_it_applies(monkeypatch):
     gen.generate([model], sample)
     assert steps
 
+    class OtherSources(InputCopyDrafter):  # copies what begin() sets, which copy_source() does not know
+        def begin(self, sample, max_len, encoder_out=None):
+            super().begin(sample, max_len, encoder_out)
+            self.src = [s[::-1] for s in self.src]
+
+    steps.clear()
+    gen = AggressiveGenerator([model], d, OtherSources(d, d), engine="native", max_len_b=20)
+    gen.generate([model], sample)
+    assert steps and OtherSources(d, d).copy_loop() is None
+
 
 def test_engine_loop_refuses_what_does_not_fit():
     task = make_task()

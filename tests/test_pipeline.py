@@ -160,6 +160,12 @@ def test_config_errors(tmp_path):
     with pytest.raises(SystemExit, match="'{nosuch}' names no model"):
         pipe.train()
     bad.write_text("kind: speech\nsrc: en\ntgt: de\nprepare: [x.py]\nmodels: {}\n")
+    bad.write_text("kind: translation\nsrc: en\ntgt: de\nprepare: [x.py]\n"
+                   "models:\n  a: {options: {}}\n  b: {data: 'distill:nosuch'}\n")
+    pipe = pipeline.Pipeline(pipeline.load_config(bad, "paper"), tmp_path, dry_run=True, log=lambda _: None)
+    with pytest.raises(SystemExit, match="raw, distill or distill:MODEL"):
+        pipe.train()
+    bad.write_text("kind: speech\nsrc: en\ntgt: de\nprepare: [x.py]\nmodels: {}\n")
     with pytest.raises(SystemExit, match="kind must be"):
         pipeline.load_config(bad, "paper")
     proc = subprocess.run([sys.executable, PIPELINE,
@@ -249,7 +255,8 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
 def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
     """`make ende-cpu` (wmt14_ende.yaml --scale cpu) trains what docs/results-debian-ende.md
     describes: teacher 6+6 d=128 for 4000 updates, self-distillation (greedy), drafter K=8 with 2
-    causal-prefix layers on the teacher's frozen encoder and decoder features for 1500, heads k=2,4,8 on the teacher (frozen lr 1e-3, fine-tuned 1e-4) for 150 each, and
+    causal-prefix layers on the teacher's frozen encoder and decoder features for 1500, heads k=2,4,8 on the teacher (frozen lr 1e-3, fine-tuned 1e-4) for 150 each, the
+    6+1 student on the teacher's greedy outputs for 3000 and its drafter on the student's own, and
     benchmarks every head set and GAD at batch 1 on 400 sentences."""
     cfg, pipe = dry_run(os.path.join(ROOT, "configs", "translation", "wmt14_ende.yaml"), "cpu", tmp_path, monkeypatch)
     train = {}
@@ -265,8 +272,21 @@ def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
     assert (drafter.arch, drafter.encoder_layers, drafter.decoder_layers, drafter.block_size,
             drafter.max_update, drafter.shared_encoder, drafter.block_causal_prefix, drafter.verifier_features) == (
         "block_nat", 6, 2, 8, 1500, True, True, True)
+    student, student_drafter = train.pop("student"), train.pop("student-drafter")
+    assert (student.arch, student.encoder_layers, student.decoder_layers, student.encoder_embed_dim,
+            student.max_update) == ("transformer_deep_shallow", 6, 1, 128, 3000)
+    assert student_drafter.init_encoder_from.endswith("models/student/checkpoint_best.pt")
+    assert (student_drafter.arch, student_drafter.encoder_layers, student_drafter.block_size,
+            student_drafter.max_update, student_drafter.verifier_features) == ("block_nat", 6, 8, 1500, True)
     distill = [list(map(str, a)) for a in pipe.commands if str(a[1]).endswith("distill.py")]
-    assert len(distill) == 1 and distill[0][distill[0].index("--beam") + 1] == "1"  # the verifier's greedy
+    # the teacher's greedy outputs (the drafter's and the student's data), then the student's (its drafter's)
+    assert [os.path.basename(a[a.index("--out") + 1]) for a in distill] == ["distill", "distill-student"]
+    assert all(a[a.index("--beam") + 1] == "1" for a in distill)
+    assert distill[1][distill[1].index("--teacher") + 1].endswith("models/student/checkpoint_best.pt")
+    trained_on = {os.path.basename(str(a[a.index("--save-dir") + 1])): str(a[1]) for a in pipe.commands
+                  if "--save-dir" in a}
+    assert trained_on["student"].endswith("/distill/bin") and trained_on["student-drafter"].endswith(
+        "/distill-student/bin") and trained_on["teacher"].endswith("/data/bin")
     assert drafter.init_encoder_from.endswith("models/teacher/checkpoint_best.pt")
     assert sorted(train) == [f"blockwise-k{k}{s}" for k in (2, 4, 8) for s in ("", "-frozen")]
     for name, a in train.items():

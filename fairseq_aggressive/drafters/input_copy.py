@@ -105,8 +105,14 @@ class InputCopyDrafter(Drafter):
 
     # ------------------------------------------------- the loop in the engine
     def copy_loop(self) -> Optional[Tuple[int, int]]:
-        # one draft per pass: a verifier that runs the loop makes exactly these drafts
-        return (self.ngram_min, self.ngram_max) if self.caps.max_branches == 1 else None
+        # one draft per pass: a verifier that runs the loop makes exactly these drafts, unless a
+        # subclass drafts otherwise or copies other sources than copy_source() gives
+        cls, base = type(self), InputCopyDrafter
+        drafts_as_here = all(getattr(cls, m) is getattr(base, m) for m in ("propose", "update", "_starts", "_resync"))
+        sources_known = cls.begin is base.begin or cls.copy_source is not base.copy_source
+        if self.caps.max_branches == 1 and drafts_as_here and sources_known:
+            return self.ngram_min, self.ngram_max
+        return None
 
     def copy_source(self, sample):
         """Each sentence's copy source (target ids, padding removed), concatenated,

@@ -18,7 +18,8 @@ sample in a few minutes.  Values may name other things with ``{work}``,
 (that model's checkpoint, e.g. ``{teacher}``); ``${VAR}`` reads the environment.
 
 Steps (default: all): ``prepare`` (data), ``train`` (every model, with Seq-KD
-``distill`` before the first model trained on distilled data), ``decode``
+``distill`` before the first model trained on distilled data: a model's ``data: distill``
+trains on the distill section's teacher's outputs, ``data: distill:NAME`` on model NAME's), ``decode``
 (every decoding on the whole test set, scored: BLEU for translation, M2 F0.5 and
 GLEU for GEC, plus whether exact modes equal greedy) and ``bench``.  A step whose
 output exists is skipped, so an interrupted run can be restarted.  Results go to
@@ -225,7 +226,7 @@ class Pipeline:
                 return
             if updates:  # fairseq-train resumes from checkpoint_last.pt
                 self.log(f"(model {name}: resuming after {updates} updates)")
-        data = self.distill_dir / "bin" if model.get("data") == "distill" else self.data
+        data = self.data_of(model)
         argv = [self.tool("fairseq-train"), data, "--user-dir", USER_DIR,
                 "--task", "aggressive_translation", "--source-lang", self.cfg["src"],
                 "--target-lang", self.cfg["tgt"], "--save-dir", save]
@@ -248,24 +249,46 @@ class Pipeline:
                    if not (isinstance(v, str) and set(re.findall(r"\{([\w.+-]+)\}", v)) & refs)}
         return option_args(self.expand(options))
 
-    def distill(self):
+    def distilled_by(self, model):
+        """The teacher whose outputs ``model`` trains on (its ``data``: ``distill``, the
+        distill section's teacher; ``distill:NAME``, model NAME's), or None (the raw data)."""
+        data = model.get("data")
+        if data is None or data == "raw":
+            return None
+        if data == "distill":
+            return (self.cfg.get("distill") or {}).get("teacher", "teacher")
+        if isinstance(data, str) and data.startswith("distill:") and data[len("distill:"):] in self.cfg["models"]:
+            return data[len("distill:"):]
+        raise ConfigError(f"data: {data!r}: raw, distill or distill:MODEL (models: {', '.join(self.cfg['models'])})")
+
+    def distill_dir_of(self, teacher):
+        default = (self.cfg.get("distill") or {}).get("teacher", "teacher")
+        return self.distill_dir if teacher == default else self.work / f"distill-{teacher}"
+
+    def data_of(self, model):
+        teacher = self.distilled_by(model)
+        return self.data if teacher is None else self.distill_dir_of(teacher) / "bin"
+
+    def distill(self, teacher):
+        """The training set decoded by ``teacher`` (the distill section's options)."""
         spec = self.cfg.get("distill") or {}
-        if (self.distill_dir / "bin").exists():
-            self.log(f"(distilled data found in {self.distill_dir})")
+        out = self.distill_dir_of(teacher)
+        if (out / "bin").exists():
+            self.log(f"(distilled data found in {out})")
             return
-        teacher = spec.get("teacher", "teacher")
         argv = [sys.executable, ROOT / "scripts" / "experiments" / "distill.py", "--teacher", self.checkpoint(teacher),
-                "--data", self.data, "--out", self.distill_dir, "--user-dir", USER_DIR]
+                "--data", self.data, "--out", out, "--user-dir", USER_DIR]
         self.run(argv + option_args(self.expand(spec.get("options") or {})))
 
     def train(self):
-        distilled = False
+        distilled = set()
         for name, model in self.cfg["models"].items():
             if model.get("same-as") or not self.selected(name):
                 continue
-            if model.get("data") == "distill" and not distilled:
-                self.distill()
-                distilled = True
+            teacher = self.distilled_by(model)
+            if teacher is not None and teacher not in distilled:
+                self.distill(teacher)
+                distilled.add(teacher)
             self.train_model(name, model)
 
     def decode(self):
