@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from typing import List, Sequence, Tuple
 
-from .drafters.base import Branch
 from .options import check_draft_cost
 
 # the least either part of a pass's cost may be (ms); a measured cost's timings count as
@@ -62,7 +61,7 @@ def measure_pass_cost(engine, src_tokens, repeats: int = 7) -> PassCost:
         samples = []
         for _ in range(repeats + 1):
             t0 = time.perf_counter()
-            state.step(sents, rows, 1 << 20, 0, 0.0, 1.0)
+            state.step(sents, rows, max_len=1 << 20, min_len=0, unk_penalty=0.0, temperature=1.0)
             samples.append(time.perf_counter() - t0)
         times[T] = statistics.median(samples[1:]) * 1000.0
     per = max((times[5] - times[1]) / (4 * B), MIN_MS)
@@ -131,8 +130,9 @@ class DraftBudget:
                 return True
         return False
 
-    def select(self, rows: Sequence[Sequence[Branch]]) -> List[List[int]]:
-        """Lengths to keep of every branch of every row (0 = drop it)."""
+    def select(self, rows: Sequence[Sequence]) -> List[List[int]]:
+        """Lengths to keep of every branch of every row (0 = drop it); a branch is
+        anything with ``tokens`` and ``gains`` (a drafter's Branch)."""
         keep = [[0] * len(branches) for branches in rows]
         used = [0] * len(rows)
         cands = []

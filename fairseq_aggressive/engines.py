@@ -79,6 +79,12 @@ def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_f
     return choose_engine(engine, native, "verifier") or TorchVerifier(model, rules, acceptance, shortlist)
 
 
+def drafter_engine(engine: str) -> str:
+    """The engine option of GAD's drafter for the verifier's ``--engine``: torch
+    with torch, otherwise native where it runs (``auto``)."""
+    return "torch" if engine == "torch" else "auto"
+
+
 def build_block_drafter_engine(engine: str, model, tgt_dict, threads: Optional[int] = None,
                                isa: Optional[str] = None):
     """The native engine of GAD's block drafter ``model``

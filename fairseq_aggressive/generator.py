@@ -19,6 +19,7 @@ from .acceptance import AcceptanceRule, ExactAcceptance
 from .drafters.base import Drafter, DraftOutcome
 from .engines import build_verifier
 from .options import check_isa, check_max_draft_len, check_single_model, check_temperature
+from .stats import DecodingStats
 from .threads import parse_threads
 from .verifiers import ScoreRules
 
@@ -26,9 +27,6 @@ from .verifiers import ScoreRules
 BUDGET_DRAFT_CAP = 16
 # when the budget skips the drafter, one pass in this many drafts anyway (the cost is learnt from them)
 BUDGET_EXPLORE = 16
-# draft positions whose acceptance is counted one by one (the last counts every later one; the
-# native engine's loop counts as many: kLoopPositions in csrc/copy_loop.h)
-COUNTED_POSITIONS = 32
 logger = logging.getLogger("fairseq_aggressive")
 
 
@@ -36,61 +34,6 @@ def length_cap(max_len_a: float, max_len_b: int, src_len: int, max_positions: in
     """Output tokens allowed before EOS is forced, fairseq's rule for a batch
     whose (padded) source length is ``src_len``."""
     return min(int(max_len_a * src_len + max_len_b), max_positions - 1)
-
-
-class DecodingStats:
-    """Counters summed over all batches a generator has decoded."""
-
-    def __init__(self):
-        self.sentences = 0
-        self.passes = 0  # decoder invocations (one per loop iteration per batch)
-        self.sentence_passes = 0  # sum over sentences of the passes they took part in
-        self.tokens = 0  # emitted tokens, EOS included
-        self.drafted = 0  # drafted positions verified, every branch's
-        self.accepted = 0  # drafted tokens that passed
-        self.tree_passes = 0  # sentence passes that verified several branches
-        self.branch_wins = 0  # ... where a branch other than the first accepted most
-        self.draft_seconds = 0.0  # wall time spent in the drafter
-        # per position of a draft (of the kept branch): passes whose draft had it, and whose token there passed
-        self.position_drafted: List[int] = []
-        self.position_accepted: List[int] = []
-
-    def add_positions(self, drafted, accepted) -> None:
-        """Adds per-position counts (lists, position 0 first; positions from
-        COUNTED_POSITIONS - 1 on are counted together, as the engine's loop does)."""
-        last = COUNTED_POSITIONS - 1
-        for mine, theirs in ((self.position_drafted, drafted), (self.position_accepted, accepted)):
-            for i, v in enumerate(theirs):
-                if v:
-                    i = min(i, last)
-                    mine.extend([0] * (i + 1 - len(mine)))
-                    mine[i] += v
-        self.position_accepted.extend([0] * (len(self.position_drafted) - len(self.position_accepted)))
-
-    def acceptance_by_position(self) -> List[float]:
-        """Per draft position, the share of the drafts reaching it whose token there passed."""
-        return [a / d if d else 0.0 for d, a in zip(self.position_drafted, self.position_accepted)]
-
-    def as_dict(self) -> Dict[str, float]:
-        d = dict(vars(self))
-        d["mean_tokens_per_pass"] = self.tokens / max(self.sentence_passes, 1)
-        d["mean_passes_per_sentence"] = self.sentence_passes / max(self.sentences, 1)
-        d["wasted_per_pass"] = (self.drafted - self.accepted) / max(self.sentence_passes, 1)
-        d["acceptance_by_position"] = self.acceptance_by_position()
-        return d
-
-    def summary(self) -> str:
-        d = self.as_dict()
-        return (
-            f"{self.sentences} sentences, {self.sentence_passes} decoder passes "
-            f"({d['mean_passes_per_sentence']:.2f} per sentence, {self.passes} batched), "
-            f"{d['mean_tokens_per_pass']:.2f} tokens accepted per pass, "
-            f"{self.accepted}/{self.drafted} drafted tokens accepted"
-            + (f", {self.tree_passes} passes over several drafts ({self.branch_wins} kept another than the first)"
-               if self.tree_passes else "")
-            + (", accepted by draft position " + " ".join(f"{r:.2f}" for r in self.acceptance_by_position()[:8])
-               if self.position_drafted else "")
-        )
 
 
 class AggressiveGenerator(nn.Module):
@@ -280,14 +223,8 @@ class AggressiveGenerator(nn.Module):
         lmax = max_len if self.max_draft_len is None else self.max_draft_len
         toks, scores, passes, st = self.verifier.decode_copy(src, src_len, first, lmax, *ngrams)
         self.drafter.learn_from_loop(st)
-        stats = self.stats
-        stats.sentences += len(toks)
-        stats.passes += st.passes
-        stats.sentence_passes += st.sentence_passes
-        stats.drafted += st.drafted
-        stats.accepted += st.accepted
-        stats.draft_seconds += st.draft_ns / 1e9
-        stats.add_positions(list(st.position_drafted), list(st.position_accepted))
+        self.stats.sentences += len(toks)
+        self.stats.add_loop(st)
         self.last_sentence_passes = passes
         device = sample["net_input"]["src_tokens"].device
         return [self._finalize(t, s, device) for t, s in zip(toks, scores)]

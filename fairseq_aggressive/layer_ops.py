@@ -10,6 +10,16 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def position_table(emb, n: int, device=None) -> Optional[Tensor]:
+    """The rows fairseq's positional embedding ``emb`` adds at steps 0 .. n-1
+    of a sequence without padding (n x C; None without positions)."""
+    if emb is None:
+        return None
+    pad = emb.padding_idx if emb.padding_idx is not None else -1
+    with torch.no_grad():
+        return emb(torch.full((1, n), pad + 1, dtype=torch.long, device=device))[0]
+
+
 def encoder_kv(layers, encoder_out) -> Tuple[List[Tensor], List[Tensor], Optional[Tensor]]:
     """Per layer encoder-attention keys and values (B, H, S, D) and the key mask
     (B, 1, 1, S), True = attend (None without padding)."""

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from fairseq_aggressive.drafters import InputCopyDrafter
-from fairseq_aggressive.generator import COUNTED_POSITIONS, AggressiveGenerator
+from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.stats import COUNTED_POSITIONS
 from fairseq_aggressive.native import NativeBatch
 from fairseq_aggressive.native.c_api import LOOP_POSITIONS
 from helpers import compare, fast_first, greedy, make_dict, make_model, make_sample, make_task, needs_native

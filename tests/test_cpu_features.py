@@ -121,7 +121,7 @@ def test_drafter_bf16_auto_falls_back(monkeypatch, fresh_warnings, tmp_path):
     for mode, want in (("auto", None), ("on", torch.bfloat16), ("off", None)):
         task.cfg.drafter_bf16 = mode
         with pytest.raises(Loaded):
-            build_gad_drafter(task, [make_model(task)], lambda name: task._option(None, name))
+            build_gad_drafter(task, [make_model(task)], task.decoding_options())
         assert calls[-1] == want, mode
 
 

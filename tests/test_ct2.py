@@ -8,7 +8,7 @@ import pytest
 
 from helpers import run, tool
 
-from fairseq_aggressive import ct2_baseline
+from fairseq_aggressive.bench import ct2 as ct2_bench
 
 
 def bench(data, ckpt, out, modes, n, bsz):
@@ -59,9 +59,9 @@ def test_bench_ct2_best_configuration(trained, tmp_path):
     res = json.loads(js.read_text())
     best = res["modes"]["ct2-best"]
     config = best["ct2_config"]
-    types = ct2_baseline.compute_types()
+    types = ct2_bench.compute_types()
     assert "float32" in types and "int8" in types
-    counts = ct2_baseline.thread_counts(os.cpu_count())
+    counts = ct2_bench.thread_counts(os.cpu_count())
     assert sorted((c["compute_type"], c["threads"]) for c in config["configs"]) == sorted(
         (t, n) for t in types for n in counts)
     chosen = min(config["configs"], key=lambda c: c["seconds"])
@@ -77,18 +77,18 @@ def test_bench_ct2_best_configuration(trained, tmp_path):
 
 
 def test_ct2_thread_counts_and_probe():
-    assert ct2_baseline.thread_counts(1) == [1]
-    assert ct2_baseline.thread_counts(2) == [1, 2]
-    assert ct2_baseline.thread_counts(6) == [1, 2, 4, 6]
+    assert ct2_bench.thread_counts(1) == [1]
+    assert ct2_bench.thread_counts(2) == [1, 2]
+    assert ct2_bench.thread_counts(6) == [1, 2, 4, 6]
     batches = [{"tokens": [["a"]] * 3, "max_len": 5} for _ in range(20)]
-    assert len(ct2_baseline.probe_batches(batches, 7)) == 3  # 9 sentences: the first batches past 7
-    assert len(ct2_baseline.probe_batches(batches[:1], 40)) == 1
+    assert len(ct2_bench.probe_batches(batches, 7)) == 3  # 9 sentences: the first batches past 7
+    assert len(ct2_bench.probe_batches(batches[:1], 40)) == 1
 
 
 def test_ct2_missing_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(ct2_baseline.importlib.util, "find_spec", lambda name: None)
-    with pytest.raises(ct2_baseline.CT2Error, match=r"pip install 'fairseq-aggressive\[ct2\]'"):
-        ct2_baseline.require()
+    monkeypatch.setattr(ct2_bench.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(ct2_bench.CT2Error, match=r"pip install 'fairseq-aggressive\[ct2\]'"):
+        ct2_bench.require()
 
 
 @pytest.mark.slow
@@ -96,6 +96,6 @@ def test_ct2_bad_checkpoint_leaves_nothing(tmp_path, trained):
     data, _ = trained
     bad = tmp_path / "broken.pt"
     bad.write_bytes(b"not a checkpoint")
-    with pytest.raises(ct2_baseline.CT2Error, match="could not convert"):
-        ct2_baseline.converted_model(str(bad), str(data))
+    with pytest.raises(ct2_bench.CT2Error, match="could not convert"):
+        ct2_bench.converted_model(str(bad), str(data))
     assert sorted(os.listdir(tmp_path)) == ["broken.pt"]

@@ -100,3 +100,40 @@ def test_non_autoregressive_model_refused():
     model = make_model(task, arch="nonautoregressive_transformer")
     with pytest.raises(UnsupportedModelError, match="non-autoregressive"):
         task.build_generator([model], gen_args())
+
+
+@pytest.mark.parametrize("option,value,message", [
+    ("decoding", "fast", "unknown --decoding 'fast'"),
+    ("engine", "gpu", "--engine must be one of"),
+    ("max_draft_len", -2, "--max-draft-len must be >= 0"),
+    ("iad_ngram_min", 0, "--iad-ngram-min/--iad-ngram-max"),
+    ("iad_branches", 9, "--iad-branches must be at most 8"),
+    ("draft_cost", "1,x", "--draft-cost must be"),
+    ("block_size", 0, "--block-size must be an integer >= 1"),
+    ("drafter_shortlist", 0, "--drafter-shortlist must be an integer >= 1"),
+    ("native_threads", "many", "--native-threads must be"),
+    ("native_isa", "sse9", "--native-isa must be auto or one of"),
+])
+def test_decoding_options_are_checked_once_when_read(option, value, message):
+    """Every decoding option is checked where the task reads them (the task's
+    configuration at creation, per-call arguments when a generator is built),
+    with the flag named."""
+    from fairseq_aggressive.decoding_options import DecodingOptions
+
+    values = {"decoding": "iad", option: value}
+    with pytest.raises(ValueError, match=message):
+        DecodingOptions.read(values.get)
+    task = make_task()
+    with pytest.raises(ValueError, match=message):  # a hub call's argument
+        task.decoding_options(argparse.Namespace(**values))
+
+
+def test_decoding_options_read_typed_values():
+    from fairseq_aggressive.decoding_options import DecodingOptions
+
+    opts = make_task(decoding="iad", native_threads="2", draft_cost="off", max_draft_len=3).decoding_options()
+    assert (opts.decoding, opts.native_threads, opts.draft_cost, opts.max_draft_len, opts.aggressive) == (
+        "iad", 2, None, 3, True)
+    assert DecodingOptions.read(lambda name: None) == DecodingOptions()  # every default
+    per_call = make_task(decoding="iad").decoding_options(argparse.Namespace(max_draft_len=0, native_threads=None))
+    assert per_call.max_draft_len == 0 and per_call.native_threads is None

@@ -137,7 +137,7 @@ def test_native_int8_is_bit_exact():
 
 
 def test_inference_precision_option_quantizes_for_every_decoding():
-    from fairseq_aggressive.bench import mode_overrides
+    from fairseq_aggressive.bench.modes import mode_overrides
 
     task = make_task()
     d = task.target_dictionary

@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from fairseq_aggressive.bench import edit_spans, mode_overrides, pass_bound, span_lengths
+from fairseq_aggressive.bench.modes import mode_overrides
+from fairseq_aggressive.evaluation.edit_spans import edit_spans, pass_bound, span_lengths
 from fairseq_aggressive.draft_budget import DraftBudget, PassCost
 from fairseq_aggressive.drafters import Drafter, DrafterCaps, DraftOutcome, InputCopyDrafter
 from fairseq_aggressive.drafters.base import Branch

@@ -204,7 +204,7 @@ def test_native_isa_option_picks_the_target():
     suffix sets it for native modes only."""
     import argparse
 
-    from fairseq_aggressive.bench import mode_overrides, reference_mode
+    from fairseq_aggressive.bench.modes import mode_overrides, reference_mode
     from fairseq_aggressive.tasks.aggressive_translation import (AggressiveTranslationConfig,
                                                                  AggressiveTranslationTask)
 
@@ -301,7 +301,7 @@ def test_disabled_or_failed_build_falls_back(monkeypatch, tmp_path, caplog):
 def test_bench_engine_modes():
     import argparse
 
-    from fairseq_aggressive.bench import mode_overrides
+    from fairseq_aggressive.bench.modes import mode_overrides
 
     args = argparse.Namespace(drafter_path=None)
     assert mode_overrides("greedy-native", args) == dict(beam=1, decoding="iad", max_draft_len=0, engine="native")
@@ -316,7 +316,7 @@ def test_bench_counts_near_ties():
     the output projection) is a near-tie; at a token with another one it is not."""
     import torch
 
-    from fairseq_aggressive.bench import count_near_ties
+    from fairseq_aggressive.bench.run import count_near_ties
 
     task = make_task()
     d = task.target_dictionary

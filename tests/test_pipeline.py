@@ -55,7 +55,7 @@ def parse_with_fairseq(argv):
     """Parse a fairseq-train / fairseq-generate / bench command line with fairseq's own parser."""
     from fairseq import options
 
-    from fairseq_aggressive import bench
+    from fairseq_aggressive.bench.options import add_bench_args
 
     tool = os.path.basename(argv[0])
     if tool == "fairseq-train":
@@ -64,7 +64,7 @@ def parse_with_fairseq(argv):
         parser = options.get_generation_parser()
     elif tool == "fairseq-aggressive-bench":
         parser = options.get_generation_parser(default_task="aggressive_translation")
-        bench.add_bench_args(parser)
+        add_bench_args(parser)
     else:
         return None
     return options.parse_args_and_arch(parser, input_args=argv[1:])

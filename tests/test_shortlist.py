@@ -11,7 +11,7 @@ import random
 import pytest
 import torch
 
-from fairseq_aggressive.bench import mode_overrides, reference_mode
+from fairseq_aggressive.bench.modes import mode_overrides, reference_mode
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.quantization import quantize_int8

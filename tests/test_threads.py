@@ -13,7 +13,7 @@ import torch
 
 from helpers import make_model, make_sample, make_task, needs_native, random_rows
 
-from fairseq_aggressive.cpu_load import cpu_load
+from fairseq_aggressive.bench.load import cpu_load
 from fairseq_aggressive.native import available
 from fairseq_aggressive.threads import THREADS_ENV, _cgroup_quota, engine_threads, parse_threads, usable_cpus
 

@@ -17,6 +17,20 @@ def _addr(buf) -> Optional[int]:
     return buf.ctypes.data if isinstance(buf, np.ndarray) else ctypes.addressof(buf)
 
 
+class StateHandle:
+    """A decoder state of the engine (``fa_begin``, ``fa_begin_encoded``),
+    freed when the last reference to it goes."""
+
+    def __init__(self, lib, handle):
+        self.lib, self.handle = lib, handle
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle:
+            self.lib.fa_state_free(handle)
+            self.handle = None
+
+
 class NativeBatch:
     """The encoded sentences of one batch and their decoder caches
     (:meth:`~fairseq_aggressive.native.NativeEngine.begin` makes it)."""
@@ -25,18 +39,18 @@ class NativeBatch:
         self.engine, self.lib = engine, engine.lib
         flat = np.ascontiguousarray(flat, dtype=np.int32)
         lengths = np.ascontiguousarray(lengths, dtype=np.int32)
-        self.handle = self.lib.fa_begin(engine.handle, n, flat.ctypes.data, lengths.ctypes.data, cap)
-        if not self.handle:
+        handle = self.lib.fa_begin(engine.handle, n, flat.ctypes.data, lengths.ctypes.data, cap)
+        if not handle:
             raise engine.failure("encoding a batch")
+        self._state = StateHandle(self.lib, handle)
         self._rows_cap = self._tok_cap = 0
         self._args = c_api.PassArgs()
         self.features = None  # after step(features=True): the emitted tokens' decoder features
 
-    def __del__(self):
-        handle = getattr(self, "handle", None)
-        if handle:
-            self.lib.fa_state_free(handle)
-            self.handle = None
+    @property
+    def handle(self):
+        """The engine's state of this batch."""
+        return self._state.handle
 
     def encoder_out(self):
         """The verifier's encoder output as fairseq's encoder returns it

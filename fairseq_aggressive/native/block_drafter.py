@@ -14,18 +14,10 @@ from typing import List, Optional, Sequence
 import numpy as np
 import torch
 
+from . import c_api
+from .batch import StateHandle
 from .build import NativeUnavailable
 from .engine import NativeEngine
-
-
-class _State:
-    def __init__(self, lib, handle):
-        self.lib, self.handle = lib, handle
-
-    def __del__(self):
-        if getattr(self, "handle", None):
-            self.lib.fa_state_free(self.handle)
-            self.handle = None
 
 
 class NativeBlockDrafter:
@@ -38,18 +30,23 @@ class NativeBlockDrafter:
             raise NativeUnavailable("the drafter is not on the CPU")
         if param.dtype != torch.float32:
             raise NativeUnavailable("the drafter is not float32")
-        self.engine = NativeEngine(model, tgt_dict, isa=isa, threads=threads)
-        self.lib = self.engine.lib
-        self._mask = dec.mask_embed.detach().float().contiguous()
-        if self.lib.fa_set_mask_embed(self.engine.handle, self._mask.data_ptr()) != 0:
-            raise self.engine.failure("the drafter's slot input")
         proj = getattr(dec, "feature_proj", None)
         self.feature_dim = 0 if proj is None else proj.in_features
-        if proj is not None:  # the engine projects the verifier's features itself (no torch call per pass)
-            w = proj.weight.detach().float().contiguous()
-            b = proj.bias.detach().float().contiguous()
-            if self.lib.fa_set_feature_proj(self.engine.handle, w.data_ptr(), b.data_ptr(), self.feature_dim) != 0:
-                raise self.engine.failure("the drafter's feature projection")
+
+        def prepare(engine):  # the block decoder's parts beyond a Transformer's
+            mask = dec.mask_embed.detach().float().contiguous()
+            if engine.lib.fa_set_mask_embed(engine.handle, mask.data_ptr()) != 0:
+                raise engine.failure("the drafter's slot input")
+            if proj is not None:  # the engine projects the verifier's features itself (no torch call per pass)
+                w = proj.weight.detach().float().contiguous()
+                b = proj.bias.detach().float().contiguous()
+                if engine.lib.fa_set_feature_proj(engine.handle, w.data_ptr(), b.data_ptr(), self.feature_dim) != 0:
+                    raise engine.failure("the drafter's feature projection")
+
+        # drafters built one after another for one model (a hub model's translate()) share its weights
+        self.engine = NativeEngine.for_model(model, tgt_dict, isa=isa, threads=threads, prepare=prepare,
+                                             kind="block drafter")
+        self.lib = self.engine.lib
         self.causal = bool(getattr(dec, "causal_prefix", False))
         self.state = None
         self.cached: List[int] = []
@@ -76,7 +73,7 @@ class NativeBlockDrafter:
             handle = self.lib.fa_begin_encoded(self.engine.handle, bsz, flat.data_ptr(), lengths.ctypes.data, cap)
             if not handle:
                 raise self.engine.failure("starting a drafter batch")
-            self.state = _State(self.lib, handle)
+            self.state = StateHandle(self.lib, handle)
             if shortlist is not None:
                 self.engine.set_shortlist(self.state.handle, shortlist, src_tokens)
         self.cached = [0] * bsz
@@ -101,15 +98,15 @@ class NativeBlockDrafter:
         flat = np.array([t for r in new for t in r] or [0], dtype=np.int32)
         sent = np.array(sents, dtype=np.int32)
         out = np.empty(n * k, dtype=np.int32)
-        IP = ctypes.POINTER(ctypes.c_int32)
         if (feats is None) != (self.feature_dim == 0) or (
                 feats is not None and (tuple(feats.shape) != (int(lens.sum()), self.feature_dim)
                                        or feats.dtype != torch.float32 or not feats.is_contiguous())):
             raise ValueError(f"native drafter: features {None if feats is None else tuple(feats.shape)} for "
                              f"{int(lens.sum())} tokens of width {self.feature_dim} (float32, contiguous)")
-        rc = self.lib.fa_draft(self.engine.handle, self.state.handle, n, sent.ctypes.data_as(IP),
-                               lens.ctypes.data_as(IP), flat.ctypes.data_as(IP), k, int(self.causal),
-                               out.ctypes.data_as(IP), None if feats is None else feats.data_ptr())
+        args = c_api.DraftArgs(n=n, sent=sent.ctypes.data, row_len=lens.ctypes.data, tokens=flat.ctypes.data, k=k,
+                               causal=int(self.causal), out=out.ctypes.data,
+                               feats=None if feats is None else feats.data_ptr())
+        rc = self.lib.fa_draft(self.engine.handle, self.state.handle, ctypes.byref(args))
         if rc == -2:
             raise self.engine.failure("a drafter pass")
         if rc != 0:

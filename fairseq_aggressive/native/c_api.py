@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 7
+API_VERSION = 8
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -44,6 +44,15 @@ class CopyLoopArgs(ctypes.Structure):
     del P, I, F
 
 
+class DraftArgs(ctypes.Structure):
+    """fa::DraftArgs (csrc/block_drafter.h): one block-drafter pass."""
+
+    P, I = ctypes.c_void_p, ctypes.c_int32
+    _fields_ = [("n", I), ("sent", P), ("row_len", P), ("tokens", P), ("k", I), ("causal", I), ("out", P),
+                ("feats", P)]
+    del P, I
+
+
 # draft positions counted one by one in CopyLoopStats (kLoopPositions; the last counts every later one)
 LOOP_POSITIONS = 32
 
@@ -60,7 +69,7 @@ class CopyLoopStats(ctypes.Structure):
 def declare(lib) -> None:
     """Set the argument and result types of every function of the library."""
     P, I, I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
-    IP, L64 = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64)
+    L64 = ctypes.POINTER(ctypes.c_int64)
     signatures = {
         "fa_version": (I, []),
         "fa_sizeof": (I, [ctypes.c_char_p]),
@@ -92,7 +101,7 @@ def declare(lib) -> None:
         "fa_decode_copy": (I, [P, P, ctypes.POINTER(CopyLoopArgs), ctypes.POINTER(CopyLoopStats)]),
         "fa_set_mask_embed": (I, [P, P]),
         "fa_set_feature_proj": (I, [P, P, P, I]),
-        "fa_draft": (I, [P, P, I, IP, IP, IP, I, I, IP, P]),
+        "fa_draft": (I, [P, P, ctypes.POINTER(DraftArgs)]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -110,7 +119,7 @@ def mismatch(lib):
     if version() != API_VERSION:
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
     declare(lib)
-    for struct in (Config, PassArgs, CopyLoopArgs, CopyLoopStats):
+    for struct in (Config, PassArgs, CopyLoopArgs, CopyLoopStats, DraftArgs):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

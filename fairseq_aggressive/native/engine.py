@@ -16,6 +16,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..layer_ops import position_table
 from ..quantization import Int8Linear
 from ..threads import engine_threads
 from . import c_api
@@ -86,15 +87,11 @@ def _exact_half(t):
 
 def _positions(emb, n: int):
     """Position embeddings of steps 0..n-1 (n x C), as the verifier builds them."""
-    if emb is None:
-        return None
-    pad = emb.padding_idx if emb.padding_idx is not None else -1
-    with torch.no_grad():
-        dummy = torch.full((1, n), pad + 1, dtype=torch.long)
-        return emb(dummy)[0].float().contiguous()
+    table = position_table(emb, n)
+    return None if table is None else table.float().contiguous()
 
 
-# model -> (its fingerprint, tgt dict and target; an engine whose weights later engines for it share)
+# model -> kind -> (its fingerprint, tgt dict, target and kind; an engine whose weights later engines for it share)
 _SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
@@ -194,18 +191,25 @@ class NativeEngine:
         return self.lib.fa_weights_id(self.handle)
 
     @classmethod
-    def for_model(cls, model, tgt_dict, isa: Optional[str] = None, threads: Optional[int] = None) -> "NativeEngine":
+    def for_model(cls, model, tgt_dict, isa: Optional[str] = None, threads: Optional[int] = None,
+                  prepare=None, kind: str = "verifier") -> "NativeEngine":
         """An engine for ``model`` on the weights of the last one made for it
         here (:meth:`share`: no copy), as long as the model's tensors are the
         same and unchanged (a tensor changed in place, replaced, or the model
         quantized makes a fresh copy): a hub model's ``translate`` builds a
-        generator per call, which must not copy the weights each time."""
-        key = (_fingerprint(model), id(tgt_dict), isa)
+        generator per call, which must not copy the weights each time.
+        ``prepare(engine)`` completes a fresh engine's weights before anything
+        shares them (a block drafter's slot input); ``kind`` names what it
+        prepares for (engines of another kind are not reused)."""
+        key = (_fingerprint(model), id(tgt_dict), isa, kind)
         with _SHARED_LOCK:
-            entry = _SHARED.get(model)
+            entries = _SHARED.setdefault(model, {})
+            entry = entries.get(kind)
             if entry is None or entry[0] != key:
-                entry = (key, cls(model, tgt_dict, isa=isa, threads=1))
-                _SHARED[model] = entry
+                engine = cls(model, tgt_dict, isa=isa, threads=1)
+                if prepare is not None:
+                    prepare(engine)
+                entry = entries[kind] = (key, engine)
             return entry[1].share(threads)
 
     def runs(self, model) -> bool:

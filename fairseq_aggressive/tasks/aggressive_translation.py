@@ -14,8 +14,8 @@ from fairseq.tasks.translation import TranslationTask
 
 from ..cpu_features import use_bf16
 from ..decoding import build_aggressive_generator, check_task_options
+from ..decoding_options import DecodingOptions
 from ..drafters import load_block_drafter
-from ..options import check_shortlist
 from ..quantization import is_int8, quantize_int8
 from .config import AggressiveTranslationConfig
 
@@ -45,12 +45,15 @@ class AggressiveTranslationTask(TranslationTask):
             raise ValueError("this model was quantized in place by an earlier --inference-precision int8 "
                              "(e.g. a hub model's translate(inference_precision='int8')); load it again "
                              "to decode in float32")
-        decoding = str(self._option(args, "decoding"))
-        check_shortlist(self._option(args, "vocab_shortlist"), decoding)
-        if decoding == "beam" or getattr(args, "score_reference", False):
+        opts = self.decoding_options(args)
+        if not opts.aggressive or getattr(args, "score_reference", False):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
-        return build_aggressive_generator(self, models, args, decoding, lambda name: self._option(args, name),
-                                          **kwargs)
+        return build_aggressive_generator(self, models, args, opts, **kwargs)
+
+    def decoding_options(self, args=None) -> DecodingOptions:
+        """The decoding options, checked: ``args`` (per-call generation
+        arguments, hub API) win over the task configuration."""
+        return DecodingOptions.read(lambda name: self._option(args, name))
 
     def load_drafter(self, path: str, like=None, dtype=None):
         """The block_nat drafter at ``path`` and its training block size, on the

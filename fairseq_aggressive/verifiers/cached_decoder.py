@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..layer_ops import decoder_layer, encoder_kv
+from ..layer_ops import decoder_layer, encoder_kv, position_table
 
 
 class UnsupportedModelError(ValueError):
@@ -137,9 +137,7 @@ class CachedDecoderVerifier:
             return None
         table = self._pos_table
         if table is None or table.size(0) < n or table.device != like.device:
-            pad = emb.padding_idx if emb.padding_idx is not None else -1
-            dummy = torch.full((1, n), pad + 1, dtype=torch.long, device=like.device)
-            table = emb(dummy)[0].to(like.dtype)
+            table = position_table(emb, n, like.device).to(like.dtype)
             self._pos_table = table
         return table
 

@@ -34,7 +34,7 @@ import tempfile
 import time
 
 from fairseq_aggressive.cpu_features import describe_machine
-from fairseq_aggressive.cpu_load import cpu_load
+from fairseq_aggressive.bench.load import cpu_load
 from fairseq_aggressive.native.build import _compiler
 from fairseq_aggressive.native.targets import CSRC
 

@@ -32,7 +32,7 @@ def passes_for(src: Sequence[int], hyp: Sequence[int], guess: Callable[[Sequence
     """1 + per edit span 1 + the span's tokens after its first that ``guess``
     (given the output before a token, BOS first) gets wrong; ``spans``: the
     edit spans' ranges in ``hyp`` (``bench.edit_span_ranges``), if already found."""
-    from fairseq_aggressive.bench import edit_span_ranges
+    from fairseq_aggressive.evaluation.edit_spans import edit_span_ranges
 
     if spans is None:
         spans = edit_span_ranges(list(src), list(hyp))
@@ -102,7 +102,7 @@ def main(argv=None):
         bigram.add(seq)
         trigram.add(seq)
 
-    from fairseq_aggressive.bench import edit_span_ranges
+    from fairseq_aggressive.evaluation.edit_spans import edit_span_ranges
 
     predictors = {
         "copying only": lambda hyp: lambda ctx: None,

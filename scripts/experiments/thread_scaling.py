@@ -52,7 +52,7 @@ def main(argv=None):
 
     import fairseq_aggressive  # noqa: F401
     from fairseq_aggressive.cpu_features import describe_machine
-    from fairseq_aggressive.cpu_load import cpu_load
+    from fairseq_aggressive.bench.load import cpu_load
     from fairseq_aggressive.native import NativeEngine
 
     counts = [int(t) for t in args.threads.split(",")]

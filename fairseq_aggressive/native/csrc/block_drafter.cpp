@@ -9,8 +9,12 @@
 
 namespace fa {
 
-int draft_pass(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
-               int k, bool causal, int32_t* out, const float* feats) {
+int draft_pass(Model& m, State& st, const DraftArgs& a) {
+  const int n = a.n, k = a.k;
+  const bool causal = a.causal != 0;
+  const int32_t *sent = a.sent, *row_len = a.row_len, *tokens = a.tokens;
+  int32_t* out = a.out;
+  const float* feats = a.feats;
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
   if (m.w.mask_embed.empty() || k < 1 || (feats != nullptr && m.w.feat_proj.N == 0)) return -1;
   std::vector<int> off(n + 1, 0);

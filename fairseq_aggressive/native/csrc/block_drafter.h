@@ -13,17 +13,30 @@
 
 namespace fa {
 
-// One drafting pass over n rows: sentence sent[r]; row_len[r] prefix tokens
-// not yet in its cache, then k slots.  causal: keep the prefix tokens in the
-// cache (the next pass sends only newer ones); else the row is the whole
-// prefix, bidirectional, and nothing stays.  out[r * k + i]: the argmax of
-// slot i (padding excluded, the first maximum).  feats (or null), for a
+// One drafting pass's inputs and outputs (mirrored by DraftArgs in c_api.py).
+//
+// n rows: sentence sent[r]; row_len[r] prefix tokens not yet in its cache
+// (rows concatenated in tokens), then k slots.  causal: keep the prefix tokens
+// in the cache (the next pass sends only newer ones); else the row is the
+// whole prefix, bidirectional, and nothing stays.  out[r * k + i]: the argmax
+// of slot i (padding excluded, the first maximum).  feats (or null), for a
 // --verifier-features drafter: per prefix token sent (rows concatenated) the
 // verifier's features that chose it (m.feat_proj.K floats, zeros for BOS);
 // their projection is added to the token's input before the embedding layer
-// norm; the slots get none.  -1 if a row does not fit (or the drafter's
-// mask embedding or feature projection is missing).
-int draft_pass(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
-               int k, bool causal, int32_t* out, const float* feats);
+// norm; the slots get none.
+struct DraftArgs {
+  int32_t n;
+  const int32_t* sent;
+  const int32_t* row_len;
+  const int32_t* tokens;
+  int32_t k;
+  int32_t causal;
+  int32_t* out;
+  const float* feats;  // or null
+};
+
+// 0, or -1 if a row does not fit (or the drafter's mask embedding or feature
+// projection is missing).
+int draft_pass(Model& m, State& st, const DraftArgs& a);
 
 }  // namespace fa

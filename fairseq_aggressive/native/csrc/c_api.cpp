@@ -26,7 +26,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 7;
+constexpr int kApiVersion = 8;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -67,12 +67,13 @@ extern "C" {
 int fa_version() { return kApiVersion; }
 
 // sizeof the structs c_api.py mirrors ("Config", "PassArgs", "CopyLoopArgs",
-// "CopyLoopStats"); -1 for another name
+// "CopyLoopStats", "DraftArgs"); -1 for another name
 int fa_sizeof(const char* name) {
   if (std::strcmp(name, "Config") == 0) return (int)sizeof(fa::Config);
   if (std::strcmp(name, "PassArgs") == 0) return (int)sizeof(fa::PassArgs);
   if (std::strcmp(name, "CopyLoopArgs") == 0) return (int)sizeof(fa::CopyLoopArgs);
   if (std::strcmp(name, "CopyLoopStats") == 0) return (int)sizeof(fa::CopyLoopStats);
+  if (std::strcmp(name, "DraftArgs") == 0) return (int)sizeof(fa::DraftArgs);
   return -1;
 }
 
@@ -313,12 +314,10 @@ int fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
   });
 }
 
-// One block-drafter pass (fa::draft_pass in csrc/block_drafter.h).
-int fa_draft(void* mp, void* sp, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens, int k,
-             int causal, int32_t* out, const float* feats) {
-  return guarded(mp, -2, [&] {
-    return fa::draft_pass(model(mp), state(sp), n, sent, row_len, tokens, k, causal != 0, out, feats);
-  });
+// One block-drafter pass (fa::DraftArgs in csrc/block_drafter.h); 0, -1 if a
+// row does not fit its sentence's cache, or -2 (fa_model_error).
+int fa_draft(void* mp, void* sp, const fa::DraftArgs* args) {
+  return guarded(mp, -2, [&] { return fa::draft_pass(model(mp), state(sp), *args); });
 }
 
 }  // extern "C"

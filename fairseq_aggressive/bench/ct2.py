@@ -1,6 +1,6 @@
 """CTranslate2 greedy decoding as a benchmark baseline (bench modes ``ct2``,
 ``ct2-int8`` and ``ct2-best``), driven from the torch process but run in a
-process of its own (:mod:`fairseq_aggressive.ct2_worker`).
+process of its own (:mod:`fairseq_aggressive.bench.ct2_worker`).
 
 ``ct2-best`` is CTranslate2 at its fastest configuration on the machine: every
 compute type it supports on this CPU (float32, int8, int8_float32, int16,

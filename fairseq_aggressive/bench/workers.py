@@ -29,6 +29,17 @@ from typing import Dict, List
 
 import torch
 
+from ..cpu_features import describe_machine, machine_info
+from ..generator import length_cap
+from ..threads import usable_cpus
+from . import ct2
+from .ct2 import COMPUTE_TYPES, CT2Error
+from .load import cpu_load
+from .modes import mode_overrides
+from .options import add_bench_args
+from .report import describe_load, describe_mode
+from .run import gen_args_for
+
 logger = logging.getLogger("fairseq_aggressive.bench")
 
 READY = "FAIRSEQ-AGGRESSIVE-WORKER-READY"
@@ -39,7 +50,6 @@ def _load(argv):
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from .bench import add_bench_args
 
     parser = options.get_generation_parser(default_task="aggressive_translation")
     add_bench_args(parser)
@@ -73,8 +83,6 @@ def worker(spec: Dict) -> None:
     from fairseq import checkpoint_utils, utils
 
     import fairseq_aggressive  # noqa: F401
-
-    from .bench import gen_args_for, mode_overrides
 
     torch.set_num_threads(spec["threads"])
     cfg, args, task, dataset, n = _load(spec["argv"])
@@ -136,7 +144,7 @@ def _run_processes(argv, mode: str, workers: int, threads: int, kind: str = "pro
                         out=os.path.join(tmp, f"{k}.json"))
             log = open(os.path.join(tmp, f"{k}.log"), "w+")
             logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, "-m", "fairseq_aggressive.bench_workers", json.dumps(spec)],
+            procs.append(subprocess.Popen([sys.executable, "-m", "fairseq_aggressive.bench.workers", json.dumps(spec)],
                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
                                           env=env))
         try:
@@ -178,13 +186,11 @@ def _run_processes(argv, mode: str, workers: int, threads: int, kind: str = "pro
 def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
     from fairseq import checkpoint_utils, utils
 
-    from . import ct2_baseline
-    from .generator import length_cap
 
     src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
     models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
     max_pos = models[0].max_decoder_positions()
-    model_dir = ct2_baseline.converted_model(cfg.common_eval.path, cfg.task.data)
+    model_dir = ct2.converted_model(cfg.common_eval.path, cfg.task.data)
     gen = cfg.generation
     shards, ids = [], []
     for k in range(workers):
@@ -196,11 +202,11 @@ def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
             sids.append(sample["id"].tolist())
         shards.append(reqs)
         ids.append(sids)
-    compute_type = ct2_baseline.COMPUTE_TYPES[mode]
+    compute_type = ct2.COMPUTE_TYPES[mode]
     if compute_type is None:  # ct2-best: the fastest compute type at this thread count per worker
-        probe = ct2_baseline.probe_batches(shards[0])
-        compute_type = ct2_baseline.tune(model_dir, probe, [threads], min(args.warmup, len(probe)))["compute_type"]
-    res = ct2_baseline.serve(model_dir, shards, compute_type, threads, args.warmup)
+        probe = ct2.probe_batches(shards[0])
+        compute_type = ct2.tune(model_dir, probe, [threads], min(args.warmup, len(probe)))["compute_type"]
+    res = ct2.serve(model_dir, shards, compute_type, threads, args.warmup)
     recs = []
     for sids_k, out_k in zip(ids, res["shards"]):
         for sids, out in zip(sids_k, out_k):
@@ -218,10 +224,6 @@ def _percentile(xs: List[float], q: float) -> float:
 
 def run_workers(argv, bench_args) -> Dict:
     """Every ``--bench-modes`` mode served by ``--bench-workers`` workers, under ``--bench-load``."""
-    from .cpu_features import machine_info
-    from .cpu_load import cpu_load
-    from .ct2_baseline import COMPUTE_TYPES, CT2Error
-    from .threads import usable_cpus
 
     workers = bench_args.bench_workers
     threads = bench_args.threads or max(1, usable_cpus() // workers)
@@ -265,8 +267,6 @@ def run_workers(argv, bench_args) -> Dict:
 
 
 def print_workers_table(res, file=sys.stdout) -> None:
-    from .bench import describe_load
-    from .cpu_features import describe_machine
 
     print(f"machine: {describe_machine(res['machine'])}", file=file)
     kind = ("one process each" if res.get("worker_kind", "processes") == "processes"
@@ -274,7 +274,6 @@ def print_workers_table(res, file=sys.stdout) -> None:
     print(f"{res['sentences']} sentences, {res['workers']} workers ({kind}; CTranslate2: inter_threads) "
           f"x {res['threads_per_worker']} thread(s), "
           f"batch {res['batch_size']}; {describe_load(res['load'])}", file=file)
-    from .bench import describe_mode
 
     bases = [b for b in (res.get("ct2_fastest"), "greedy-native") if b in res["modes"]]
     cols = (["mode", "sent/s", "latency p50 ms", "latency p95 ms", "peak RSS MB"] + [f"x {b}" for b in bases]

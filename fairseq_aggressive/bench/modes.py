@@ -1,0 +1,124 @@
+"""The benchmark's mode names: a base (``beam5``, ``greedy``, ``iad[@L][-bN][-cost]``,
+``gad[++][-bf16][@K]``, ``blockwise[-topK][-minL]``, a CTranslate2 mode) and
+suffixes (``-native``/``-torch``, ``-int8``, ``-sl``, ``-dsl``, ``-pyloop``,
+``:TARGET``), each turned into the generation options it stands for
+(:func:`mode_overrides`), and the greedy mode whose outputs another must equal
+(:func:`reference_mode`).  The grammar is described in the command's help
+(:mod:`fairseq_aggressive.bench.cli`) and docs/benchmark.md."""
+import re
+from typing import Dict
+
+from ..options import check_isa
+from .ct2 import COMPUTE_TYPES
+
+
+# mode -> generation-arg overrides
+MODES = {
+    "beam5": dict(beam=5, decoding="beam"),
+    "greedy": dict(beam=1, decoding="beam"),
+    "iad": dict(beam=1, decoding="iad"),
+}
+
+
+GADPP_DEFAULT = dict(gad_beta=3, gad_tau=1.0)  # the paper's high-quality setting
+
+
+SHORTLIST_DEFAULT = 1000  # -sl modes: the 1,000 most frequent tokens + the source tokens
+
+
+def mode_overrides(name: str, args) -> Dict:
+    """Generation overrides for a mode name (``beam5``, ``iad``, ``gad@8``, ``gad++`` ...).
+    An aggressive mode may end in ``-native`` or ``-torch`` (the verifier engine,
+    default ``--engine``); ``greedy-native`` is greedy search in the native
+    engine (IAD with empty drafts).  A final ``:TARGET`` runs a native mode on
+    that build target of the engine (``iad:avx2``, ``greedy-native-int8:avx512``)."""
+    if ":" in name:  # a native mode on one build target of the engine (iad:avx2)
+        base, isa = name.rsplit(":", 1)
+        ov = mode_overrides(base, args)
+        if ov.get("decoding", "beam") == "beam" or ov.get("engine") == "torch" or base in COMPUTE_TYPES:
+            raise SystemExit(f"benchmark mode {name}: :TARGET applies to modes on the native engine")
+        try:
+            return dict(ov, native_isa=check_isa(isa) or "auto")
+        except ValueError as e:
+            raise SystemExit(f"benchmark mode {name}: {e}")
+    if name.endswith("-pyloop"):  # the generator's loop in Python where the engine would run it
+        ov = mode_overrides(name[: -len("-pyloop")], args)
+        if ov.get("decoding") != "iad" or ov.get("engine") == "torch":
+            raise SystemExit(f"benchmark mode {name}: -pyloop applies to IAD modes and greedy-native")
+        return dict(ov, python_loop=True)
+    if name.endswith("-dsl"):  # GAD with the drafter shortlist (proposals only: still exact)
+        ov = mode_overrides(name[: -len("-dsl")], args)
+        if ov.get("decoding") != "gad":
+            raise SystemExit(f"benchmark mode {name}: -dsl applies to gad modes")
+        return dict(ov, drafter_shortlist=getattr(args, "bench_shortlist", None) or SHORTLIST_DEFAULT)
+    if name.endswith("-sl"):  # approximate: the vocabulary shortlist (greedy-sl: greedy on it)
+        base = name[: -len("-sl")]
+        if base in COMPUTE_TYPES or base in ("beam5", "beam5-int8"):
+            raise SystemExit(f"benchmark mode {name}: -sl applies to aggressive modes and greedy")
+        ov = mode_overrides(base, args)
+        if base in ("greedy", "greedy-int8"):
+            ov.update(decoding="iad", max_draft_len=0)
+        return dict(ov, vocab_shortlist=getattr(args, "bench_shortlist", None) or SHORTLIST_DEFAULT)
+    if name.endswith("-int8") and name not in COMPUTE_TYPES:
+        return dict(mode_overrides(name[: -len("-int8")], args), inference_precision="int8")
+    for engine in ("native", "torch"):
+        if name.endswith("-" + engine) and name != "greedy-torch":
+            base = name[: -len(engine) - 1]
+            ov = dict(beam=1, decoding="iad", max_draft_len=0) if base == "greedy" else mode_overrides(base, args)
+            if ov.get("decoding", "beam") == "beam" or base in COMPUTE_TYPES:
+                raise SystemExit(f"benchmark mode {name}: -{engine} applies to aggressive modes and greedy")
+            return dict(ov, engine=engine)
+    if name in MODES:
+        return dict(MODES[name])
+    if name in COMPUTE_TYPES:
+        return {}
+    m = re.fullmatch(r"iad(?:@(\d+))?(?:-b(\d+))?(-cost)?", name)
+    if m:  # IAD with a draft length cap (the SAD paper's Lmax), branches after an edit, a cost budget
+        ov = dict(beam=1, decoding="iad")
+        if m.group(1):
+            ov["max_draft_len"] = int(m.group(1))
+        if m.group(2):
+            ov["iad_branches"] = int(m.group(2))
+        if m.group(3):
+            ov["draft_cost"] = "auto"
+        return ov
+    m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
+    if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
+        return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),
+                    min_block_size=int(m.group(2) or 1))
+    base, _, k = name.partition("@")
+    bf16 = base.endswith("-bf16")
+    base = base[: -len("-bf16")] if bf16 else base
+    if base not in ("gad", "gad++") or (k and not k.isdigit()):
+        raise SystemExit(
+            f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
+            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad[@LMAX][-bN][-cost], ct2, "
+            "ct2-int8, ct2-best; "
+            "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native; any mode takes "
+            "a final -int8 (e.g. iad-int8), then -sl (e.g. iad-sl, greedy-sl); IAD modes and greedy-native take "
+            "-pyloop (e.g. iad-pyloop)"
+        )
+    if not getattr(args, "drafter_path", None):
+        raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
+    ov = dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=int(k) if k else None,
+              drafter_bf16="auto" if bf16 else (getattr(args, "drafter_bf16", None) or "off"))
+    if base == "gad++":
+        user_beta = getattr(args, "gad_beta", 1)
+        ov.update(GADPP_DEFAULT if user_beta == 1 else dict(gad_beta=user_beta, gad_tau=args.gad_tau))
+    return ov
+
+
+def without_target(mode: str) -> str:
+    """The mode without its ``:TARGET`` (the engine's build target)."""
+    return mode.rsplit(":", 1)[0]
+
+
+def reference_mode(mode: str, modes) -> str:
+    """The mode whose outputs ``mode`` must equal: greedy of the same model
+    (int8: ``greedy-int8``; shortlist: ``greedy-sl`` / ``greedy-int8-sl``)."""
+    mode = without_target(mode)
+    sl = mode.endswith("-sl")
+    base = mode[: -len("-sl")] if sl else mode
+    int8 = base.endswith("-int8") and base not in COMPUTE_TYPES
+    ref = "greedy" + ("-int8" if int8 else "") + ("-sl" if sl else "")
+    return ref if ref in modes else "greedy"

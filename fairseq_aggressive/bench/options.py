@@ -1,0 +1,48 @@
+"""The benchmark's command-line options (``fairseq-aggressive-bench`` adds them
+to fairseq's generation parser)."""
+from .modes import MODES, SHORTLIST_DEFAULT
+
+
+def add_bench_args(parser):
+    g = parser.add_argument_group("benchmark")
+    g.add_argument("--bench-modes", default="beam5,greedy,iad",
+                   help="comma-separated modes among: " + ", ".join(MODES) + ", gad, gad++ "
+                   "(GAD with --drafter-path; gad@K sets the block size), iad@L (drafts of at most "
+                   "L tokens), iad-bN (N branches after an edit), iad-cost (cost-aware draft lengths; "
+                   "combine as iad@L-bN-cost), blockwise, "
+                   "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own), ct2-best "
+                   "(CTranslate2 at its fastest compute type and thread count on this machine, timed on the "
+                   "first 40 sentences); "
+                   "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's "
+                   "greedy); a final -int8 decodes an int8 copy of the model (iad-int8, greedy-int8); "
+                   "a final -sl decodes with the vocabulary shortlist of --bench-shortlist (approximate; "
+                   "greedy-sl is greedy on it)")
+    g.add_argument("--bench-shortlist", type=int, default=SHORTLIST_DEFAULT,
+                   help="frequent tokens of the -sl modes' shortlist (plus each sentence's source tokens)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="threads of every engine (torch, the native engine, CTranslate2); default: each "
+                   "engine's own default (the native engine: --native-threads auto; CTranslate2: the "
+                   "CPUs this process may use)")
+    g.add_argument("--bench-load", type=int, default=0, metavar="N",
+                   help="run N CPU-bound processes beside the decoder for the whole run (every mode, "
+                   "CTranslate2 included): a machine that is also doing other work")
+    g.add_argument("--bench-workers", type=int, default=0, metavar="W",
+                   help="instead of the table: W decoder processes per mode at once, each decoding its "
+                   "share of the sentences one request at a time, as a service with W workers does "
+                   "(sentences per second in total, per-request latency p50/p95; CTranslate2: one "
+                   "translator with inter_threads=W); each worker gets the CPUs / W threads")
+    g.add_argument("--bench-worker-kind", choices=("processes", "threads"), default="processes",
+                   help="with --bench-workers: W processes, each with its own copy of the model "
+                   "(processes), or one process with W decoder threads on one copy of the native "
+                   "engine's weights (threads)")
+    g.add_argument("--bench-max-sentences", type=int, default=None,
+                   help="decode only the first N sentences of the subset")
+    g.add_argument("--baseline-path", default=None,
+                   help="also decode with beam 5 of this checkpoint (mode 'base_beam5', e.g. a 6+6 "
+                   "model as in the papers) and report every mode's speedup over it")
+    g.add_argument("--warmup", type=int, default=5, help="batches decoded before timing")
+    g.add_argument("--bench-json", default=None, help="write all results as JSON here")
+    g.add_argument("--bench-plot", default=None, help="write a PNG of speedup vs edit ratio here")
+    g.add_argument("--bench-edit-plot", default=None,
+                   help="write a PNG of passes per sentence against edit spans here")
+    return parser

@@ -1,0 +1,128 @@
+"""The benchmark's parts without decoding a corpus: the mode names and what
+they stand for, the reference mode of each, the result's JSON schema and
+its tables (fairseq_aggressive/bench)."""
+import argparse
+import io
+import json
+
+import pytest
+
+from fairseq_aggressive.bench.modes import mode_overrides, reference_mode, without_target
+from fairseq_aggressive.bench.report import print_edit_table, print_position_table, print_table, summarize
+from fairseq_aggressive.evaluation.edit_spans import bound_of_spans, edit_span_ranges, span_lengths
+from fairseq_aggressive.stats import DecodingStats
+
+
+def args(**kw):
+    return argparse.Namespace(**dict(dict(drafter_path="d.pt", gad_beta=1, gad_tau=0.0, bench_shortlist=None), **kw))
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("beam5", dict(beam=5, decoding="beam")),
+    ("greedy", dict(beam=1, decoding="beam")),
+    ("iad", dict(beam=1, decoding="iad")),
+    ("iad@3-b2-cost", dict(beam=1, decoding="iad", max_draft_len=3, iad_branches=2, draft_cost="auto")),
+    ("greedy-native", dict(beam=1, decoding="iad", max_draft_len=0, engine="native")),
+    ("iad-torch", dict(beam=1, decoding="iad", engine="torch")),
+    ("iad-int8", dict(beam=1, decoding="iad", inference_precision="int8")),
+    ("greedy-sl", dict(beam=1, decoding="iad", max_draft_len=0, vocab_shortlist=1000)),
+    ("iad-pyloop", dict(beam=1, decoding="iad", python_loop=True)),
+    ("greedy-native-int8-pyloop", dict(beam=1, decoding="iad", max_draft_len=0, engine="native",
+                                       inference_precision="int8", python_loop=True)),
+    ("iad:avx2", dict(beam=1, decoding="iad", native_isa="avx2")),
+    ("blockwise-top3-min2", dict(beam=1, decoding="blockwise", blockwise_topk=3, min_block_size=2)),
+    ("gad@8", dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=8, drafter_bf16="off")),
+    ("gad++@8", dict(beam=1, decoding="gad", gad_beta=3, gad_tau=1.0, block_size=8, drafter_bf16="off")),
+    ("gad@8-dsl", dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=8, drafter_bf16="off",
+                       drafter_shortlist=1000)),
+    ("ct2-best", {}),
+])
+def test_mode_names(name, expected):
+    assert mode_overrides(name, args()) == expected
+
+
+@pytest.mark.parametrize("name,message", [
+    ("iad-cheap", "unknown benchmark mode"),
+    ("beam5-pyloop", "-pyloop applies to IAD modes"),
+    ("iad-torch-pyloop", "-pyloop applies to IAD modes"),
+    ("greedy:avx2", ":TARGET applies to modes on the native engine"),
+    ("iad:sse9", "benchmark mode iad:sse9"),
+    ("iad-dsl", "-dsl applies to gad modes"),
+    ("ct2-sl", "-sl applies to aggressive modes"),
+])
+def test_bad_mode_names(name, message):
+    with pytest.raises(SystemExit, match=message):
+        mode_overrides(name, args())
+
+
+def test_gad_modes_need_a_drafter():
+    with pytest.raises(SystemExit, match="needs --drafter-path"):
+        mode_overrides("gad@8", args(drafter_path=None))
+
+
+def test_reference_modes():
+    modes = ["greedy", "greedy-int8", "greedy-sl", "iad", "iad-int8", "iad-sl", "iad:avx2"]
+    assert [reference_mode(m, modes) for m in modes] == [
+        "greedy", "greedy-int8", "greedy-sl", "greedy", "greedy-int8", "greedy-sl", "greedy"]
+    assert reference_mode("iad-int8", ["greedy", "iad-int8"]) == "greedy"  # no int8 greedy in the run
+    assert without_target("iad-int8:avx512") == "iad-int8"
+
+
+def test_edit_spans():
+    src, out = [5, 6, 7, 8, 9], [5, 7, 7, 8, 10, 11]
+    assert edit_span_ranges(src, out) == [(1, 2), (4, 6)]  # 6 -> 7, then 9 -> 10 11
+    assert span_lengths(src, out) == [1, 2]
+    assert bound_of_spans(span_lengths(src, out)) == 1 + 1 + 2
+    assert span_lengths(src, src) == [] and bound_of_spans([]) == 1
+
+
+class _Gen:
+    def __init__(self, stats):
+        self.stats, self.native, self.drafter = stats, None, None
+
+
+def _fake_run():
+    """A run of 3 sentences with greedy (stock), an aggressive mode and CTranslate2."""
+    modes = ["greedy", "iad", "ct2"]
+    per_sent = {}
+    for i in range(3):
+        toks = [4 + i, 5, 2]
+        per_sent[i] = {"id": i, "src_text": "a b c d e", "ref_text": "a b c d e", "edit_spans": i, "pass_bound": 1 + i,
+                       **{m: {"ms": 1.0, "tokens": toks, "text": "a b c d e", **({"passes": 1 + i} if m == "iad" else {})}
+                          for m in modes}}
+    st = DecodingStats()
+    st.sentences, st.passes, st.sentence_passes, st.tokens, st.drafted, st.accepted = 3, 6, 6, 9, 8, 3
+    st.add_positions([6, 2], [2, 1])
+    totals = {"greedy": 0.03, "iad": 0.01, "ct2": 0.02}
+    return summarize(modes, per_sent, totals, {"greedy": 9, "ct2": 9}, {"iad": (None, _Gen(st))}, 1,
+                     {"torch": 1}, load=0)
+
+
+def test_result_schema_and_tables():
+    res = json.loads(json.dumps(_fake_run()))  # the JSON the benchmark writes
+    assert {"sentences", "batch_size", "threads", "load", "machine", "modes", "ct2_fastest", "per_sentence",
+            "passes_by_edit_spans"} <= set(res)
+    assert res["sentences"] == 3 and res["ct2_fastest"] == "ct2"
+    iad = res["modes"]["iad"]
+    assert iad["speedup_vs_greedy"] == pytest.approx(3.0) and iad["speedup_vs_ct2"] == pytest.approx(2.0)
+    assert iad["mean_tokens_per_pass"] == pytest.approx(9 / 6) and iad["identical_to_greedy"] == 3
+    assert iad["acceptance_by_position"] == pytest.approx([2 / 6, 1 / 2])
+    assert res["modes"]["greedy"]["mean_passes_per_sentence"] == pytest.approx(3.0)
+    assert res["modes"]["greedy"]["bleu"] == pytest.approx(100.0)
+    out = io.StringIO()
+    print_table(res, out)
+    print_edit_table(res, out)
+    print_position_table(res, out)
+    text = out.getvalue()
+    assert "| iad |" in text and "| ct2 |" in text
+    assert "passes per sentence against E" in text
+    assert "by position in the draft" in text and "| iad | 0.33 | 0.50 |" in text
+
+
+def test_positions_counted_one_by_one_up_to_a_cap():
+    from fairseq_aggressive.stats import COUNTED_POSITIONS
+
+    st = DecodingStats()
+    st.add_positions([1] * (COUNTED_POSITIONS + 5), [1] * 3)
+    assert len(st.position_drafted) == COUNTED_POSITIONS and st.position_drafted[-1] == 6
+    assert st.position_accepted == [1, 1, 1] + [0] * (COUNTED_POSITIONS - 3)
