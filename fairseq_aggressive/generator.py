@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .acceptance import AcceptanceRule, ExactAcceptance
+from .draft_policy import build_draft_policy
 from .drafters.base import Drafter, DraftOutcome
 from .engines import build_verifier
 from .options import check_isa, check_max_draft_len, check_single_model, check_temperature
@@ -23,10 +24,6 @@ from .stats import DecodingStats
 from .threads import parse_threads
 from .verifiers import ScoreRules
 
-# with a cost-aware budget and no --max-draft-len, the longest branch it may keep
-BUDGET_DRAFT_CAP = 16
-# when the budget skips the drafter, one pass in this many drafts anyway (the cost is learnt from them)
-BUDGET_EXPLORE = 16
 logger = logging.getLogger("fairseq_aggressive")
 
 
@@ -99,20 +96,10 @@ class AggressiveGenerator(nn.Module):
                                        wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
                                        threads=parse_threads(native_threads), isa=check_isa(native_isa),
                                        share=native_share)
-        # cost-aware draft lengths (fairseq_aggressive.draft_budget): "auto" measures the
-        # verifier's pass cost on the first batch, "FIXED,PER_POSITION" gives it, None/"off": fixed lengths
-        self.budget = None
-        self._skipped = 0  # passes in a row the budget skipped the drafter
-        if draft_cost not in (None, "off"):
-            from .draft_budget import DraftBudget, PassCost
-
-            # a bad value is an error even where no budget applies
-            cost = PassCost(1.0, 1.0) if draft_cost == "auto" else PassCost.parse(draft_cost)
-            if self.verifier.branch_capable and drafter.caps.branches:
-                self.budget = DraftBudget(cost)
-        self._measure_cost = self.budget is not None and draft_cost == "auto"  # on the first batch
-        if max_draft_len is None and drafter.caps.open_ended and self.verifier.open_draft_cap is not None:
-            self.max_draft_len = BUDGET_DRAFT_CAP if self.budget is not None else self.verifier.open_draft_cap
+        # how long drafts are: as proposed, or a cost-aware budget (--draft-cost)
+        self.policy = build_draft_policy(draft_cost, self.verifier, drafter)
+        if max_draft_len is None and drafter.caps.open_ended:
+            self.max_draft_len = self.policy.default_cap(self.verifier)
 
     @property
     def native(self):
@@ -147,7 +134,7 @@ class AggressiveGenerator(nn.Module):
 
     def _decode(self, sample, max_len: int, bos_token=None):
         """The draft -> verify -> accept loop over one batch the verifier has begun."""
-        ngrams = self.drafter.copy_loop() if self.engine_loop and self.budget is None else None
+        ngrams = self.drafter.copy_loop() if self.engine_loop and self.policy.whole_drafts else None
         if ngrams is not None and self.verifier.runs_copy_loop:
             return self._decode_in_verifier(sample, max_len, bos_token, ngrams)
         src_tokens = sample["net_input"]["src_tokens"]
@@ -155,10 +142,7 @@ class AggressiveGenerator(nn.Module):
         device = src_tokens.device
         verifier, drafter, caps = self.verifier, self.drafter, self.drafter.caps
         several = verifier.takes_branches
-        if self._measure_cost and several:
-            self.budget.reset(verifier.pass_cost(src_tokens))
-            self._measure_cost = False
-            logger.info(f"draft budget: a pass costs {self.budget.cost}")
+        self.policy.begin(verifier, src_tokens, several)
         t0 = time.perf_counter()
         drafter.begin(sample, max_len, verifier.encoder_out() if caps.encoder_out else None)
         self.stats.draft_seconds += time.perf_counter() - t0
@@ -172,7 +156,6 @@ class AggressiveGenerator(nn.Module):
         self.last_sentence_passes = sent_passes = [0] * bsz  # passes each sentence took part in
         stats.sentences += bsz
 
-        learn_cost = self.budget is not None and self.budget.cost.measured and several
         while active:
             t_pass = time.perf_counter()
             lens = [max_len - len(outputs[b]) for b in active]
@@ -209,8 +192,8 @@ class AggressiveGenerator(nn.Module):
                 keep.append(i)
                 last[b] = outputs[b][-1]
                 drafter.update(b, outputs[b], DraftOutcome(verified[i], won, res.n_match[i]))
-            if learn_cost:  # the whole iteration, Python included, is what a pass costs
-                self.budget.observe(sum(len(r) for r in rows), time.perf_counter() - t_pass)
+            # the whole iteration, Python included, is what a pass costs
+            self.policy.observe_pass(sum(len(r) for r in rows), time.perf_counter() - t_pass, several)
             active = [active[i] for i in keep]
 
         return [self._finalize(outputs[b], scores[b], device) for b in range(bsz)]
@@ -230,28 +213,16 @@ class AggressiveGenerator(nn.Module):
         return [self._finalize(t, s, device) for t, s in zip(toks, scores)]
 
     def _propose(self, active: List[int], outputs, lens: List[int], several: bool):
-        """The drafter's branches for a pass, shortened by the budget if there
-        is one (only the first branch per sentence unless ``several``): per row
-        the concatenated drafts, the drafter's indices of the branches kept,
-        their lengths, and the length verified of every branch proposed."""
-        if (self.budget is not None and several and self._skipped < BUDGET_EXPLORE - 1
-                and not self.budget.pays(len(active), self.drafter.best_gains(max(lens)))):
-            # drafts cannot pay for the drafter and their positions: greedy's pass without the
-            # drafter (its update() sees nothing verified and re-anchors later from the output);
-            # every BUDGET_EXPLORE-th pass in a row drafts anyway, so that the cost keeps being learnt
-            self._skipped += 1
+        """The drafter's branches for a pass, shortened by the draft policy
+        (only the first branch per sentence unless ``several``): per row the
+        concatenated drafts, the drafter's indices of the branches kept, their
+        lengths, and the length verified of every branch proposed."""
+        if self.policy.skips_drafter(len(active), self.drafter, max(lens), several):
             return [[] for _ in active], [[0] for _ in active], [[0] for _ in active], [[] for _ in active]
-        self._skipped = 0
         t0 = time.perf_counter()
         cands = self.drafter.propose(active, [outputs[b] for b in active], lens)
-        t_draft = time.perf_counter() - t0
-        self.stats.draft_seconds += t_draft
-        if self.budget is not None:
-            lengths = self.budget.select(cands)
-            if several and self.budget.cost.measured:  # what asking the drafter costs per row
-                self.budget.observe_drafter(len(active), time.perf_counter() - t0)
-        else:
-            lengths = [[len(br.tokens) for br in c] for c in cands]
+        self.stats.draft_seconds += time.perf_counter() - t0
+        lengths = self.policy.lengths(cands, len(active), t0, several)
         drafts, kept, blens, verified = [], [], [], []
         for c, n in zip(cands, lengths):
             if not several:  # the verifier takes one draft: the first
