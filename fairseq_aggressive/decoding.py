@@ -8,11 +8,11 @@ import logging
 import torch
 
 from .acceptance import build_acceptance, build_blockwise_acceptance
-from .cpu_features import use_bf16
+from .runtime.cpu_features import use_bf16
 from .decoding_options import DecodingOptions
 from .engines import drafter_engine
 from .options import check_generation_args
-from .threads import engine_threads
+from .runtime.threads import engine_threads
 
 logger = logging.getLogger("fairseq_aggressive")
 

@@ -15,7 +15,7 @@ from .acceptance import build_acceptance, build_blockwise_acceptance
 from .constants import DECODINGS, ENGINES
 from .options import (check_block_size, check_draft_cost, check_iad_branches, check_isa, check_max_draft_len,
                       check_positive_int, check_shortlist)
-from .threads import parse_threads
+from .runtime.threads import parse_threads
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def build_verifier(engine: str, model, tgt_dict, acceptance, rules, wants_pass_f
     where the engine runs (a CPU model it supports, an acceptance rule it applies
     itself, a drafter that does not read whole passes' features, a CPU it was
     built for), else a :class:`~fairseq_aggressive.verifiers.TorchVerifier`.
-    ``threads``: the engine's (None: :func:`~fairseq_aggressive.threads.engine_threads`);
+    ``threads``: the engine's (None: :func:`~fairseq_aggressive.runtime.threads.engine_threads`);
     ``isa``: its build target (None / ``auto``: ``$FAIRSEQ_AGGRESSIVE_ISA`` or the best this CPU runs);
     ``share``: a :class:`~fairseq_aggressive.native.NativeEngine` made from
     ``model`` whose weights the verifier's engine reads (one copy in memory for

@@ -21,7 +21,7 @@ from .drafters.base import Drafter, DraftOutcome
 from .engines import build_verifier
 from .options import check_isa, check_max_draft_len, check_single_model, check_temperature
 from .stats import DecodingStats
-from .threads import parse_threads
+from .runtime.threads import parse_threads
 from .verifiers import ScoreRules
 
 logger = logging.getLogger("fairseq_aggressive")

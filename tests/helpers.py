@@ -139,7 +139,7 @@ def _top2_gap(model, sample, i, prefix, eos):
     return float(top[0] - top[1])
 
 
-# int8 models (fairseq_aggressive/quantization.py): the native engine and torch
+# int8 models (fairseq_aggressive/runtime/quantization.py): the native engine and torch
 # round the float parts (norms, attention) differently in the last bit, and a
 # last-bit change next to an activation's rounding boundary moves that int8
 # value by one step, so logits of the two implementations may differ by about

@@ -8,8 +8,8 @@ import logging
 import pytest
 import torch
 
-from fairseq_aggressive import cpu_features
-from fairseq_aggressive.cpu_features import NO_NATIVE_BF16_ENV, use_bf16
+from fairseq_aggressive.runtime import cpu_features
+from fairseq_aggressive.runtime.cpu_features import NO_NATIVE_BF16_ENV, use_bf16
 from helpers import make_model, make_sample, make_task
 
 

@@ -215,7 +215,7 @@ def test_block_nat_cannot_decode_alone():
 def test_drafter_fast_path_matches_training_path(di):
     """The drafter's inference path (precomputed encoder K/V, fused attention)
     computes the same features as the training path, on ragged batches."""
-    from fairseq_aggressive.layer_ops import encoder_kv
+    from fairseq_aggressive.runtime.layer_ops import encoder_kv
 
     task = make_task()
     d = task.target_dictionary

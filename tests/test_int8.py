@@ -12,7 +12,7 @@ import torch
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import NativeEngine, build
-from fairseq_aggressive.quantization import Int8Linear, is_int8, quantize_int8
+from fairseq_aggressive.runtime.quantization import Int8Linear, is_int8, quantize_int8
 from helpers import (INT8_NEAR_TIE, INT8_SCORE_TOL, compare, fast_first, greedy, make_model, make_sample, make_task,
                      needs_native)
 from test_equivalence import NoisyOracleDrafter, batches, random_sources
@@ -102,7 +102,7 @@ def test_int8_aggressive_matches_fairseq_greedy_of_the_int8_model(engine, bsz):
 @needs_native
 def test_native_refuses_a_partly_int8_model():
     from fairseq_aggressive.native import NativeUnavailable
-    from fairseq_aggressive.quantization import Int8Linear
+    from fairseq_aggressive.runtime.quantization import Int8Linear
 
     task = make_task()
     model = make_model(task, seed=6)
@@ -170,7 +170,7 @@ def test_native_int8_prefetching_model_is_bit_exact():
     shape, one layer a side: the int8 tiles of several rows prefetch their
     weights) decodes IAD and accepted noisy drafts bit for bit as its int8
     greedy, at batch 1 and 8, and every other target gives the same bits."""
-    from fairseq_aggressive.quantization import Int8Linear
+    from fairseq_aggressive.runtime.quantization import Int8Linear
 
     task = make_task()
     d = task.target_dictionary

@@ -14,7 +14,7 @@ import torch
 from fairseq_aggressive.bench.modes import mode_overrides, reference_mode
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
-from fairseq_aggressive.quantization import quantize_int8
+from fairseq_aggressive.runtime.quantization import quantize_int8
 from fairseq_aggressive.shortlist import VocabShortlist
 from helpers import compare, greedy, make_dict, make_model, make_sample, make_task, needs_native
 from test_equivalence import batches, random_sources

@@ -15,7 +15,7 @@ from helpers import make_model, make_sample, make_task, needs_native, random_row
 
 from fairseq_aggressive.bench.load import cpu_load
 from fairseq_aggressive.native import available
-from fairseq_aggressive.threads import THREADS_ENV, _cgroup_quota, engine_threads, parse_threads, usable_cpus
+from fairseq_aggressive.runtime.threads import THREADS_ENV, _cgroup_quota, engine_threads, parse_threads, usable_cpus
 
 
 
@@ -224,7 +224,7 @@ def test_outputs_bit_identical_for_any_threads_and_load():
 def test_default_threads_follow_the_affinity():
     """A process allowed one CPU gets one engine thread by default."""
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-            "from fairseq_aggressive.threads import engine_threads, usable_cpus; "
+            "from fairseq_aggressive.runtime.threads import engine_threads, usable_cpus; "
             "print(usable_cpus(), engine_threads())")
     env = {k: v for k, v in os.environ.items() if k != THREADS_ENV}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

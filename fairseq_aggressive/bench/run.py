@@ -14,7 +14,7 @@ import fairseq_aggressive  # noqa: F401  (registers the task, patches loading)
 from ..evaluation.edit_spans import bound_of_spans, span_lengths
 from ..evaluation.m2 import distance_table
 from ..generator import length_cap
-from ..threads import usable_cpus
+from ..runtime.threads import usable_cpus
 from . import ct2
 from .ct2 import COMPUTE_TYPES
 from .load import cpu_load
@@ -56,7 +56,7 @@ def run(cfg, bench) -> Dict:
     if any(ov.get("inference_precision") == "int8" for ov in overrides.values()):
         import copy
 
-        from fairseq_aggressive.quantization import quantize_int8
+        from fairseq_aggressive.runtime.quantization import quantize_int8
 
         int8_model = quantize_int8(copy.deepcopy(model)).eval()
     specs = [(m, int8_model if overrides[m].get("inference_precision") == "int8" else model, overrides[m])

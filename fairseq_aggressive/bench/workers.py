@@ -29,9 +29,9 @@ from typing import Dict, List
 
 import torch
 
-from ..cpu_features import describe_machine, machine_info
+from ..runtime.cpu_features import describe_machine, machine_info
 from ..generator import length_cap
-from ..threads import usable_cpus
+from ..runtime.threads import usable_cpus
 from . import ct2
 from .ct2 import COMPUTE_TYPES, CT2Error
 from .load import cpu_load

@@ -30,7 +30,7 @@ class NARBlockDrafter(Drafter):
         """``shortlist``: a :class:`~fairseq_aggressive.shortlist.VocabShortlist` the
         drafter proposes from (``--drafter-shortlist``; proposals only, the
         verifier's choices are unaffected).  ``threads``: the native engine's
-        threads (None: :func:`~fairseq_aggressive.threads.engine_threads`' policy);
+        threads (None: :func:`~fairseq_aggressive.runtime.threads.engine_threads`' policy);
         ``isa``: its build target (None: the best this CPU runs)."""
         self.k = check_positive_int(block_size, "--block-size")
         self.model = model.eval()
@@ -84,7 +84,7 @@ class NARBlockDrafter(Drafter):
         self.enc_kv = self._enc_kv_rows = None
         self._allowed = None if self.shortlist is None else self.shortlist.allowed(net_input["src_tokens"])
         if self.fast:
-            from ..layer_ops import encoder_kv
+            from ..runtime.layer_ops import encoder_kv
 
             self.enc_kv = self._enc_kv_rows = encoder_kv(self.model.decoder.layers, self.encoder_out)
 

@@ -128,15 +128,15 @@ class BlockNATDecoder(TransformerDecoderBase):
                             prefix_feats: Optional[Tensor] = None) -> Tensor:
         """Inference path of :meth:`extract_block_features` (eval mode): the same
         layer arithmetic with encoder keys/values precomputed once per batch
-        (``enc_kv`` from :func:`fairseq_aggressive.layer_ops.encoder_kv`) and
+        (``enc_kv`` from :func:`fairseq_aggressive.runtime.layer_ops.encoder_kv`) and
         fused attention; no per-call encoder projections."""
         return self._layer_features(tokens, slots, encoder_out, enc_kv, slots, prefix_feats)
 
     def _layer_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv, block: Tensor,
                         prefix_feats: Optional[Tensor] = None) -> Tensor:
-        """The stock layers' arithmetic (:func:`~fairseq_aggressive.layer_ops.decoder_layer`)
+        """The stock layers' arithmetic (:func:`~fairseq_aggressive.runtime.layer_ops.decoder_layer`)
         with a per-row self-attention mask; in training mode with the layers' dropout."""
-        from ..layer_ops import decoder_layer
+        from ..runtime.layer_ops import decoder_layer
 
         train = self.training
         x = self._embed(tokens, slots, encoder_out, prefix_feats, block)
@@ -180,7 +180,7 @@ class BlockNATDecoder(TransformerDecoderBase):
         (B, T, C'), for a ``--verifier-features`` drafter: at prefix position
         ``i`` the verifier's features that chose token ``i`` (zeros at BOS)."""
         if self.causal_prefix:  # a per-row mask: the stock layers' own attention cannot take it
-            from ..layer_ops import encoder_kv
+            from ..runtime.layer_ops import encoder_kv
 
             return self._layer_features(tokens, slots, encoder_out, encoder_kv(self.layers, encoder_out),
                                         slots if block is None else block, prefix_feats)

@@ -16,9 +16,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..layer_ops import position_table
-from ..quantization import Int8Linear
-from ..threads import engine_threads
+from ..runtime.layer_ops import position_table
+from ..runtime.quantization import Int8Linear
+from ..runtime.threads import engine_threads
 from . import c_api
 from .batch import NativeBatch
 from .build import NativeUnavailable, library

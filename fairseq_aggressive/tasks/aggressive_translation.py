@@ -3,7 +3,7 @@ is chosen by ``--decoding`` (``beam`` = stock SequenceGenerator; ``iad``,
 ``gad``, ``blockwise`` = aggressive decoding, built by
 :mod:`fairseq_aggressive.decoding`), decoding in int8 on request
 (``--inference-precision``), plus opt-in CPU bfloat16 training (only where the
-CPU does it natively: :mod:`fairseq_aggressive.cpu_features`).  The same task
+CPU does it natively: :mod:`fairseq_aggressive.runtime.cpu_features`).  The same task
 trains the AR models and (``--block-size``) the block drafter.  Its options:
 :mod:`fairseq_aggressive.tasks.config`."""
 import os
@@ -12,11 +12,11 @@ import torch
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationTask
 
-from ..cpu_features import use_bf16
+from ..runtime.cpu_features import use_bf16
 from ..decoding import build_aggressive_generator, check_task_options
 from ..decoding_options import DecodingOptions
 from ..drafters import load_block_drafter
-from ..quantization import is_int8, quantize_int8
+from ..runtime.quantization import is_int8, quantize_int8
 from .config import AggressiveTranslationConfig
 
 __all__ = ["AggressiveTranslationTask", "AggressiveTranslationConfig"]

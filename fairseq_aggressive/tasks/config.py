@@ -145,7 +145,7 @@ class AggressiveTranslationConfig(TranslationConfig):
         default="float32",
         metadata={
             "help": "int8 = decode with int8 linear layers (weights per output row, activations "
-            "per position, exact integer products; fairseq_aggressive/quantization.py): every "
+            "per position, exact integer products; fairseq_aggressive/runtime/quantization.py): every "
             "--decoding, beam and greedy included, runs the same int8 model, so aggressive "
             "decoding still gives that model's greedy output; embeddings and layer norms stay float32"
         },

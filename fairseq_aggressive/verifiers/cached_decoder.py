@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..layer_ops import decoder_layer, encoder_kv, position_table
+from ..runtime.layer_ops import decoder_layer, encoder_kv, position_table
 
 
 class UnsupportedModelError(ValueError):

@@ -4,7 +4,7 @@ rules and the acceptance rule's description itself, and verifies several
 branches of a sentence in one pass.  A batch the engine cannot take (a GPU
 tensor, a length beyond its position tables) goes to a torch verifier."""
 from ..acceptance import AcceptanceRule
-from ..threads import torch_single_threaded
+from ..runtime.threads import torch_single_threaded
 from .base import PassResult, ScoreRules, Verifier
 from .torch_verifier import TorchVerifier
 

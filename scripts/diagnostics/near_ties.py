@@ -32,7 +32,7 @@ def main(argv=None):
     import fairseq_aggressive  # noqa: F401  (registers the task)
     from fairseq import checkpoint_utils
 
-    from fairseq_aggressive.quantization import quantize_int8
+    from fairseq_aggressive.runtime.quantization import quantize_int8
 
     a, _, b = args.modes.partition(",")
     res = json.load(open(args.bench_json))

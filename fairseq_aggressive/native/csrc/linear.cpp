@@ -142,7 +142,7 @@ void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, in
 // Per input row: qx = round(x * (127 / amax)) (half to even), sx = amax / 127;
 // acc = sum_k qx[k] * qw[n][k] in int32 (exact, so any order);
 // y = float(acc) * (sx * sw[n]) + b[n].  The same definition as
-// fairseq_aggressive/quantization.py, which the tests compare bit for bit.
+// fairseq_aggressive/runtime/quantization.py, which the tests compare bit for bit.
 // Activations are stored as Q8In: int16 qx, or uint8 qx + 128 for VNNI's
 // unsigned x signed products (the tile then subtracts 128 * wsum[n]).
 constexpr int Q8_OFFSET = Q8Input<Q8_GROUP>::offset;

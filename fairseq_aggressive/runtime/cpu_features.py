@@ -17,7 +17,7 @@ import platform
 
 import torch
 
-from .constants import PRECISION_CHOICES
+from ..constants import PRECISION_CHOICES
 
 logger = logging.getLogger("fairseq_aggressive")
 
@@ -118,7 +118,7 @@ def machine_info() -> dict:
 def native_engine_target() -> str:
     """The native engine's build target that loads here (``avx2``, ``avx512vnni``
     ...; ``FAIRSEQ_AGGRESSIVE_ISA`` respected), or why none does."""
-    from .native.build import NativeUnavailable, library
+    from ..native.build import NativeUnavailable, library
 
     try:
         return library().fa_isa().decode()

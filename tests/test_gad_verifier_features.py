@@ -16,7 +16,7 @@ from fairseq_aggressive.criterions.glat_block_loss import GlatBlockLoss
 from fairseq_aggressive.drafters import NARBlockDrafter, check_drafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import build
-from test_shared_drafter import _train_batch, gad_vs_greedy
+from test_gad_shared_drafter import _train_batch, gad_vs_greedy
 
 NATIVE = build.available() is None
 ENGINES = ["torch"] + (["native"] if NATIVE else [])
@@ -179,3 +179,34 @@ def test_verifier_features_need_a_shared_encoder(tmp_path):
     task = make_task()
     with pytest.raises(ValueError, match="--verifier-features needs --shared-encoder"):
         make_model(task, arch="block_nat", verifier_features=True)
+
+
+@pytest.mark.skipif(not NATIVE, reason="no native engine here")
+def test_native_drafters_of_one_model_share_its_weights_until_it_changes(tmp_path):
+    """A hub model's translate() builds a drafter per call: drafters made one
+    after another for one drafter model read one copy of its engine weights
+    (slot input and feature projection included) and propose the same tokens;
+    a parameter changed in place makes a fresh copy with the new weights."""
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_drafter(task, tmp_path)
+    sample = make_sample(random_rows(d, 4, 3, 12, seed=4), d.pad())
+    enc = ar.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
+
+    def proposals(drafter):
+        drafter.begin(sample, 30, enc)
+        feats = torch.zeros(4, dr.decoder.feature_proj.in_features)  # the BOS features
+        drafter.observe_emitted(list(range(4)), feats, [1] * 4)
+        return [p[0].tokens for p in drafter.propose(list(range(4)), [[5]] * 4, [30] * 4)]
+
+    a, b = (NARBlockDrafter(dr, d, 4, engine="native") for _ in range(2))
+    assert a.native.engine.weights_id == b.native.engine.weights_id
+    assert proposals(a) == proposals(b)
+    with torch.no_grad():
+        dr.decoder.mask_embed.mul_(-3.0)
+    c = NARBlockDrafter(dr, d, 4, engine="native")
+    assert c.native.engine.weights_id != a.native.engine.weights_id
+    import copy
+
+    fresh = copy.deepcopy(dr)  # another model object with the changed weights: its own copy
+    assert proposals(c) == proposals(NARBlockDrafter(fresh, d, 4, engine="native"))
