@@ -225,7 +225,8 @@ def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     """Every translation step at toy size on the bundled sample: teacher -> Seq-KD -> block_nat
-    drafter and blockwise heads (fine-tuned and frozen) -> GAD, GAD++ and blockwise decoding of
+    drafter and blockwise heads (fine-tuned and frozen), a one-decoder-layer student on the
+    teacher's outputs and its drafter on the student's own -> GAD, GAD++ and blockwise decoding of
     the whole test set -> BLEU -> benchmark; the exact modes equal their greedy decoding."""
     work = tmp_path / "mt"
     run_pipeline("translation/wmt14_ende.yaml", "ci", work)
@@ -245,11 +246,16 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     assert float(re.search(r"BLEU = ([\d.]+)", out).group(1)) == pytest.approx(decode["greedy"]["bleu"], abs=0.006)
     assert decode["blockwise-k4"]["identical_to_blockwise-k4-greedy"] == 300
     assert decode["blockwise-k4-frozen"]["identical_to_greedy"] == 300  # frozen base = the teacher
+    # the student trained on the teacher's outputs, its drafter on the student's own: GAD is its greedy
+    assert (work / "distill-student" / "bin" / "train.src-tgt.src.bin").exists()
+    assert decode["student-gad"]["identical_to_student-greedy"] == 300
     gad = json.loads((work / "bench-gad.json").read_text())["modes"]
     assert gad["gad"]["identical_to_greedy"] == 40
     heads = json.loads((work / "bench-blockwise-k4.json").read_text())["modes"]
     assert heads["blockwise"]["identical_to_greedy"] == 40
     assert heads["blockwise-min2"]["mean_tokens_per_pass"] > 1.5  # at least 2 a pass but the last
+    student = json.loads((work / "bench-student-gad.json").read_text())["modes"]
+    assert student["gad"]["identical_to_greedy"] == 40 and student["greedy-native"]["identical_to_greedy"] == 40
 
 
 def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
