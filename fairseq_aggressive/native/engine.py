@@ -4,7 +4,8 @@ verification passes (decoder over [last, draft] on the cache, projection,
 greedy choice with fairseq's adjustments, exact acceptance, scores, commit) in
 one call per pass.
 
-Models the engine does not reproduce are refused by :func:`check_native`
+Models the engine does not reproduce are refused by
+:func:`~fairseq_aggressive.model_shapes.check_native`
 (the generator then uses the torch verifier, which gives the same output).
 """
 import ctypes
@@ -16,63 +17,13 @@ from typing import Optional
 import numpy as np
 import torch
 
+from ..model_shapes import activation, check_native
 from ..runtime.layer_ops import position_table
 from ..runtime.quantization import Int8Linear
 from ..runtime.threads import engine_threads
 from . import c_api
 from .batch import NativeBatch
 from .build import NativeUnavailable, library
-
-
-def _activation(layer) -> str:
-    return getattr(layer.activation_fn, "__name__", "")
-
-
-def check_native(model) -> None:
-    """Raise NativeUnavailable unless the engine computes ``model`` exactly as
-    fairseq's standard Transformer layers do."""
-    from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
-    from fairseq.modules import TransformerDecoderLayer, TransformerEncoderLayer
-
-    enc, dec = getattr(model, "encoder", None), getattr(model, "decoder", None)
-    if not isinstance(enc, TransformerEncoderBase) or not isinstance(dec, TransformerDecoderBase):
-        raise NativeUnavailable(f"{type(model).__name__} is not a standard fairseq Transformer")
-    C = dec.embed_dim
-    problems = []
-    if enc.embed_tokens.embedding_dim != C or dec.output_embed_dim != C:
-        problems.append("embedding, encoder and output dimensions differ")
-    if dec.project_in_dim is not None or dec.project_out_dim is not None:
-        problems.append("decoder input/output projections")
-    if dec.adaptive_softmax is not None or not isinstance(dec.output_projection, (torch.nn.Linear, Int8Linear)):
-        problems.append("adaptive softmax")
-    if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
-        problems.append("quant-noise")
-    if enc.embed_positions is not None and dec.embed_positions is None or (
-            enc.embed_positions is None and dec.embed_positions is not None):
-        problems.append("positions in only one of encoder and decoder")
-    layers = list(enc.layers) + list(dec.layers)
-    heads = {l.self_attn.num_heads for l in layers}
-    ffn = {l.fc1.out_features for l in layers}
-    acts = {_activation(l) for l in layers}
-    norms = {l.self_attn_layer_norm.eps for l in layers}
-    if len(heads) != 1 or len(ffn) != 1:
-        problems.append("layers with different head counts or FFN sizes")
-    if not acts <= {"relu", "gelu"}:
-        problems.append(f"activation {sorted(acts)}")
-    if len(norms) != 1:
-        problems.append("layer norms with different eps")
-    for i, l in enumerate(layers):
-        if type(l) not in (TransformerEncoderLayer, TransformerDecoderLayer) and not type(l).__name__.endswith("LayerBase"):
-            problems.append(f"layer {i} is a {type(l).__name__}")
-        for name in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid"):
-            if getattr(l, name, None) is not None:
-                problems.append(f"normformer extras ({name})")
-        attns = [l.self_attn] + ([l.encoder_attn] if getattr(l, "encoder_attn", None) is not None else [])
-        for a in attns:
-            if a.bias_k is not None or a.add_zero_attn or a.embed_dim != C or a.kdim != C or a.vdim != C:
-                problems.append(f"layer {i}: non-standard attention")
-    if problems:
-        raise NativeUnavailable("the native engine does not run this model (" + "; ".join(sorted(set(problems))) + ")")
 
 
 def _f32(t):
@@ -128,7 +79,7 @@ class NativeEngine:
             src_vocab=enc.embed_tokens.num_embeddings, tgt_vocab=dec.output_projection.out_features,
             enc_normalize_before=int(enc.layers[0].normalize_before),
             dec_normalize_before=int(dec.layers[0].normalize_before),
-            gelu=int(_activation(layers[0]) == "gelu"),
+            gelu=int(activation(layers[0]) == "gelu"),
             pad=tgt_dict.pad(), unk=tgt_dict.unk(), eos=tgt_dict.eos(),
             enc_embed_scale=float(enc.embed_scale), dec_embed_scale=float(dec.embed_scale),
             ln_eps=float(layers[0].self_attn_layer_norm.eps),

@@ -1,7 +1,8 @@
 """Verifiers: the AR model scoring drafts, on torch or on the native engine,
 behind one contract (:class:`Verifier`, :class:`PassResult`)."""
 from .base import PassResult, ScoreRules, Verifier
-from .cached_decoder import CachedDecoderVerifier, UnsupportedModelError, check_supported
+from ..model_shapes import UnsupportedModelError, check_supported
+from .cached_decoder import CachedDecoderVerifier
 from .native_verifier import NativeVerifier
 from .torch_verifier import TorchVerifier, adjust_scores
 

@@ -15,7 +15,8 @@ same parameters, the same operations in the same order as
 * encoder-attention keys/values computed once per batch.
 
 Decoder configurations whose incremental semantics we do not reproduce
-exactly are refused by :func:`check_supported` with a clear message.
+exactly are refused by :func:`~fairseq_aggressive.model_shapes.check_supported`
+with a clear message.
 """
 from typing import List, Optional
 
@@ -23,74 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..model_shapes import check_supported
 from ..runtime.layer_ops import decoder_layer, encoder_kv, position_table
-
-
-class UnsupportedModelError(ValueError):
-    pass
-
-
-def _decoder_of(model):
-    return getattr(model, "decoder", None)
-
-
-def check_supported(model) -> None:
-    """Raise :class:`UnsupportedModelError` unless the verifier can run ``model``
-    exactly like fairseq's incremental decoder."""
-    from fairseq.models.transformer import TransformerDecoderBase
-
-    name = type(model).__name__
-    dec = _decoder_of(model)
-    if dec is None or getattr(model, "encoder", None) is None:
-        raise UnsupportedModelError(
-            f"aggressive decoding needs an encoder-decoder model, got {name}"
-        )
-    try:
-        from fairseq.models.nat import FairseqNATModel
-
-        if isinstance(model, FairseqNATModel):
-            raise UnsupportedModelError(
-                f"{name} is non-autoregressive; aggressive decoding verifies with an "
-                "autoregressive Transformer (--arch transformer*)"
-            )
-    except ImportError:  # pragma: no cover - nat models always ship with fairseq
-        pass
-    if getattr(model, "is_block_drafter", False):
-        raise UnsupportedModelError(
-            f"{name} is a non-autoregressive block drafter; pass it as --drafter-path and "
-            "decode with an autoregressive verifier (--decoding gad)"
-        )
-    if not isinstance(dec, TransformerDecoderBase):
-        raise UnsupportedModelError(
-            f"aggressive decoding supports fairseq Transformer decoders; {name} has a "
-            f"{type(dec).__name__}"
-        )
-    problems = []
-    if dec.adaptive_softmax is not None:
-        problems.append("adaptive softmax")
-    if dec.cross_self_attention:
-        problems.append("cross-self-attention")
-    if getattr(dec, "quant_noise", None) is not None:
-        problems.append("quant-noise on embeddings")
-    for i, layer in enumerate(dec.layers):
-        if not hasattr(layer, "self_attn") or not hasattr(layer, "fc1"):
-            problems.append(f"layer {i} is not a standard decoder layer")
-            continue
-        sa = layer.self_attn
-        if sa.bias_k is not None or sa.add_zero_attn:
-            problems.append(f"layer {i}: self-attention with add_bias_kv/add_zero_attn")
-        if getattr(layer, "cross_self_attention", False):
-            problems.append(f"layer {i}: cross-self-attention")
-        if layer.encoder_attn is None:
-            problems.append(f"layer {i}: no encoder attention")
-        elif layer.encoder_attn.bias_k is not None or layer.encoder_attn.add_zero_attn:
-            problems.append(f"layer {i}: encoder attention with add_bias_kv/add_zero_attn")
-    if problems:
-        raise UnsupportedModelError(
-            "the aggressive verifier cannot run this decoder exactly ("
-            + "; ".join(problems)
-            + "); decode it with --decoding beam instead"
-        )
 
 
 class VerifierState:
