@@ -96,7 +96,7 @@ setup(
     # the native engine: one library per target (built here), and its sources
     ext_modules=native_libraries(),
     cmdclass={"build_ext": BuildNative},
-    package_data={"fairseq_aggressive.native": ["csrc/*"]},
+    package_data={"fairseq_aggressive.native": ["csrc/*.h", "csrc/*.cpp", "csrc/testing/*.cpp"]},
     python_requires=">=3.8",
     install_requires=[
         # fairseq 0.12.2 does not import on Python >= 3.11; fairseq-fixed ships the

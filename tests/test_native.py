@@ -362,3 +362,16 @@ def test_a_library_of_another_api_is_refused(monkeypatch):
         m.setattr(c_api, "PassArgs", wider)
         assert re.fullmatch(r"its PassArgs has \d+ bytes, the Python mirror \d+", c_api.mismatch(lib))
     assert c_api.mismatch(lib) is None  # (declares the library's signatures with the real mirrors again)
+
+
+@needs_native
+def test_test_entry_points_are_only_in_the_test_library():
+    """The pool's self-test and its lost-completion hook are built into the test
+    library (csrc/testing/), not into the engine decoding loads."""
+    from fairseq_aggressive.native import build, library
+
+    lib = library()
+    for name in ("fa_pool_selftest", "fa_pool_lose_next_count"):
+        with pytest.raises(AttributeError):
+            getattr(lib, name)
+        assert getattr(build.test_library(), name) is not None

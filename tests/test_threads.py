@@ -20,11 +20,11 @@ from fairseq_aggressive.runtime.threads import THREADS_ENV, _cgroup_quota, engin
 
 
 def selftest(threads, calls, max_items, slow=0, slow_us=0, seed=1, timeout_ms=0):
-    """The library's pool self-test: item counts drawn anew in [1, max_items] for every call."""
-    from fairseq_aggressive.native import library
+    """The test library's pool self-test: item counts drawn anew in [1, max_items] for every call."""
+    from fairseq_aggressive.native import build
 
     stats = (ctypes.c_int64 * 6)()
-    bad = library().fa_pool_selftest(threads, calls, max_items, seed, slow, slow_us, timeout_ms, stats)
+    bad = build.test_library().fa_pool_selftest(threads, calls, max_items, seed, slow, slow_us, timeout_ms, stats)
     return bad, dict(zip(("calls", "parallel", "worker_items", "waits", "stalls", "wait_ns"), list(stats)))
 
 
@@ -142,12 +142,16 @@ def test_pool_stress_catches_a_split_bound():
 
 @needs_native
 @pytest.mark.timeout(300)
-def test_a_lost_completion_fails_the_call_with_the_pool_state():
+def test_a_lost_completion_fails_the_call_with_the_pool_state(monkeypatch):
     """A decoding call whose pool lost a completion raises, with the pool's
     state, after the pool's timeout instead of waiting forever; the engine then
-    decodes on the calling thread, with greedy's output."""
+    decodes on the calling thread, with greedy's output (on the test library,
+    which has the hook that loses a completion)."""
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.native import build, engine as native_engine
+
+    monkeypatch.setattr(native_engine, "library", build.test_library)
 
     task = make_task()
     model = make_model(task, encoder_embed_dim=128, decoder_embed_dim=128, encoder_ffn_embed_dim=512,

@@ -164,13 +164,14 @@ def _run(cmds: List[List[str]]) -> List[str]:
     return outputs
 
 
-def _build(cxx: str, flags: List[str], path: str) -> None:
-    """Compiles csrc/*.cpp and links them into ``path`` (which appears complete or not at all)."""
+def _build(cxx: str, flags: List[str], path: str, units: Optional[List[str]] = None) -> None:
+    """Compiles ``units`` (default csrc/*.cpp) and links them into ``path``
+    (which appears complete or not at all)."""
     work = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".build-")
     try:
         objects, cmds = [], []
-        for src in targets.units():
-            objects.append(os.path.join(work, os.path.basename(src)[: -len(".cpp")] + ".o"))
+        for i, src in enumerate(units or targets.units()):
+            objects.append(os.path.join(work, f"{i}-{os.path.basename(src)[: -len('.cpp')]}.o"))
             cmds.append([cxx, *targets.COMPILE_FLAGS, *flags, "-c", src, "-o", objects[-1]])
         warnings = [w.strip() for w in _run(cmds) if w.strip()]
         tmp = os.path.join(work, "engine.so")
@@ -202,6 +203,28 @@ def compile_target(target: Target) -> str:
         logger.info(f"building the native engine ({target.name}) with {cxx} ...")
         _build(cxx, flags, path)
     return path
+
+
+def test_library(isa: Optional[str] = None) -> ctypes.CDLL:
+    """The engine built with its test hooks and test-only entry points
+    (csrc/testing/, ``fa_pool_selftest``, ``fa_pool_lose_next_count``): for
+    the tests, never loaded by decoding.  Compiled into the cache once."""
+    target = choose_target(isa)
+    if not os.path.isdir(CSRC):
+        raise NativeUnavailable("the test library is built from csrc/, which this installation lacks", setup=True)
+    cxx = _compiler()
+    flags = target.cflags + targets.defines() + [targets.TEST_DEFINE]
+    path = os.path.join(_cache_dir(), f"engine-test-{target.name}-{build_key(cxx, flags)}.so")
+    with _LOCK:
+        if path in _LOADED:
+            return _LOADED[path]
+        if not os.path.isfile(path):
+            logger.info(f"building the native engine's test library ({target.name}) with {cxx} ...")
+            _build(cxx, flags, path, targets.units() + targets.test_units())
+        lib = _load(path)
+        c_api.declare_testing(lib)
+        _LOADED[path] = lib
+        return lib
 
 
 def _load(path: str) -> ctypes.CDLL:

@@ -87,9 +87,7 @@ def declare(lib) -> None:
         "fa_weights_id": (I64, [P]),
         "fa_set_threads": (I, [P, I]),
         "fa_pool_stats": (None, [P, L64]),
-        "fa_pool_selftest": (I64, [I, I, I, I, I, I, I, L64]),
         "fa_set_pool_timeout": (None, [P, I]),
-        "fa_pool_lose_next_count": (None, [P]),
         "fa_begin": (P, [P, I, P, P, I]),
         "fa_begin_encoded": (P, [P, I, P, P, I]),
         "fa_state_free": (None, [P]),
@@ -106,6 +104,15 @@ def declare(lib) -> None:
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+
+
+def declare_testing(lib) -> None:
+    """The test library's extra functions (csrc/testing/test_api.cpp)."""
+    I, I64, L64 = ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)
+    lib.fa_pool_selftest.restype = I64
+    lib.fa_pool_selftest.argtypes = [I, I, I, I, I, I, I, L64]
+    lib.fa_pool_lose_next_count.restype = None
+    lib.fa_pool_lose_next_count.argtypes = [ctypes.c_void_p]
 
 
 def mismatch(lib):

@@ -83,7 +83,16 @@ def source_files(csrc: str = CSRC) -> List[str]:
 
 def units(csrc: str = CSRC) -> List[str]:
     """The translation units (csrc/*.cpp), compiled separately and linked together."""
-    return [p for p in source_files(csrc) if p.endswith(".cpp")]
+    return [p for p in source_files(csrc) if p.endswith(".cpp") and os.path.dirname(p) == csrc]
+
+
+def test_units(csrc: str = CSRC) -> List[str]:
+    """The test library's extra units (csrc/testing/*.cpp): entry points only tests call."""
+    return [p for p in source_files(csrc) if p.endswith(".cpp") and os.path.dirname(p) == os.path.join(csrc, "testing")]
+
+
+# the test library's define: the engine's test hooks (csrc/parallel.h) and entry points (csrc/testing/)
+TEST_DEFINE = "-DFA_TEST_HOOKS"
 
 
 def source_key(csrc: str = CSRC) -> str:

@@ -163,75 +163,11 @@ int fa_set_threads(void* mp, int n) {
 // waits, stalls, wait_ns
 void fa_pool_stats(void* mp, int64_t* out) { put_stats(model(mp).pool.stats(), out); }
 
-// A pool of `threads` runs `calls` calls, each of an item count drawn anew in
-// [1, max_items] (seeded), as a decoder's calls are; every item records that it
-// ran and spins for a varying time.  In every `slow`-th call (0: none) the items
-// the workers run sleep `slow_us` microseconds, as a descheduled worker would, and
-// the caller gives the workers up to 2 ms to come before it takes its first item.
-// Returns the number of items that did not run exactly once (0 when the pool is
-// right), or -1 if a call failed with fa::PoolError or the pool could not start
-// (the message on stderr); the
-// pool's counters go to stats (6 values, as fa_pool_stats).
-int64_t fa_pool_selftest(int threads, int calls, int max_items, int seed, int slow, int slow_us, int timeout_ms,
-                         int64_t* stats) try {
-  fa::Pool pool(threads);
-  if (timeout_ms > 0) pool.set_timeout(std::chrono::milliseconds(timeout_ms));
-  const std::thread::id caller = std::this_thread::get_id();
-  std::vector<std::atomic<int>> hits(std::max(max_items, 1));
-  std::atomic<int> worker_came{0};
-  uint64_t rng = 0x2545F4914F6CDD1Dull * (uint64_t)(seed + 1);
-  auto next = [&] {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-  };
-  int64_t bad = 0;
-  for (int c = 0; c < calls; ++c) {
-    const int items = 1 + (int)(next() % (uint64_t)std::max(max_items, 1));
-    const int work = 50 + (int)(next() % 400);
-    for (auto& h : hits) h.store(0, std::memory_order_relaxed);
-    worker_came.store(0, std::memory_order_relaxed);
-    const bool slow_call = slow > 0 && c % slow == 0;
-    bool caller_waited = false;
-    try {
-      pool.run(
-          [&](int i) {
-            const bool on_caller = std::this_thread::get_id() == caller;
-            if (slow_call && on_caller && !caller_waited) {
-              caller_waited = true;
-              const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(2);
-              while (worker_came.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
-                std::this_thread::yield();
-            }
-            if (!on_caller) worker_came.store(1, std::memory_order_release);
-            hits[i].fetch_add(1, std::memory_order_relaxed);
-            volatile uint64_t spin = 0;
-            for (int j = 0; j < work + 7 * i; ++j) spin = spin + j;  // an item's work: under a microsecond to a few
-            if (slow_call && !on_caller) std::this_thread::sleep_for(std::chrono::microseconds(slow_us));
-          },
-          items);
-    } catch (const fa::PoolError& e) {
-      std::fprintf(stderr, "fa_pool_selftest: call %d: %s\n", c, e.what());
-      bad = -1;
-      break;
-    }
-    for (int i = 0; i < (int)hits.size(); ++i) bad += hits[i].load(std::memory_order_relaxed) != (i < items ? 1 : 0);
-  }
-  if (stats != nullptr) put_stats(pool.stats(), stats);
-  return bad;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "fa_pool_selftest: %s\n", e.what());
-  return -1;
-}
-
 // How long a decoding call waits for its last items before it checks that a
 // worker still holds one; a call whose completion was lost then fails (-2 from
 // fa_pass, fa_draft; fa_model_error says why) instead of waiting forever.
 void fa_set_pool_timeout(void* mp, int ms) { model(mp).pool.set_timeout(std::chrono::milliseconds(std::max(ms, 1))); }
 
-// Test hook: the model's next parallel call loses one completion (fa::Pool::lose_next_count).
-void fa_pool_lose_next_count(void* mp) { model(mp).pool.lose_next_count(); }
 
 // ------------------------------------------------------------ batches
 // Encode B sentences (tokens without padding, concatenated; lengths src_len)
