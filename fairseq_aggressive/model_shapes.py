@@ -1,10 +1,12 @@
 """The model shapes each verifier runs exactly, described once: the torch
 verifier's (:func:`check_supported`: a fairseq encoder-decoder Transformer whose
 incremental decoding the cached decoder reproduces) and the native engine's
-conditions (:func:`check_native`: the same layer shapes throughout, no
+conditions (:func:`native_problems`: the same layer shapes throughout, no
 projections or extras the engine does not compute).  A model outside the
 native subset decodes with the torch verifier (the same output); one outside
 the torch verifier's shapes is refused with the reasons."""
+from typing import List
+
 import torch
 
 from .runtime.quantization import Int8Linear
@@ -82,19 +84,17 @@ def activation(layer) -> str:
     return getattr(layer.activation_fn, "__name__", "")
 
 
-def check_native(model) -> None:
-    """Raise :class:`~fairseq_aggressive.native.NativeUnavailable` unless the
-    engine computes ``model`` exactly as fairseq's standard Transformer layers
-    do (a verifier must also pass :func:`check_supported`; a block drafter,
-    which the engine runs too, need not)."""
+def native_problems(model) -> List[str]:
+    """Why the native engine cannot compute ``model`` exactly as fairseq's
+    standard Transformer layers do (empty: it can).  A verifier must also pass
+    :func:`check_supported`; a block drafter, which the engine runs too, need not."""
     from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 
-    from .native.build import NativeUnavailable
     from fairseq.modules import TransformerDecoderLayer, TransformerEncoderLayer
 
     enc, dec = getattr(model, "encoder", None), getattr(model, "decoder", None)
     if not isinstance(enc, TransformerEncoderBase) or not isinstance(dec, TransformerDecoderBase):
-        raise NativeUnavailable(f"{type(model).__name__} is not a standard fairseq Transformer")
+        return [f"{type(model).__name__} is not a standard fairseq Transformer"]
     C = dec.embed_dim
     problems = []
     if enc.embed_tokens.embedding_dim != C or dec.output_embed_dim != C:
@@ -129,5 +129,4 @@ def check_native(model) -> None:
         for a in attns:
             if a.bias_k is not None or a.add_zero_attn or a.embed_dim != C or a.kdim != C or a.vdim != C:
                 problems.append(f"layer {i}: non-standard attention")
-    if problems:
-        raise NativeUnavailable("the native engine does not run this model (" + "; ".join(sorted(set(problems))) + ")")
+    return sorted(set(problems))

@@ -128,7 +128,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     work = Path(args.work) / ("demo-train" if args.train else "demo")
     work.mkdir(parents=True, exist_ok=True)
-    from fairseq_aggressive.runtime.cpu_features import describe_machine
+    from fairseq_aggressive.native.machine import describe_machine
 
     import torch
 

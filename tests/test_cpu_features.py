@@ -126,8 +126,10 @@ def test_drafter_bf16_auto_falls_back(monkeypatch, fresh_warnings, tmp_path):
 
 
 def test_machine_info_names_the_cpu():
-    info = cpu_features.machine_info()
+    from fairseq_aggressive.native.machine import describe_machine, machine_info
+
+    info = machine_info()
     assert info["cpu_capability"] == str(torch.backends.cpu.get_cpu_capability())
     assert isinstance(info["native_bf16"], bool) and info["cpu_model"]
-    line = cpu_features.describe_machine(info)
+    line = describe_machine(info)
     assert info["cpu_capability"] in line and "native bf16" in line and info["torch"] in line

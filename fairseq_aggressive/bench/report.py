@@ -4,7 +4,7 @@ import statistics
 import sys
 from typing import Dict
 
-from ..runtime.cpu_features import describe_machine, machine_info
+from ..native.machine import describe_machine, machine_info
 from . import ct2
 from .ct2 import COMPUTE_TYPES
 from .modes import reference_mode, without_target

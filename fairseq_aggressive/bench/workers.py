@@ -29,7 +29,7 @@ from typing import Dict, List
 
 import torch
 
-from ..runtime.cpu_features import describe_machine, machine_info
+from ..native.machine import describe_machine, machine_info
 from ..generator import length_cap
 from ..runtime.threads import usable_cpus
 from . import ct2

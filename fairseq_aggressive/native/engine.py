@@ -4,9 +4,9 @@ verification passes (decoder over [last, draft] on the cache, projection,
 greedy choice with fairseq's adjustments, exact acceptance, scores, commit) in
 one call per pass.
 
-Models the engine does not reproduce are refused by
-:func:`~fairseq_aggressive.model_shapes.check_native`
-(the generator then uses the torch verifier, which gives the same output).
+Models the engine does not reproduce are refused by :func:`check_native`
+(:func:`~fairseq_aggressive.model_shapes.native_problems` says why; the
+generator then uses the torch verifier, which gives the same output).
 """
 import ctypes
 import itertools
@@ -17,13 +17,20 @@ from typing import Optional
 import numpy as np
 import torch
 
-from ..model_shapes import activation, check_native
+from ..model_shapes import activation, native_problems
 from ..runtime.layer_ops import position_table
 from ..runtime.quantization import Int8Linear
 from ..runtime.threads import engine_threads
 from . import c_api
 from .batch import NativeBatch
 from .build import NativeUnavailable, library
+
+
+def check_native(model) -> None:
+    """Raise NativeUnavailable unless the engine computes ``model`` exactly."""
+    problems = native_problems(model)
+    if problems:
+        raise NativeUnavailable("the native engine does not run this model (" + "; ".join(problems) + ")")
 
 
 def _f32(t):

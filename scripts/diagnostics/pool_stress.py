@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 
-from fairseq_aggressive.runtime.cpu_features import describe_machine
+from fairseq_aggressive.native.machine import describe_machine
 from fairseq_aggressive.bench.load import cpu_load
 from fairseq_aggressive.native.build import _compiler
 from fairseq_aggressive.native.targets import CSRC

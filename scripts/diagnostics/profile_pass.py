@@ -58,7 +58,7 @@ def main(argv=None):
 
     torch.set_num_threads(a.threads)
     model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences)
-    from fairseq_aggressive.runtime.cpu_features import describe_machine
+    from fairseq_aggressive.native.machine import describe_machine
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator
 

@@ -51,7 +51,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import fairseq_aggressive  # noqa: F401
-    from fairseq_aggressive.runtime.cpu_features import describe_machine
+    from fairseq_aggressive.native.machine import describe_machine
     from fairseq_aggressive.bench.load import cpu_load
     from fairseq_aggressive.native import NativeEngine
 

@@ -1,0 +1,48 @@
+"""The machine a speed number was measured on: its CPU, torch's and fairseq's
+versions and the native engine's build target that loads here, as every
+benchmark and diagnostic prints them."""
+import os
+import platform
+
+import torch
+
+from ..runtime.cpu_features import cpu_capability, cpu_model, native_bf16
+from .build import NativeUnavailable, library
+
+
+def machine_info() -> dict:
+    """The facts a speed number depends on, for benchmark output."""
+    try:
+        import fairseq
+
+        fairseq_version = getattr(fairseq, "__version__", "unknown")
+    except ImportError:
+        fairseq_version = "not installed"
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_capability": cpu_capability(),
+        "native_bf16": native_bf16(),
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "fairseq": fairseq_version,
+        "python": platform.python_version(),
+        "native_engine": native_engine_target(),
+    }
+
+
+def native_engine_target() -> str:
+    """The native engine's build target that loads here (``avx2``, ``avx512vnni``
+    ...; ``FAIRSEQ_AGGRESSIVE_ISA`` respected), or why none does."""
+    try:
+        return library().fa_isa().decode()
+    except NativeUnavailable as e:
+        return f"none ({e})"
+
+
+def describe_machine(info=None) -> str:
+    info = info or machine_info()
+    return (f"{info['cpu_model']} | capability {info['cpu_capability']} | native bf16: "
+            f"{'yes' if info['native_bf16'] else 'no'} | {info['cores']} cores, "
+            f"{info['torch_threads']} torch threads | torch {info['torch']}, fairseq {info['fairseq']}"
+            + (f" | native engine {info['native_engine']}" if "native_engine" in info else ""))
