@@ -25,6 +25,20 @@ GADPP_DEFAULT = dict(gad_beta=3, gad_tau=1.0)  # the paper's high-quality settin
 
 SHORTLIST_DEFAULT = 1000  # -sl modes: the 1,000 most frequent tokens + the source tokens
 
+# the mode names, as the command's help and the error for an unknown name say them
+GRAMMAR = (
+    "beam5, greedy, iad; iad@L (drafts of at most L tokens), iad-bN (N branches after an edit), iad-cost "
+    "(cost-aware draft lengths; combine as iad@L-bN-cost); gad, gad++ (GAD with --drafter-path; gad@K sets the "
+    "block size, gad-bf16@K a bfloat16 drafter, a final -dsl the drafter shortlist); blockwise[-topK][-minL]; "
+    "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own), ct2-best (CTranslate2 at "
+    "its fastest compute type and thread count on this machine, timed on the first 40 sentences); "
+    "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's greedy); a final "
+    "-int8 decodes an int8 copy of the model (iad-int8, greedy-int8); a final -sl decodes with the vocabulary "
+    "shortlist of --bench-shortlist (approximate; greedy-sl is greedy on it); -pyloop after an IAD mode or "
+    "greedy-native runs the generator's loop in Python (iad-pyloop); :TARGET after a native mode runs that "
+    "build target of the engine (iad:avx2)"
+)
+
 
 def mode_overrides(name: str, args) -> Dict:
     """Generation overrides for a mode name (``beam5``, ``iad``, ``gad@8``, ``gad++`` ...).
@@ -91,13 +105,7 @@ def mode_overrides(name: str, args) -> Dict:
     base = base[: -len("-bf16")] if bf16 else base
     if base not in ("gad", "gad++") or (k and not k.isdigit()):
         raise SystemExit(
-            f"unknown benchmark mode {name!r}; choose from {', '.join(MODES)}, gad, gad++ "
-            "(optionally with @BLOCK_SIZE, e.g. gad@8), blockwise[-topK][-minL], iad[@LMAX][-bN][-cost], ct2, "
-            "ct2-int8, ct2-best; "
-            "aggressive modes take -native or -torch (e.g. iad-torch), greedy-native; any mode takes "
-            "a final -int8 (e.g. iad-int8), then -sl (e.g. iad-sl, greedy-sl); IAD modes and greedy-native take "
-            "-pyloop (e.g. iad-pyloop)"
-        )
+            f"unknown benchmark mode {name!r}; the modes: {GRAMMAR}")
     if not getattr(args, "drafter_path", None):
         raise SystemExit(f"benchmark mode {name} needs --drafter-path DRAFTER.pt")
     ov = dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=int(k) if k else None,

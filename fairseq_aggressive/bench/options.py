@@ -1,22 +1,12 @@
 """The benchmark's command-line options (``fairseq-aggressive-bench`` adds them
 to fairseq's generation parser)."""
-from .modes import MODES, SHORTLIST_DEFAULT
+from .modes import GRAMMAR, SHORTLIST_DEFAULT
 
 
 def add_bench_args(parser):
     g = parser.add_argument_group("benchmark")
     g.add_argument("--bench-modes", default="beam5,greedy,iad",
-                   help="comma-separated modes among: " + ", ".join(MODES) + ", gad, gad++ "
-                   "(GAD with --drafter-path; gad@K sets the block size), iad@L (drafts of at most "
-                   "L tokens), iad-bN (N branches after an edit), iad-cost (cost-aware draft lengths; "
-                   "combine as iad@L-bN-cost), blockwise, "
-                   "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own), ct2-best "
-                   "(CTranslate2 at its fastest compute type and thread count on this machine, timed on the "
-                   "first 40 sentences); "
-                   "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's "
-                   "greedy); a final -int8 decodes an int8 copy of the model (iad-int8, greedy-int8); "
-                   "a final -sl decodes with the vocabulary shortlist of --bench-shortlist (approximate; "
-                   "greedy-sl is greedy on it)")
+                   help="comma-separated modes: " + GRAMMAR)
     g.add_argument("--bench-shortlist", type=int, default=SHORTLIST_DEFAULT,
                    help="frequent tokens of the -sl modes' shortlist (plus each sentence's source tokens)")
     g.add_argument("--threads", type=int, default=None,
