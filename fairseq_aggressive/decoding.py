@@ -10,9 +10,11 @@ import torch
 from .acceptance import build_acceptance, build_blockwise_acceptance
 from .runtime.cpu_features import use_bf16
 from .decoding_options import DecodingOptions
-from .engines import drafter_engine
-from .options import check_generation_args
+from .draft_policy import build_draft_policy
+from .engines import build_verifier, drafter_engine
+from .options import check_generation_args, check_single_model, check_temperature
 from .runtime.threads import engine_threads
+from .verifiers import ScoreRules
 
 logger = logging.getLogger("fairseq_aggressive")
 
@@ -67,27 +69,29 @@ def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwar
         raise ValueError(f"prefix_allowed_tokens_fn is not supported with --decoding {opts.decoding}")
     from .generator import AggressiveGenerator
 
+    tgt_dict = task.target_dictionary
+    check_single_model(models)
+    temperature = check_temperature(getattr(args, "temperature", 1.0))
     drafter, acceptance = build_drafter_and_rule(opts, task, models)
+    rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), getattr(args, "min_len", 1),
+                       getattr(args, "unkpen", 0), temperature)
+    # the engine is chosen here, once, for the verifier (and, above, for GAD's drafter)
+    verifier = build_verifier(opts.engine, models[0], tgt_dict, acceptance, rules,
+                              wants_pass_features=drafter.caps.pass_features,
+                              shortlist=_shortlist(task, opts.vocab_shortlist), threads=opts.native_threads,
+                              isa=opts.native_isa, share=kwargs.get("native_share"))
     generator = AggressiveGenerator(
         models,
-        task.target_dictionary,
+        tgt_dict,
         drafter,
-        acceptance=acceptance,
         max_len_a=getattr(args, "max_len_a", 0),
         max_len_b=getattr(args, "max_len_b", 200),
-        min_len=getattr(args, "min_len", 1),
         normalize_scores=not getattr(args, "unnormalized", False),
         len_penalty=getattr(args, "lenpen", 1),
-        unk_penalty=getattr(args, "unkpen", 0),
-        temperature=getattr(args, "temperature", 1.0),
         max_draft_len=opts.max_draft_len,
-        engine=opts.engine,
-        shortlist=_shortlist(task, opts.vocab_shortlist),
-        draft_cost=opts.draft_cost,
-        native_threads=opts.native_threads,
-        native_isa=opts.native_isa,
-        native_share=kwargs.get("native_share"),
         engine_loop=not opts.python_loop,
+        verifier=verifier,
+        draft_policy=build_draft_policy(opts.draft_cost, verifier, drafter),
     )
     atexit.register(_log_summary, generator, opts.decoding)
     return generator

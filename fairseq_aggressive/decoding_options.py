@@ -63,7 +63,7 @@ class DecodingOptions:
 
         decoding = str(get("decoding", "beam"))
         if decoding != "beam" and decoding not in DECODINGS:
-            raise ValueError(f"unknown --decoding {decoding!r}; choose from beam, {', '.join(DECODINGS)}")
+            raise ValueError(f"unknown --decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
         engine = str(get("engine", "auto"))
         if engine not in ENGINES:
             raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")

@@ -47,7 +47,14 @@ class AggressiveGenerator(nn.Module):
     memory of one), ``engine_loop`` (where the verifier can run the whole
     loop of the drafter itself, as the native engine does for IAD with one
     branch and for greedy search: let it, one call per batch; False: this
-    generator's loop, one call per pass; the same output either way)."""
+    generator's loop, one call per pass; the same output either way).
+
+    ``verifier`` and ``draft_policy``, when given, are the loop's verifier
+    (:func:`~fairseq_aggressive.engines.build_verifier`, which carries the
+    acceptance rule and fairseq's score rules) and draft-length policy
+    (:func:`~fairseq_aggressive.draft_policy.build_draft_policy`), built by the
+    caller (``fairseq-generate``'s path does so from its checked options); the
+    engine, rule and score arguments then are the verifier's."""
 
     def __init__(
         self,
@@ -71,6 +78,8 @@ class AggressiveGenerator(nn.Module):
         native_isa=None,
         native_share=None,
         engine_loop: bool = True,
+        verifier=None,
+        draft_policy=None,
     ):
         super().__init__()
         check_single_model(models)
@@ -78,26 +87,29 @@ class AggressiveGenerator(nn.Module):
         max_draft_len = check_max_draft_len(max_draft_len)
         self.model = models[0]
         self.drafter = drafter
-        self.acceptance = acceptance or ExactAcceptance()
-        if not isinstance(self.acceptance, AcceptanceRule):
-            raise TypeError(f"acceptance must be an AcceptanceRule, got {type(self.acceptance).__name__}")
         self.eos = tgt_dict.eos()
         self.max_len_a, self.max_len_b = max_len_a, max_len_b
         self.max_len = max_len or self.model.max_decoder_positions()
-        self.min_len = min_len
         self.normalize_scores = normalize_scores
         self.len_penalty = len_penalty
         self.max_draft_len = max_draft_len
         self.engine_loop = engine_loop
         self.stats = DecodingStats()
         self.model.eval()
-        rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature)
-        self.verifier = build_verifier(engine, self.model, tgt_dict, self.acceptance, rules,
-                                       wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
-                                       threads=parse_threads(native_threads), isa=check_isa(native_isa),
-                                       share=native_share)
+        if verifier is None:  # built here from the engine options (the Python API's convenience)
+            acceptance = acceptance or ExactAcceptance()
+            if not isinstance(acceptance, AcceptanceRule):
+                raise TypeError(f"acceptance must be an AcceptanceRule, got {type(acceptance).__name__}")
+            rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature)
+            verifier = build_verifier(engine, self.model, tgt_dict, acceptance, rules,
+                                      wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
+                                      threads=parse_threads(native_threads), isa=check_isa(native_isa),
+                                      share=native_share)
+        self.verifier = verifier
+        self.acceptance = verifier.acceptance
+        self.min_len = verifier.rules.min_len
         # how long drafts are: as proposed, or a cost-aware budget (--draft-cost)
-        self.policy = build_draft_policy(draft_cost, self.verifier, drafter)
+        self.policy = draft_policy or build_draft_policy(draft_cost, self.verifier, drafter)
         if max_draft_len is None and drafter.caps.open_ended:
             self.max_draft_len = self.policy.default_cap(self.verifier)
 

@@ -131,7 +131,7 @@ def test_scripts_have_no_wall_clock_budgets():
 
 def test_scripts_share_code_through_the_package():
     """What the scripts share is imported from the package (fairseq_aggressive.data_prep,
-    fairseq_aggressive.loading): no script or test puts a folder on sys.path."""
+    fairseq_aggressive.diagnostics.loading): no script or test puts a folder on sys.path."""
     paths = glob.glob(os.path.join(ROOT, "scripts", "**", "*.py"), recursive=True)
     paths += glob.glob(os.path.join(ROOT, "tests", "*.py"))
     for path in paths:

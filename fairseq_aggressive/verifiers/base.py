@@ -69,6 +69,9 @@ class Verifier:
     branch_capable = False
     #: the draft cap it prefers for drafters whose drafts have no natural length (None: none)
     open_draft_cap = None
+    #: fairseq's score rules (:class:`ScoreRules`) and the acceptance rule it applies
+    rules: ScoreRules
+    acceptance = None
 
     def begin(self, sample, max_len: int, tree_room: int = 0) -> None:
         """Encode the batch of ``sample`` (a fairseq sample dict) for outputs of

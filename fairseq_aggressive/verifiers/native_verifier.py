@@ -26,7 +26,7 @@ class NativeVerifier(Verifier):
         rank = acceptance.params.native
         if rank is None:
             raise ValueError(f"the native engine cannot apply {acceptance!r}")
-        self.engine, self.rules, self.shortlist = engine, rules, shortlist
+        self.engine, self.rules, self.acceptance, self.shortlist = engine, rules, acceptance, shortlist
         self.beta, self.tau = rank
         self.fallback = TorchVerifier(model, rules, acceptance, shortlist)
         self._on_torch = False

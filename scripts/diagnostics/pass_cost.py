@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from fairseq_aggressive.loading import load_model_and_samples
+from fairseq_aggressive.diagnostics.loading import load_model_and_samples
 
 
 def main(argv=None):

@@ -28,7 +28,7 @@ from collections import defaultdict
 
 import torch
 
-from fairseq_aggressive.loading import load_model_and_samples
+from fairseq_aggressive.diagnostics.loading import load_model_and_samples
 
 
 def timed(obj, name, bucket, key):
