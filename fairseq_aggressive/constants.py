@@ -2,9 +2,6 @@
 the task's options (tasks/config.py) and the modules that implement the
 choices share them without importing each other."""
 
-# --decoding: beam = fairseq's own SequenceGenerator; the others are aggressive decodings
-DECODINGS = ("beam", "iad", "gad", "blockwise")
-
 # --engine: the verifier of aggressive decoding
 ENGINES = ("auto", "native", "torch")
 

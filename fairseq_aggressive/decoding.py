@@ -5,59 +5,23 @@ checked once by the task)."""
 import atexit
 import logging
 
-import torch
-
-from .acceptance import build_acceptance, build_blockwise_acceptance
-from .runtime.cpu_features import use_bf16
 from .decoding_options import DecodingOptions
 from .draft_policy import build_draft_policy
-from .engines import build_verifier, drafter_engine
+from .engines import build_verifier
 from .options import check_generation_args, check_single_model, check_temperature
-from .runtime.threads import engine_threads
 from .verifiers import ScoreRules
 
 logger = logging.getLogger("fairseq_aggressive")
 
 
 def build_drafter_and_rule(opts: DecodingOptions, task, models):
-    """(drafter, acceptance rule) of the aggressive decoding ``opts.decoding``."""
-    if opts.decoding == "iad":
-        from .drafters import InputCopyDrafter
+    """(drafter, acceptance rule) of the aggressive decoding ``opts.decoding``
+    (its builder in :data:`~fairseq_aggressive.drafters.DECODINGS`)."""
+    from .drafters import DECODINGS
 
-        drafter = InputCopyDrafter(task.source_dictionary, task.target_dictionary, ngram_min=opts.iad_ngram_min,
-                                   ngram_max=opts.iad_ngram_max, branches=opts.iad_branches)
-        return drafter, build_acceptance()
-    if opts.decoding == "blockwise":
-        from .drafters import BlockwiseHeadsDrafter
-
-        drafter = BlockwiseHeadsDrafter(models[0], task.target_dictionary)
-        rule = build_blockwise_acceptance(opts.blockwise_topk, opts.min_block_size, block_size=models[0].blockwise_k)
-        return drafter, rule
-    if opts.decoding == "gad":
-        return build_gad_drafter(task, models, opts), build_acceptance(opts.gad_beta, opts.gad_tau)
-    raise ValueError(f"--decoding {opts.decoding} has no drafter (it is fairseq's own search)")
-
-
-def build_gad_drafter(task, models, opts: DecodingOptions):
-    """GAD's NAR block drafter from ``--drafter-path``, checked against the verifier."""
-    from .drafters import NARBlockDrafter, check_drafter
-
-    if not opts.drafter_path:
-        raise ValueError("--decoding gad needs a drafter: pass --drafter-path DRAFTER.pt")
-    dtype = torch.bfloat16 if use_bf16(opts.drafter_bf16, "--drafter-bf16") else None
-    drafter_model, trained_k = task.load_drafter(opts.drafter_path, like=models[0], dtype=dtype)
-    check_drafter(drafter_model, models[0], task.target_dictionary)
-    k = opts.block_size
-    if k is None:
-        k = trained_k or 25
-    shortlist = None
-    if opts.drafter_shortlist is not None:
-        from .shortlist import VocabShortlist
-
-        shortlist = VocabShortlist(task.source_dictionary, task.target_dictionary, opts.drafter_shortlist)
-    # the drafter's engine runs on the verifier's threads
-    return NARBlockDrafter(drafter_model, task.target_dictionary, k, engine=drafter_engine(opts.engine),
-                           shortlist=shortlist, threads=engine_threads(opts.native_threads), isa=opts.native_isa)
+    if opts.decoding not in DECODINGS:
+        raise ValueError(f"--decoding {opts.decoding} has no drafter (it is fairseq's own search)")
+    return DECODINGS[opts.decoding](opts, task, models)
 
 
 def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwargs):

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .acceptance import build_acceptance, build_blockwise_acceptance
-from .constants import DECODINGS, ENGINES
+from .constants import ENGINES
+from .drafters import DECODINGS
 from .options import (check_block_size, check_draft_cost, check_iad_branches, check_isa, check_max_draft_len,
                       check_positive_int, check_shortlist)
 from .runtime.threads import parse_threads
@@ -63,7 +64,7 @@ class DecodingOptions:
 
         decoding = str(get("decoding", "beam"))
         if decoding != "beam" and decoding not in DECODINGS:
-            raise ValueError(f"unknown --decoding {decoding!r}; choose from {', '.join(DECODINGS)}")
+            raise ValueError(f"unknown --decoding {decoding!r}; choose from beam, {', '.join(DECODINGS)}")
         engine = str(get("engine", "auto"))
         if engine not in ENGINES:
             raise ValueError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")

@@ -103,7 +103,7 @@ def test_cpu_bf16_on_runs_bfloat16(monkeypatch, fresh_warnings):
 
 def test_drafter_bf16_auto_falls_back(monkeypatch, fresh_warnings, tmp_path):
     """GAD's --drafter-bf16 (auto) loads the drafter in float32 where bf16 is not native."""
-    from fairseq_aggressive.decoding import build_gad_drafter
+    from fairseq_aggressive.drafters.nar_block_checkpoint import build_gad_drafter
     from fairseq_aggressive.tasks import aggressive_translation as at
 
     monkeypatch.setenv(NO_NATIVE_BF16_ENV, "1")

@@ -68,3 +68,35 @@ def test_source_ids_mapped_to_target_dictionary():
     dr = InputCopyDrafter(src, tgt)
     dr.begin(make_sample([[4, 5, src.eos()]], src.pad()), max_len=100)
     assert dr.draft(0, [], 10) == [5, 4, tgt.eos()]
+
+
+def test_a_new_decoding_is_a_drafter_and_its_builder(monkeypatch):
+    """A decoding registered in drafters.DECODINGS (a drafter and the function
+    that builds it and its rule) is what --decoding NAME builds, through the
+    task, with nothing else to change; its output is greedy's."""
+    import argparse
+    import random
+
+    from fairseq_aggressive import drafters
+    from fairseq_aggressive.acceptance import build_acceptance
+    from fairseq_aggressive.drafters import Drafter, single_drafts
+    from helpers import compare, greedy, make_model, make_task
+    from test_equivalence import random_sources
+
+    class Repeat(Drafter):  # drafts the last emitted token again, twice
+        def begin(self, sample, max_len, encoder_out=None):
+            pass
+
+        def propose(self, sents, outputs, caps):
+            return single_drafts([(o[-1:] * 2)[:c] for o, c in zip(outputs, caps)])
+
+    monkeypatch.setitem(drafters.DECODINGS, "repeat", lambda opts, task, models: (Repeat(), build_acceptance()))
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=4)
+    args = argparse.Namespace(decoding="repeat", beam=1, nbest=1, max_len_b=30)
+    gen = task.build_generator([model], args)
+    assert isinstance(gen.drafter, Repeat)
+    sample = make_sample(random_sources(random.Random(2), 8, len(d), d.eos()), d.pad())
+    assert compare(model, sample, greedy(model, d, sample, max_len_b=30), gen.generate([model], sample)).ok()
+    assert gen.stats.drafted > 0

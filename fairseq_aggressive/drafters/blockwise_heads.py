@@ -43,3 +43,12 @@ class BlockwiseHeadsDrafter(Drafter):
         logits[..., self.pad] = -float("inf")
         for s, row in zip(sents, logits.argmax(-1).tolist()):
             self.proposals[s] = row
+
+
+def build_blockwise(opts, task, models):
+    """``--decoding blockwise``: (the model's heads, exact, top-K or minimum-block acceptance)."""
+    from ..acceptance import build_blockwise_acceptance
+
+    drafter = BlockwiseHeadsDrafter(models[0], task.target_dictionary)
+    return drafter, build_blockwise_acceptance(opts.blockwise_topk, opts.min_block_size,
+                                               block_size=models[0].blockwise_k)

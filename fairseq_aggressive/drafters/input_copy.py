@@ -238,3 +238,12 @@ class InputCopyDrafter(Drafter):
                 key = tuple(src[end - n : end])
                 index[key] = -1 if key in index else end
         return index
+
+
+def build_iad(opts, task, models):
+    """``--decoding iad``: (the drafter, exact acceptance)."""
+    from ..acceptance import build_acceptance
+
+    drafter = InputCopyDrafter(task.source_dictionary, task.target_dictionary, ngram_min=opts.iad_ngram_min,
+                               ngram_max=opts.iad_ngram_max, branches=opts.iad_branches)
+    return drafter, build_acceptance()

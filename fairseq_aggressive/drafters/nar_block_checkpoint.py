@@ -1,5 +1,6 @@
-"""Loading a ``block_nat`` drafter checkpoint for GAD and checking that it can
-draft for the verifier (same vocabularies, a block drafter at all)."""
+"""Loading a ``block_nat`` drafter checkpoint for GAD, checking that it can
+draft for the verifier (same vocabularies, a block drafter at all), and
+building GAD's drafter and rule from the decoding options (:func:`build_gad`)."""
 import os
 
 import torch
@@ -99,3 +100,35 @@ def load_block_drafter(task, path: str, device=None, dtype=None):
         model = model.to(dtype=dtype)
     trained_k = getattr(cfg["task"], "block_size", None) if cfg.get("task") else None
     return model.eval(), trained_k
+
+
+def build_gad_drafter(task, models, opts):
+    """GAD's NAR block drafter from ``--drafter-path``, checked against the verifier."""
+    from ..engines import drafter_engine
+    from ..runtime.cpu_features import use_bf16
+    from ..runtime.threads import engine_threads
+    from .nar_block import NARBlockDrafter
+
+    if not opts.drafter_path:
+        raise ValueError("--decoding gad needs a drafter: pass --drafter-path DRAFTER.pt")
+    dtype = torch.bfloat16 if use_bf16(opts.drafter_bf16, "--drafter-bf16") else None
+    drafter_model, trained_k = task.load_drafter(opts.drafter_path, like=models[0], dtype=dtype)
+    check_drafter(drafter_model, models[0], task.target_dictionary)
+    k = opts.block_size
+    if k is None:
+        k = trained_k or 25
+    shortlist = None
+    if opts.drafter_shortlist is not None:
+        from ..shortlist import VocabShortlist
+
+        shortlist = VocabShortlist(task.source_dictionary, task.target_dictionary, opts.drafter_shortlist)
+    # the drafter's engine runs on the verifier's threads
+    return NARBlockDrafter(drafter_model, task.target_dictionary, k, engine=drafter_engine(opts.engine),
+                           shortlist=shortlist, threads=engine_threads(opts.native_threads), isa=opts.native_isa)
+
+
+def build_gad(opts, task, models):
+    """``--decoding gad``: (the block drafter, exact or GAD++ acceptance)."""
+    from ..acceptance import build_acceptance
+
+    return build_gad_drafter(task, models, opts), build_acceptance(opts.gad_beta, opts.gad_tau)

@@ -6,9 +6,11 @@ from typing import Optional
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks.translation import TranslationConfig
 
-from ..constants import DECODINGS, ENGINES, PRECISION_CHOICES, PRECISIONS
+from ..constants import ENGINES, PRECISION_CHOICES, PRECISIONS
+from ..drafters import DECODINGS
 
-DECODING_CHOICES = ChoiceEnum(DECODINGS)
+# beam = fairseq's own SequenceGenerator; the others are aggressive decodings
+DECODING_CHOICES = ChoiceEnum(["beam", *DECODINGS])
 PRECISION = ChoiceEnum(list(PRECISION_CHOICES))
 ENGINE_CHOICES = ChoiceEnum(list(ENGINES))
 INFERENCE_PRECISION = ChoiceEnum(list(PRECISIONS))
