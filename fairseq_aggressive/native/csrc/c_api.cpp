@@ -52,11 +52,6 @@ fa::Weights& weights_to_change(Model& m) {
   return *m.shared;
 }
 
-void put_stats(const fa::PoolStats& s, int64_t* out) {
-  const int64_t v[6] = {s.calls, s.parallel, s.worker_items, s.waits, s.stalls, s.wait_ns};
-  std::memcpy(out, v, sizeof v);
-}
-
 }  // namespace
 
 // The library's only exported symbols (it is built with -fvisibility=hidden)
@@ -161,7 +156,7 @@ int fa_set_threads(void* mp, int n) {
 
 // the pool's counters (fa::PoolStats, in its order): calls, parallel, worker_items,
 // waits, stalls, wait_ns
-void fa_pool_stats(void* mp, int64_t* out) { put_stats(model(mp).pool.stats(), out); }
+void fa_pool_stats(void* mp, int64_t* out) { fa::put_stats(model(mp).pool.stats(), out); }
 
 // How long a decoding call waits for its last items before it checks that a
 // worker still holds one; a call whose completion was lost then fails (-2 from

@@ -46,6 +46,13 @@ struct PoolStats {
   int64_t wait_ns = 0;        // total time callers waited for workers' items
 };
 
+// The counters in their order (calls, parallel, worker_items, waits, stalls,
+// wait_ns) into out[0..6): fa_pool_stats and the test library's self-test
+inline void put_stats(const PoolStats& s, int64_t* out) {
+  const int64_t v[6] = {s.calls, s.parallel, s.worker_items, s.waits, s.stalls, s.wait_ns};
+  for (int i = 0; i < 6; ++i) out[i] = v[i];
+}
+
 // A call that could not complete: a completion was lost (point 5 of parallel.h's argument).
 class PoolError : public std::runtime_error {
  public:

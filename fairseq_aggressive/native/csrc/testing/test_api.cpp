@@ -17,15 +17,6 @@
 #include "../model.h"
 #include "../parallel.h"
 
-namespace {
-
-void put_stats(const fa::PoolStats& s, int64_t* out) {
-  const int64_t v[6] = {s.calls, s.parallel, s.worker_items, s.waits, s.stalls, s.wait_ns};
-  std::memcpy(out, v, sizeof v);
-}
-
-}  // namespace
-
 #pragma GCC visibility push(default)
 extern "C" {
 
@@ -84,7 +75,7 @@ int64_t fa_pool_selftest(int threads, int calls, int max_items, int seed, int sl
     }
     for (int i = 0; i < (int)hits.size(); ++i) bad += hits[i].load(std::memory_order_relaxed) != (i < items ? 1 : 0);
   }
-  if (stats != nullptr) put_stats(pool.stats(), stats);
+  if (stats != nullptr) fa::put_stats(pool.stats(), stats);
   return bad;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fa_pool_selftest: %s\n", e.what());
