@@ -27,7 +27,7 @@ import sys
 from typing import Dict, List
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
-USER_DIR = os.path.dirname(os.path.abspath(__file__))
+USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package: fairseq's --user-dir
 # the compute type of each mode; ct2-best's is chosen by tune()
 BEST = "ct2-best"
 COMPUTE_TYPES = {"ct2": "float32", "ct2-int8": "int8", BEST: None}
