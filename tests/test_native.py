@@ -117,6 +117,50 @@ def test_native_aggressive_is_bit_identical_to_native_greedy():
 
 
 @needs_native
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_projection_rounds_never_change_a_result(monkeypatch, precision):
+    """A pass projects a drafted path lazily (the last token first, then the
+    rest while the draft holds) or, with projection weights beyond the L2, all
+    of it in one round: the same tokens and scores bit for bit either way, equal
+    to the engine's own greedy, with drafts rejected early and late, batch 1
+    and 8, several branches per row, in the engine's loop and the Python one."""
+    from fairseq_aggressive.native import build, engine as native_engine
+    from fairseq_aggressive.runtime.quantization import quantize_int8
+
+    monkeypatch.setattr(native_engine, "library", build.test_library)
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=11, encoder_normalize_before=True, decoder_normalize_before=True)
+    if precision == "int8":
+        model = quantize_int8(model).eval()
+    rng = random.Random(4)
+    rows = random_sources(rng, 16, len(d), d.eos()) + random_sources(rng, 16, len(d), d.eos(), repeat=True)
+    results = {}
+    for eager in (-1, 0):
+        def decode(bsz, **kw):
+            gen = AggressiveGenerator([model], d, kw.pop("drafter", None) or InputCopyDrafter(d, d),
+                                      engine="native", max_len_b=40, **kw)
+            gen.native.lib.fa_set_eager_projection_bytes(gen.native.handle, eager)
+            outs = []
+            for chunk in batches(rows, bsz):
+                outs += gen.generate([model], make_sample(chunk, d.pad()))
+            return outs, gen
+
+        ref, g0 = decode(1, max_draft_len=0)
+        assert g0.stats.drafted == 0
+        runs = [ref]
+        for bsz, lmax, kw in ((1, None, {}), (8, 6, {}), (8, None, dict(engine_loop=False)),
+                              (8, 4, dict(drafter=InputCopyDrafter(d, d, branches=3)))):
+            out, gen = decode(bsz, max_draft_len=lmax, **kw)
+            assert gen.stats.accepted > 0 and gen.stats.accepted < gen.stats.drafted  # early and late rejections
+            _same_bits(ref, out)
+            runs.append(out)
+        results[eager] = runs
+    for lazy, eager in zip(results[-1], results[0]):
+        _same_bits(lazy, eager)
+
+
+@needs_native
 def test_float16_valued_weights_are_stored_as_float16():
     """A model whose weights are float16 values (fairseq --fp16 checkpoints,
     float16 exports such as the shipped model) is stored as float16 where the
@@ -371,7 +415,7 @@ def test_test_entry_points_are_only_in_the_test_library():
     from fairseq_aggressive.native import build, library
 
     lib = library()
-    for name in ("fa_pool_selftest", "fa_pool_lose_next_count"):
+    for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes"):
         with pytest.raises(AttributeError):
             getattr(lib, name)
         assert getattr(build.test_library(), name) is not None

@@ -207,8 +207,9 @@ def compile_target(target: Target) -> str:
 
 def test_library(isa: Optional[str] = None) -> ctypes.CDLL:
     """The engine built with its test hooks and test-only entry points
-    (csrc/testing/, ``fa_pool_selftest``, ``fa_pool_lose_next_count``): for
-    the tests, never loaded by decoding.  Compiled into the cache once."""
+    (csrc/testing/: ``fa_pool_selftest``, ``fa_pool_lose_next_count``,
+    ``fa_set_eager_projection_bytes``): for the tests, never loaded by
+    decoding.  Compiled into the cache once."""
     target = choose_target(isa)
     if not os.path.isdir(CSRC):
         raise NativeUnavailable("the test library is built from csrc/, which this installation lacks", setup=True)

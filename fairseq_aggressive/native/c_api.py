@@ -113,6 +113,8 @@ def declare_testing(lib) -> None:
     lib.fa_pool_selftest.argtypes = [I, I, I, I, I, I, I, L64]
     lib.fa_pool_lose_next_count.restype = None
     lib.fa_pool_lose_next_count.argtypes = [ctypes.c_void_p]
+    lib.fa_set_eager_projection_bytes.restype = None
+    lib.fa_set_eager_projection_bytes.argtypes = [ctypes.c_void_p, I64]
 
 
 def mismatch(lib):

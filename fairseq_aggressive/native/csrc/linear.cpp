@@ -46,17 +46,24 @@ void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float
       for (int j = 0; j < NR; ++j) acc[i][j] = VP::fma(a, w[j], acc[i][j]);
     }
   }
+  // the sums leave the registers in one unrolled block: an epilogue that
+  // indexed the accumulators in a loop kept them in memory (GCC 12 then
+  // stored every accumulator on each k, as many stores as fused multiply-adds)
+  alignas(64) float res[MR][NR][PANEL];
+#pragma GCC unroll 64
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 64
+    for (int j = 0; j < NR; ++j) acc[i][j].store(res[i][j]);
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
-      float tmp[PANEL];
-      acc[i][j].store(tmp);
-      int c0 = n0 + j * PANEL;
-      int c1 = std::min(c0 + PANEL, N);
+      const int c0 = n0 + j * PANEL;
       float* out = y + (size_t)i * ldy;
-      if (has_bias)
-        for (int c = c0; c < c1; ++c) out[c] = tmp[c - c0] + bias[c];
-      else
-        for (int c = c0; c < c1; ++c) out[c] = tmp[c - c0];
+      if (c0 + PANEL <= N) {  // a whole panel: one vector (the same additions)
+        const VP v = VP::load(res[i][j]);
+        (has_bias ? VP::add(v, VP::load(bias + c0)) : v).store(out + c0);
+        continue;
+      }
+      for (int c = c0; c < N; ++c) out[c] = has_bias ? res[i][j][c - c0] + bias[c] : res[i][j][c - c0];
     }
 }
 
@@ -182,15 +189,27 @@ void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstrid
       for (int j = 0; j < NR; ++j) acc[i][j] = Q8P::madd(a, w[j], acc[i][j]);
     }
   }
+  // the sums leave the registers in one unrolled block (see tile)
+  alignas(64) int32_t res[MR][NR][PANEL];
+#pragma GCC unroll 64
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 64
+    for (int j = 0; j < NR; ++j) Q8P::store(res[i][j], acc[i][j]);
+  // the epilogue: y = float(sum) * (sx * sw) (+ b), per output, whole panels
+  // as vectors with the same operations (the build never fuses a multiply-add)
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) {
-      int32_t res[PANEL];
-      Q8P::store(res, acc[i][j]);
       const int c0 = n0 + j * PANEL, c1 = std::min(c0 + PANEL, N);
       float* out = y + (size_t)i * ldy;
+      if (c1 - c0 == PANEL) {
+        const VP comb = VP::mul(VP::bcast(sx[i]), VP::load(ws + c0));
+        const VP v = VP::mul(Q8P::to_float(res[i][j], wsum + c0), comb);
+        (has_bias ? VP::add(v, VP::load(bias + c0)) : v).store(out + c0);
+        continue;
+      }
       for (int c = c0; c < c1; ++c) {
         const float comb = sx[i] * ws[c];
-        const int32_t sum = res[c - c0] - Q8_OFFSET * wsum[c];
+        const int32_t sum = res[i][j][c - c0] - Q8_OFFSET * wsum[c];
         float v = (float)sum * comb;
         if (has_bias) v = v + bias[c];
         out[c] = v;

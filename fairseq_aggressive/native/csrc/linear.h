@@ -33,6 +33,8 @@ struct Linear {
   // model whose int8 weights outgrow the caches: see linear.cpp)
   bool prefetch = false;
   int KG() const { return (K + Q8_GROUP - 1) / Q8_GROUP; }
+  // bytes of weights one product reads
+  size_t bytes() const { return w.size() * sizeof(float) + wh.size() * sizeof(uint16_t) + wq.size(); }
   size_t q8_index(int r, int c) const {
     return (((size_t)(r / PANEL) * KG() + c / Q8_GROUP) * PANEL + r % PANEL) * Q8_GROUP + c % Q8_GROUP;
   }
@@ -47,6 +49,12 @@ void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* 
 
 // int8 weight bytes beyond which a model's layers prefetch their weights (Linear::prefetch)
 constexpr size_t kPrefetchModelBytes = (size_t)8 << 20;
+
+// Projection weight bytes beyond which a pass projects every drafted position
+// at once (pass.cpp): such weights come from L3 or memory, and reading them a
+// second time costs more than the positions after an early rejection (about
+// the L2 of one core: 1 MB on Zen 4/5, 2 MB on recent Xeons)
+constexpr size_t kEagerProjectionBytes = (size_t)1 << 20;
 
 // dst = rows ids[0..n) of src, stored as src is; a row's dot products are
 // computed exactly as in src, so its outputs are bit for bit the same

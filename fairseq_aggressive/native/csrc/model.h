@@ -91,6 +91,8 @@ struct Model {
   // the special symbols and the most frequent tokens; 0 = no shortlist
   int sl_n = 0;
   Linear sl_common;
+  // projection weight bytes beyond which a pass projects a path at once (pass.cpp; the tests move it)
+  size_t eager_projection_bytes = kEagerProjectionBytes;
   Pool pool{1};
   // scratch
   std::vector<float> x, h, q, kv, a, f, logits, att;

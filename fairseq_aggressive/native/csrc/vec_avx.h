@@ -18,6 +18,7 @@ struct VecF<8> {
   static VecF bcast(float a) { return {_mm256_set1_ps(a)}; }
   static VecF fma(VecF a, VecF b, VecF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
   static VecF add(VecF a, VecF b) { return {_mm256_add_ps(a.v, b.v)}; }
+  static VecF mul(VecF a, VecF b) { return {_mm256_mul_ps(a.v, b.v)}; }
   static VecF max(VecF a, VecF b) { return {_mm256_max_ps(a.v, b.v)}; }
   // fexp on 8 lanes, the same operations in the same order
   static VecF exp(VecF xv) {
@@ -65,6 +66,9 @@ struct Q8<8, 2> {
   }
   static Acc madd(Group a, Weights w, Acc acc) { return {_mm256_add_epi32(acc.v, _mm256_madd_epi16(a.v, w.v))}; }
   static void store(int32_t* p, Acc a) { _mm256_storeu_si256((__m256i*)p, a.v); }
+  static VecF<8> to_float(const int32_t* sums, const int32_t*) {  // offset 0
+    return {_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)sums))};
+  }
 };
 
 }  // namespace fa

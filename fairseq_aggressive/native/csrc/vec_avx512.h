@@ -22,6 +22,8 @@ struct VecF<16> {
   }
   static VecF bcast(float a) { return {_mm512_set1_ps(a)}; }
   static VecF fma(VecF a, VecF b, VecF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+  static VecF add(VecF a, VecF b) { return {_mm512_add_ps(a.v, b.v)}; }
+  static VecF mul(VecF a, VecF b) { return {_mm512_mul_ps(a.v, b.v)}; }
   void store(float* p) const { _mm512_storeu_ps(p, v); }
 };
 
@@ -46,6 +48,9 @@ struct Q8<16, 2> {
   }
   static Acc madd(Group a, Weights w, Acc acc) { return {_mm512_add_epi32(acc.v, _mm512_madd_epi16(a.v, w.v))}; }
   static void store(int32_t* p, Acc a) { _mm512_storeu_si512((void*)p, a.v); }
+  static VecF<16> to_float(const int32_t* sums, const int32_t*) {  // offset 0
+    return {_mm512_cvtepi32_ps(_mm512_loadu_si512((const void*)sums))};
+  }
 };
 
 #ifdef FA_VNNI
@@ -70,6 +75,11 @@ struct Q8<16, 4> {
   }
   static Acc madd(Group a, Weights w, Acc acc) { return {_mm512_dpbusd_epi32(acc.v, a.v, w.v)}; }
   static void store(int32_t* p, Acc a) { _mm512_storeu_si512((void*)p, a.v); }
+  // float(acc - 128 * wsum): the uint8 activations' offset removed exactly, then one rounding
+  static VecF<16> to_float(const int32_t* sums, const int32_t* wsum) {
+    const __m512i off = _mm512_slli_epi32(_mm512_loadu_si512((const void*)wsum), 7);
+    return {_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512((const void*)sums), off))};
+  }
 };
 #endif
 

@@ -22,6 +22,7 @@ struct VecF {
     return r;
   }
   static VecF add(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] + b.v[i]; return r; }
+  static VecF mul(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] * b.v[i]; return r; }
   static VecF max(VecF a, VecF b) {
     VecF r;
     for (int i = 0; i < W; ++i) r.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
@@ -71,6 +72,12 @@ struct Q8 {
     return acc;
   }
   static void store(int32_t* p, Acc a) { for (int l = 0; l < W; ++l) p[l] = a.v[l]; }
+  // float(sums - offset * wsum) per lane (sums: a stored Acc): the exact integer sum, rounded once to float
+  static VecF<W> to_float(const int32_t* sums, const int32_t* wsum) {
+    VecF<W> r;
+    for (int l = 0; l < W; ++l) r.v[l] = (float)(sums[l] - Q8Input<G>::offset * wsum[l]);
+    return r;
+  }
 };
 
 }  // namespace fa

@@ -85,5 +85,11 @@ int64_t fa_pool_selftest(int threads, int calls, int max_items, int seed, int sl
 // Test hook: the model's next parallel call loses one completion (fa::Pool::lose_next_count).
 void fa_pool_lose_next_count(void* mp) { static_cast<fa::Model*>(mp)->pool.lose_next_count(); }
 
+// Test hook: the projection size beyond which the model's passes project a
+// whole path in one round (0: always, -1: never); results never depend on it.
+void fa_set_eager_projection_bytes(void* mp, int64_t bytes) {
+  static_cast<fa::Model*>(mp)->eager_projection_bytes = bytes < 0 ? SIZE_MAX : (size_t)bytes;
+}
+
 }  // extern "C"
 #pragma GCC visibility pop
