@@ -29,3 +29,25 @@ def test_profile_pass(trained):
     widths = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)
     assert [w for w, _, _ in widths][:3] == ["1", "2", "4"] and all(float(ms) > 0 for _, ms, _ in widths)
     assert "aten::" in out  # the operator table
+
+
+def test_pass_cost(trained):
+    """scripts/diagnostics/pass_cost.py: a pass over T positions after a prefix in the
+    cache, float32 and int8, each width timed and its ratio to a one-token step printed."""
+    from helpers import NATIVE_REASON
+
+    if NATIVE_REASON is not None:
+        pytest.skip(NATIVE_REASON)
+    data, ckpt = trained
+    for precision in ("float32", "int8"):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
+                               "--path", str(ckpt), "--sentences", "12", "--threads", "1", "--positions", "1,2,4",
+                               "--prefix", "2", "--precision", precision, "--rounds", "2"],
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = proc.stdout
+        assert f"; {precision}; prefix 2" in out, out
+        rows = re.findall(r"^T=\s*(\d+): (\d+) passes, median ([\d.]+) ms, mean [\d.]+ ms per pass, ([\d.]+)x T=1$",
+                          out, re.M)
+        assert [r[0] for r in rows] == ["1", "2", "4"], out
+        assert all(int(n) > 0 and float(ms) > 0 for _, n, ms, _ in rows) and rows[0][3] == "1.00", out

@@ -1,1 +1,1 @@
-from . import blockwise_cross_entropy, glat_block_loss  # noqa: F401  (registers criteria)
+from . import blockwise_cross_entropy, feature_ar_loss, glat_block_loss  # noqa: F401  (registers criteria)

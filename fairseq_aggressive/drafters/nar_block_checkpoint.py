@@ -12,10 +12,18 @@ class DrafterMismatchError(ValueError):
     pass
 
 
-def check_drafter(drafter_model, verifier_model, tgt_dict) -> None:
-    """Clear errors for a drafter that cannot draft for this verifier."""
+def check_drafter(drafter_model, verifier_model, tgt_dict, feature_ar: bool = False) -> None:
+    """Clear errors for a drafter that cannot draft for this verifier
+    (``feature_ar``: for ``--decoding feature-ar``, else for GAD)."""
     name = type(drafter_model).__name__
-    if not getattr(drafter_model, "is_block_drafter", False):
+    if getattr(drafter_model, "feature_ar", False) != feature_ar and getattr(drafter_model, "shared_encoder", None) \
+            is not None:
+        raise DrafterMismatchError(
+            "this drafter drafts autoregressively (--feature-ar): decode with --decoding feature-ar"
+            if not feature_ar else
+            "--decoding feature-ar needs a --feature-ar drafter (trained with --arch block_nat --feature-ar "
+            "--criterion feature_ar_loss); this one is GAD's block drafter: decode with --decoding gad")
+    if not feature_ar and not getattr(drafter_model, "is_block_drafter", False):
         raise DrafterMismatchError(
             f"--drafter-path must be a block_nat drafter (trained with --arch block_nat "
             f"--criterion glat_block_loss), got a {name}"

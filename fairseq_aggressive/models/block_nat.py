@@ -38,6 +38,15 @@ slots).  The verifier computes those features for every token it emits, so at
 decoding time they cost nothing but the projection; in training the verifier
 (``--init-encoder-from``'s whole model, frozen, not saved with the drafter)
 runs teacher-forced over the target.
+
+``--feature-ar`` (with ``--block-causal-prefix --verifier-features``) makes the
+same decoder an autoregressive drafter at the level of features: no slots;
+each position reads its token and the verifier's features that chose it, and
+is trained (``--criterion feature_ar_loss``) to predict the next token through
+the shared output projection and the verifier's features at that position.
+Drafting k tokens then takes k cheap steps, each reading the token the drafter
+just chose and, in place of the verifier's features, the drafter's own output
+there (:class:`~fairseq_aggressive.drafters.feature_ar.FeatureARDrafter`).
 """
 import math
 from typing import Optional
@@ -226,6 +235,10 @@ class BlockNATModel(TransformerModel):
                             help="prefix tokens also read the verifier's decoder features that chose "
                             "them (needs --shared-encoder; in training the --init-encoder-from model "
                             "runs teacher-forced, frozen)")
+        parser.add_argument("--feature-ar", action="store_true",
+                            help="an autoregressive drafter of the verifier's features (needs "
+                            "--block-causal-prefix --verifier-features; train with --criterion feature_ar_loss, "
+                            "decode with --decoding feature-ar)")
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
@@ -260,6 +273,12 @@ class BlockNATModel(TransformerModel):
                                  "verifier's, computed over the verifier's encoder output")
             if path:  # training: the verifier that produces the features (not a submodule: not saved)
                 object.__setattr__(model, "_verifier", load_verifier(path, task))  # not registered
+        model.feature_ar = bool(getattr(args, "feature_ar", False))
+        if model.feature_ar:
+            model.is_block_drafter = False  # an instance attribute: GAD refuses it
+            if not (model.reads_verifier_features and getattr(args, "block_causal_prefix", False)):
+                raise ValueError("--feature-ar needs --block-causal-prefix --verifier-features (and so "
+                                 "--shared-encoder): it drafts from the verifier's features, causally")
         return model
 
     def verifier_prefix_features(self, prev_output_tokens: Tensor, encoder_out) -> Tensor:
@@ -267,6 +286,13 @@ class BlockNATModel(TransformerModel):
         teacher-forced over ``prev_output_tokens`` (B, L), its features shifted
         one position right (position ``i`` holds what chose token ``i``, zeros
         at BOS), (B, L, C)."""
+        feats = self.verifier_features(prev_output_tokens, encoder_out)
+        return torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
+
+    def verifier_features(self, prev_output_tokens: Tensor, encoder_out) -> Tensor:
+        """The verifier's decoder features (last layer, normalised) teacher-forced
+        over ``prev_output_tokens`` (B, L): position ``i`` holds what chooses
+        token ``i + 1``, (B, L, C); no gradients."""
         verifier = self._verifier
         if verifier is None:
             raise ValueError("this drafter's verifier is not loaded: train with --init-encoder-from VERIFIER.pt")
@@ -274,7 +300,7 @@ class BlockNATModel(TransformerModel):
             verifier.to(prev_output_tokens.device)
         with torch.no_grad():
             feats, _ = verifier.decoder(prev_output_tokens, encoder_out=encoder_out, features_only=True)
-        return torch.cat([torch.zeros_like(feats[:, :1]), feats[:, :-1]], dim=1)
+        return feats
 
     def train(self, mode: bool = True):
         super().train(mode)

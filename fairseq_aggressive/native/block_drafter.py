@@ -3,7 +3,8 @@ csrc/block_drafter.cpp): one call per drafting pass for all active sentences.
 
 A ``--block-causal-prefix`` drafter keeps its prefix keys and values cached
 across passes (a pass runs only the tokens emitted since the last one and the
-``k`` slots); a bidirectional drafter runs its whole row each pass.  A
+``k`` slots); a bidirectional drafter runs its whole row each pass; a
+``--feature-ar`` drafter runs the new tokens and then ``k`` one-token steps.  A
 ``--shared-encoder`` drafter starts from the verifier's encoder output,
 another one runs its own encoder in the engine.  Proposals need not be exact:
 exactness is the verifier's.
@@ -48,6 +49,8 @@ class NativeBlockDrafter:
                                              kind="block drafter")
         self.lib = self.engine.lib
         self.causal = bool(getattr(dec, "causal_prefix", False))
+        # a --feature-ar drafter: k tokens one after the other from its own features (no slots)
+        self.autoregressive = bool(getattr(model, "feature_ar", False))
         self.state = None
         self.cached: List[int] = []
 
@@ -105,7 +108,8 @@ class NativeBlockDrafter:
                              f"{int(lens.sum())} tokens of width {self.feature_dim} (float32, contiguous)")
         args = c_api.DraftArgs(n=n, sent=sent.ctypes.data, row_len=lens.ctypes.data, tokens=flat.ctypes.data, k=k,
                                causal=int(self.causal), out=out.ctypes.data,
-                               feats=None if feats is None else feats.data_ptr())
+                               feats=None if feats is None else feats.data_ptr(),
+                               autoregressive=int(self.autoregressive))
         rc = self.lib.fa_draft(self.engine.handle, self.state.handle, ctypes.byref(args))
         if rc == -2:
             raise self.engine.failure("a drafter pass")

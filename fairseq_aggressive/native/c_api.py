@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 8
+API_VERSION = 9
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -49,7 +49,7 @@ class DraftArgs(ctypes.Structure):
 
     P, I = ctypes.c_void_p, ctypes.c_int32
     _fields_ = [("n", I), ("sent", P), ("row_len", P), ("tokens", P), ("k", I), ("causal", I), ("out", P),
-                ("feats", P)]
+                ("feats", P), ("autoregressive", I)]
     del P, I
 
 

@@ -25,7 +25,9 @@ class AggressiveTranslationConfig(TranslationConfig):
             "iad = input-guided aggressive decoding; gad = a block_nat drafter "
             "(--drafter-path) proposes --block-size tokens per pass (both greedy-exact "
             "unless --gad-beta > 1, need --beam 1); blockwise = the proposal heads of a "
-            "transformer_blockwise model (exact unless --blockwise-topk/--min-block-size)"
+            "transformer_blockwise model (exact unless --blockwise-topk/--min-block-size); feature-ar = a "
+            "block_nat --feature-ar drafter (--drafter-path) drafts --block-size tokens one after the "
+            "other from the verifier's features (greedy-exact)"
         },
     )
     max_draft_len: Optional[int] = field(

@@ -2,13 +2,16 @@
 """Cost of one verification pass of the native engine at T positions.
 
     python scripts/diagnostics/pass_cost.py DATA-BIN --path CKPT [--sentences 200] [--threads 2]
-        [--positions 1,2,4,8,16] [--shortlist N] [--subset test]
+        [--positions 1,2,4,8,16] [--prefix 8] [--precision int8] [--shortlist N] [--subset test]
 
-For each sentence, greedy's output is computed first; then one pass over
-[EOS, the first T-1 output tokens] is timed on a freshly encoded batch, so
-every drafted token is accepted and all T positions are projected (the most a
-pass of T positions costs).  The encoder is not included.  Prints the median
-and mean ms per pass for each T, side by side in one run, and names the machine.
+For each sentence, greedy's output is computed first; then, on a freshly
+encoded batch whose cache already holds the first ``--prefix`` output tokens
+(0: none), one pass over the next T positions ([last token, the next T-1
+output tokens]) is timed, so every drafted token is accepted and all T
+positions are projected (the most a pass of T positions costs; T=1 is a
+greedy step).  The encoder is not included.  Prints the median and mean ms
+per pass for each T and its ratio to T=1, side by side in one run (``--rounds``
+alternating rounds over the widths), and names the machine.
 """
 import argparse
 import statistics
@@ -28,12 +31,20 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--positions", default="1,2,4,8,16")
     ap.add_argument("--shortlist", type=int, default=None, help="--vocab-shortlist N (approximate)")
+    ap.add_argument("--prefix", type=int, default=0, help="output tokens in the cache before the timed pass")
+    ap.add_argument("--precision", choices=["float32", "int8"], default="float32",
+                    help="int8: the model quantized as --inference-precision int8 does")
+    ap.add_argument("--rounds", type=int, default=1, help="alternating rounds over the widths")
     args = ap.parse_args(argv)
     positions = [int(p) for p in args.positions.split(",")]
 
     torch.set_num_threads(args.threads)
     model, task, samples = load_model_and_samples(args.data, args.path, args.subset, args.sentences,
                                                   task="aggressive_translation")
+    if args.precision == "int8":
+        from fairseq_aggressive.runtime.quantization import quantize_int8
+
+        model = quantize_int8(model).eval()
     from fairseq_aggressive.native.machine import describe_machine, machine_info
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator
@@ -45,22 +56,30 @@ def main(argv=None):
                               max_len_b=10, max_draft_len=0, engine="native", shortlist=shortlist,
                               native_threads=args.threads)
     outputs = [gen.generate([model], s)[0][0]["tokens"].tolist() for s in samples]
-    print(f"machine: {describe_machine(machine_info())}; {args.threads} threads; engine {gen.native.isa}"
-          + (f"; shortlist {args.shortlist}" if shortlist else ""))
+    print(f"machine: {describe_machine(machine_info())}; {args.threads} threads; engine {gen.native.isa}; "
+          f"{args.precision}; prefix {args.prefix}" + (f"; shortlist {args.shortlist}" if shortlist else ""))
+    P = args.prefix
+    times = {T: [] for T in positions}
+    for _ in range(args.rounds):
+        for T in positions:
+            for sample, out in zip(samples, outputs):
+                if len(out) < P + T:
+                    continue
+                batch = gen.native.begin(sample["net_input"]["src_tokens"], 1024, shortlist)
+                if P > 0:  # the cache holds the first P output tokens
+                    batch.step([0], [[d.eos()] + out[: P - 1]], 1024, 1, 0.0, 1.0)
+                row = ([d.eos()] + out)[P: P + T]
+                t0 = time.perf_counter()
+                _, _, n_match, _, _ = batch.step([0], [row], 1024, 1, 0.0, 1.0)
+                times[T].append(time.perf_counter() - t0)
+                assert n_match[0] == T - 1, "the pass did not accept greedy's own continuation"
+    base = statistics.median(times[positions[0]]) if times[positions[0]] else None
     for T in positions:
-        times = []
-        for sample, out in zip(samples, outputs):
-            if len(out) < T:
-                continue
-            batch = gen.native.begin(sample["net_input"]["src_tokens"], 1024, shortlist)
-            row = [d.eos()] + out[: T - 1]
-            t0 = time.perf_counter()
-            _, _, n_match, _, _ = batch.step([0], [row], 1024, 1, 0.0, 1.0)
-            times.append(time.perf_counter() - t0)
-            assert n_match[0] == T - 1, "the pass did not accept greedy's own continuation"
-        if times:
-            print(f"T={T:3d}: {len(times)} passes, median {1000 * statistics.median(times):.3f} ms, "
-                  f"mean {1000 * statistics.mean(times):.3f} ms per pass")
+        if times[T]:
+            med = statistics.median(times[T])
+            ratio = f", {med / base:.2f}x T={positions[0]}" if base else ""
+            print(f"T={T:3d}: {len(times[T])} passes, median {1000 * med:.3f} ms, "
+                  f"mean {1000 * statistics.mean(times[T]):.3f} ms per pass{ratio}")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,66 @@
 
 namespace fa {
 
+namespace {
+
+// The argmax of the logits of n feature rows h (pad excluded, the first
+// maximum) into out[r * stride]
+void choose_rows(Model& m, State& st, const float* h, int n, const int32_t* sent, int32_t* out, int stride) {
+  const int V = m.cfg.tgt_vocab;
+  ensure(m.logits, (size_t)n * V);
+  project(m, st, h, n, sent, m.logits.data());
+  for (int r = 0; r < n; ++r) {
+    const Sentence& s = st.sents[sent[r]];
+    float* lg = m.logits.data() + (size_t)r * V;
+    lg[m.cfg.pad] = -std::numeric_limits<float>::infinity();
+    out[(size_t)r * stride] = token_of_column(m, st, s, argmax_first(lg, columns(m, st, s)));
+  }
+}
+
+// A --feature-ar drafter's pass (DraftArgs.autoregressive)
+int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
+  const int n = a.n, k = a.k, C = m.cfg.C;
+  if (a.feats == nullptr || !a.causal || m.w.feat_proj.N != C || m.w.feat_proj.K != C || k < 1) return -1;
+  std::vector<int> off(n + 1, 0), base(n);
+  int max_keys = 0;
+  for (int r = 0; r < n; ++r) {
+    const Sentence& s = st.sents[a.sent[r]];
+    if (a.row_len[r] < 1 || s.len + a.row_len[r] + k > s.cap) return -1;
+    off[r + 1] = off[r] + a.row_len[r];
+    max_keys = std::max(max_keys, std::max(s.len + a.row_len[r] + k, s.src_len));
+  }
+  // the new prefix tokens, each with the projection of the verifier's features that chose it
+  std::vector<float> add((size_t)off[n] * C), h((size_t)n * C);
+  linear(m.pool, m.w.feat_proj, a.feats, C, off[n], add.data(), C);
+  decoder_rows(m, st, n, a.sent, a.row_len, a.tokens, off, max_keys, nullptr, nullptr, add.data());
+  for (int r = 0; r < n; ++r) {
+    Sentence& s = st.sents[a.sent[r]];
+    std::copy(m.x.data() + (size_t)(off[r + 1] - 1) * C, m.x.data() + (size_t)off[r + 1] * C, h.data() + (size_t)r * C);
+    s.len += a.row_len[r];
+    base[r] = s.len;
+  }
+  // k drafted tokens, one row position per sentence and step
+  std::vector<int> one(n, 1), step_off(n + 1);
+  for (int r = 0; r <= n; ++r) step_off[r] = r;
+  std::vector<int32_t> toks(n);
+  for (int j = 0;; ++j) {
+    choose_rows(m, st, h.data(), n, a.sent, a.out + j, k);
+    if (j + 1 == k) break;
+    for (int r = 0; r < n; ++r) toks[r] = a.out[(size_t)r * k + j];
+    add.resize((size_t)n * C);
+    linear(m.pool, m.w.feat_proj, h.data(), C, n, add.data(), C);  // its own output stands in
+    decoder_rows(m, st, n, a.sent, one.data(), toks.data(), step_off, max_keys, nullptr, nullptr, add.data());
+    std::copy(m.x.data(), m.x.data() + (size_t)n * C, h.data());
+    for (int r = 0; r < n; ++r) st.sents[a.sent[r]].len += 1;
+  }
+  for (int r = 0; r < n; ++r) st.sents[a.sent[r]].len = base[r];  // the drafts leave the cache
+  return 0;
+}
+
+}  // namespace
+
 int draft_pass(Model& m, State& st, const DraftArgs& a) {
+  if (a.autoregressive) return ar_draft_pass(m, st, a);
   const int n = a.n, k = a.k;
   const bool causal = a.causal != 0;
   const int32_t *sent = a.sent, *row_len = a.row_len, *tokens = a.tokens;

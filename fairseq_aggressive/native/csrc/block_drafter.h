@@ -24,6 +24,12 @@ namespace fa {
 // verifier's features that chose it (m.feat_proj.K floats, zeros for BOS);
 // their projection is added to the token's input before the embedding layer
 // norm; the slots get none.
+//
+// autoregressive (a --feature-ar drafter; causal, feats given): no slots; the
+// prefix tokens go into the cache, then k tokens are chosen one after the
+// other, each from the drafter's output at the position before it, and each
+// chosen token is read with the projection of that output in place of the
+// verifier's features; the drafted tokens leave the cache afterwards.
 struct DraftArgs {
   int32_t n;
   const int32_t* sent;
@@ -33,10 +39,12 @@ struct DraftArgs {
   int32_t causal;
   int32_t* out;
   const float* feats;  // or null
+  int32_t autoregressive;
 };
 
 // 0, or -1 if a row does not fit (or the drafter's mask embedding or feature
-// projection is missing).
+// projection is missing, or an autoregressive pass lacks features or a causal
+// prefix, or its features are not as wide as the drafter).
 int draft_pass(Model& m, State& st, const DraftArgs& a);
 
 }  // namespace fa

@@ -1,0 +1,197 @@
+"""The autoregressive feature drafter (``block_nat --feature-ar``,
+``--decoding feature-ar``): decoding with it is greedy (torch and native
+verifiers, batch 1 and N); its drafts are the drafter's own autoregressive
+choices, each drafted token read with the drafter's output in place of the
+verifier's features; its training loss learns the verifier's next tokens and
+features; drafters built for another decoding are refused with clear messages."""
+import argparse
+
+import pytest
+import torch
+
+from fairseq_aggressive.criterions.feature_ar_loss import FeatureARLoss, shift_right
+from fairseq_aggressive.drafters import DrafterMismatchError, FeatureARDrafter, check_drafter
+from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.native import build
+from helpers import make_model, make_sample, make_task, random_rows
+from test_gad_shared_drafter import _train_batch, gad_vs_greedy
+from test_gad_verifier_features import AR_OPTS, Recorder, save_full_checkpoint
+
+NATIVE = build.available() is None
+ENGINES = ["torch"] + (["native"] if NATIVE else [])
+
+
+def verifier_and_feature_drafter(task, tmp_path, share=False, **extra):
+    ar_opts = dict(AR_OPTS, share_all_embeddings=share)
+    ar = make_model(task, seed=3, **ar_opts)
+    args = argparse.Namespace(arch="transformer", encoder_embed_dim=32, encoder_ffn_embed_dim=64,
+                              encoder_attention_heads=4, encoder_layers=2, decoder_embed_dim=32,
+                              decoder_ffn_embed_dim=64, decoder_attention_heads=4, decoder_layers=2,
+                              dropout=0.0, max_source_positions=256, max_target_positions=256, **ar_opts)
+    path = tmp_path / "verifier.pt"
+    save_full_checkpoint(ar, args, path)
+    opts = dict(shared_encoder=True, init_encoder_from=str(path), verifier_features=True,
+                block_causal_prefix=True, feature_ar=True, decoder_layers=1)
+    opts.update(extra)
+    dr = make_model(task, arch="block_nat", seed=5, **opts, **ar_opts)
+    return ar, dr
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("drafter_engine", ENGINES)
+def test_feature_ar_decoding_equals_greedy(engine, drafter_engine, tmp_path):
+    """Verifier and drafter each in torch or in the engine: greedy's output."""
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    check_drafter(dr, ar, d, feature_ar=True)
+    drafter = FeatureARDrafter(dr, d, 4, engine="native" if drafter_engine == "native" else "torch")
+    assert drafter.caps.emitted_features and drafter.caps.encoder_out
+    assert (drafter.native is not None) == (drafter_engine == "native")
+    cmp, drafted = gad_vs_greedy(ar, d, drafter, engine, [(1, (1, 10), 10), (6, (1, 30), 60)], 30)
+    assert cmp.ok() and cmp.identical == cmp.total == 7, cmp
+    assert drafted > 0
+
+
+@pytest.mark.skipif(not NATIVE, reason="no native engine here")
+def test_native_feature_drafter_proposes_what_torch_does(tmp_path):
+    """The same verifier (native), the drafter in torch and in the engine: the
+    same proposals pass after pass (the engine's own features fed back)."""
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    with torch.no_grad():  # features that matter: a large projection
+        dr.decoder.feature_proj.weight.mul_(8.0)
+    sample = make_sample(random_rows(d, 5, 3, 25, seed=4), d.pad())
+    runs = {}
+    for drafter_engine in ("torch", "native"):
+        drafter = FeatureARDrafter(dr, d, 5, engine=drafter_engine)
+        rec = Recorder(drafter)
+        AggressiveGenerator([ar], d, drafter, engine="native", max_len_b=30).generate([ar], sample)
+        runs[drafter_engine] = rec.calls
+    assert len(runs["torch"]) > 3 and any(len(p) > 1 for c in runs["torch"] for p in c[2])
+    assert runs["torch"] == runs["native"]
+
+
+def test_drafts_read_the_drafters_own_features(tmp_path):
+    """Each proposal is the drafter's greedy continuation, token after token,
+    where a drafted token's input carries the drafter's output at the position
+    before it; with the verifier's features there instead, the proposals differ."""
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    with torch.no_grad():  # features that matter: a large projection
+        dr.decoder.feature_proj.weight.mul_(8.0)
+    drafter = FeatureARDrafter(dr, d, 4)
+    rec = Recorder(drafter)
+    sample = make_sample(random_rows(d, 3, 3, 20, seed=2), d.pad())
+    AggressiveGenerator([ar], d, drafter, engine="torch", max_len_b=25).generate([ar], sample)
+    assert len(rec.calls) > 3
+    enc = ar.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
+    checked = 0
+    for sents, outputs, proposals in rec.calls[:6]:
+        for s, out, prop in zip(sents, outputs, proposals):
+            idx = torch.tensor([s])
+            one = ar.encoder.reorder_encoder_out(enc, idx)
+            prev = torch.tensor([[d.eos()] + out])
+            with torch.no_grad():
+                feats = shift_right(dr.verifier_features(prev, one))  # what chose each token so far
+                row, expect = [d.eos()] + out, []
+                for _ in prop:
+                    toks = torch.tensor([row])
+                    none = torch.zeros_like(toks, dtype=torch.bool)
+                    h = dr.decoder.extract_block_features(toks, none, one, block=none, prefix_feats=feats)
+                    logits = dr.decoder.output_layer(h[0, -1])
+                    logits[d.pad()] = -float("inf")
+                    t = int(logits.argmax())
+                    expect.append(t)
+                    row.append(t)
+                    feats = torch.cat([feats, h[:, -1:]], dim=1)  # its own output stands in
+                    if t == d.eos():
+                        break
+            assert prop == expect
+            checked += 1
+    assert checked > 3
+
+
+def test_feature_ar_training_learns_the_verifiers_tokens_and_features(tmp_path):
+    """A few steps on one batch lower both parts of the loss and raise the
+    next-token accuracy with the verifier's features and with the drafter's own;
+    the encoder, embeddings and output projection stay the verifier's."""
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    crit = FeatureARLoss(task, label_smoothing=0.0, own_feature_rate=0.5)
+    sample = _train_batch(d, 8, seed=3)
+    # the target: the verifier's own choices (what a drafter trained on its outputs sees)
+    with torch.no_grad():
+        enc = ar.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
+        out, _ = ar.decoder(sample["net_input"]["prev_output_tokens"], encoder_out=enc)
+    pad = sample["target"].eq(d.pad())
+    sample["target"] = out.argmax(-1).masked_fill(pad, d.pad())
+    frozen = {k: v.clone() for k, v in dr.state_dict().items() if k.startswith("encoder.")}
+    opt = torch.optim.Adam([p for p in dr.parameters() if p.requires_grad], lr=3e-3)
+    first = last = None
+    for step in range(60):
+        dr.train()
+        loss, n, log = crit(dr, sample)
+        opt.zero_grad()
+        (loss / n).backward()
+        opt.step()
+        first = first or log
+        last = log
+    assert float(last["nll_loss"]) < 0.5 * float(first["nll_loss"])
+    assert float(last["feature_loss"]) < float(first["feature_loss"])
+    assert last["n_correct"] > first["n_correct"] and last["n_correct_own"] > first["n_correct_own"]
+    assert last["own_pass"] == 1
+    for k, v in dr.state_dict().items():
+        if k in frozen:
+            assert torch.equal(v, frozen[k]), k
+    dr.eval()
+    _, _, log = crit(dr, sample)
+    assert log["own_pass"] == 0 and log["n_correct_own"] == 0  # validation: the verifier's features only
+
+
+def test_refusals(tmp_path):
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    with pytest.raises(DrafterMismatchError, match="--decoding feature-ar"):
+        check_drafter(dr, ar, d)  # GAD with a feature drafter
+    with pytest.raises(ValueError, match="--feature-ar drafter"):
+        FeatureARDrafter(make_model(task, seed=1), d, 4)  # not a drafter at all
+    _, gad = verifier_and_feature_drafter(task, tmp_path, feature_ar=False)
+    with pytest.raises(DrafterMismatchError, match="this one is GAD's block drafter"):
+        check_drafter(gad, ar, d, feature_ar=True)
+    with pytest.raises(ValueError, match="--feature-ar needs --block-causal-prefix --verifier-features"):
+        verifier_and_feature_drafter(task, tmp_path, block_causal_prefix=False)
+    with pytest.raises(ValueError, match="trains a --feature-ar drafter"):
+        FeatureARLoss(task)(gad, _train_batch(d, 2, seed=1))
+
+
+def test_decoding_feature_ar_through_the_task(tmp_path):
+    """--decoding feature-ar --drafter-path CKPT builds the feature drafter
+    (its trained checkpoint reloaded) and gives greedy's output; GAD refuses
+    that checkpoint."""
+    from helpers import compare, greedy
+
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    dargs = argparse.Namespace(  # what training saves: the encoder is in the checkpoint
+        arch="block_nat", encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4,
+        encoder_layers=2, decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_attention_heads=4,
+        decoder_layers=1, dropout=0.0, max_source_positions=256, max_target_positions=256, shared_encoder=True,
+        encoder_initialized_from=str(tmp_path / "verifier.pt"), verifier_features=True, block_causal_prefix=True,
+        feature_ar=True, **AR_OPTS)
+    path = tmp_path / "drafter.pt"
+    save_full_checkpoint(dr, dargs, path)
+    args = argparse.Namespace(decoding="feature-ar", drafter_path=str(path), block_size=3, beam=1, nbest=1,
+                              max_len_b=30)
+    gen = task.build_generator([ar], args)
+    assert isinstance(gen.drafter, FeatureARDrafter) and gen.drafter.k == 3
+    sample = make_sample(random_rows(d, 5, 2, 20, seed=9), d.pad())
+    assert compare(ar, sample, greedy(ar, d, sample, max_len_b=30), gen.generate([ar], sample)).ok()
+    assert gen.stats.drafted > 0
+    with pytest.raises(DrafterMismatchError, match="--decoding feature-ar"):
+        task.build_generator([ar], argparse.Namespace(decoding="gad", drafter_path=str(path), beam=1, nbest=1))
