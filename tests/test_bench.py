@@ -35,6 +35,8 @@ def args(**kw):
     ("gad++@8", dict(beam=1, decoding="gad", gad_beta=3, gad_tau=1.0, block_size=8, drafter_bf16="off")),
     ("gad@8-dsl", dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=8, drafter_bf16="off",
                        drafter_shortlist=1000)),
+    ("feature-ar", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8)),
+    ("feature-ar@5-torch", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=5, engine="torch")),
     ("ct2-best", {}),
 ])
 def test_mode_names(name, expected):
@@ -58,6 +60,10 @@ def test_bad_mode_names(name, message):
 def test_gad_modes_need_a_drafter():
     with pytest.raises(SystemExit, match="needs --drafter-path"):
         mode_overrides("gad@8", args(drafter_path=None))
+    with pytest.raises(SystemExit, match="needs --bench-feature-drafter or --drafter-path"):
+        mode_overrides("feature-ar@4", args(drafter_path=None))
+    # its own drafter beside GAD's in one run
+    assert mode_overrides("feature-ar@4", args(bench_feature_drafter="f.pt"))["drafter_path"] == "f.pt"
 
 
 def test_reference_modes():

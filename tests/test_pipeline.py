@@ -249,6 +249,7 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     # the student trained on the teacher's outputs, its drafter on the student's own: GAD is its greedy
     assert (work / "distill-student" / "bin" / "train.src-tgt.src.bin").exists()
     assert decode["student-gad"]["identical_to_student-greedy"] == 300
+    assert decode["student-far"]["identical_to_student-greedy"] == 300  # the feature drafter too
     gad = json.loads((work / "bench-gad.json").read_text())["modes"]
     assert gad["gad"]["identical_to_greedy"] == 40
     heads = json.loads((work / "bench-blockwise-k4.json").read_text())["modes"]
@@ -256,6 +257,7 @@ def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     assert heads["blockwise-min2"]["mean_tokens_per_pass"] > 1.5  # at least 2 a pass but the last
     student = json.loads((work / "bench-student-gad.json").read_text())["modes"]
     assert student["gad"]["identical_to_greedy"] == 40 and student["greedy-native"]["identical_to_greedy"] == 40
+    assert student["feature-ar@4"]["identical_to_greedy"] == 40
 
 
 def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
@@ -278,7 +280,11 @@ def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
     assert (drafter.arch, drafter.encoder_layers, drafter.decoder_layers, drafter.block_size,
             drafter.max_update, drafter.shared_encoder, drafter.block_causal_prefix, drafter.verifier_features) == (
         "block_nat", 6, 2, 8, 1500, True, True, True)
-    student, student_drafter = train.pop("student"), train.pop("student-drafter")
+    student, student_drafter, student_far = train.pop("student"), train.pop("student-drafter"), train.pop("student-far")
+    assert (student_far.arch, student_far.criterion, student_far.encoder_layers, student_far.decoder_layers,
+            student_far.max_update, student_far.feature_ar, student_far.verifier_features,
+            student_far.block_causal_prefix) == ("block_nat", "feature_ar_loss", 6, 1, 1500, True, True, True)
+    assert student_far.init_encoder_from.endswith("models/student/checkpoint_best.pt")
     assert (student.arch, student.encoder_layers, student.decoder_layers, student.encoder_embed_dim,
             student.max_update) == ("transformer_deep_shallow", 6, 1, 128, 3000)
     assert student_drafter.init_encoder_from.endswith("models/student/checkpoint_best.pt")

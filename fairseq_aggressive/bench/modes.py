@@ -1,5 +1,5 @@
 """The benchmark's mode names: a base (``beam5``, ``greedy``, ``iad[@L][-bN][-cost]``,
-``gad[++][-bf16][@K]``, ``blockwise[-topK][-minL]``, a CTranslate2 mode) and
+``gad[++][-bf16][@K]``, ``feature-ar[@K]``, ``blockwise[-topK][-minL]``, a CTranslate2 mode) and
 suffixes (``-native``/``-torch``, ``-int8``, ``-sl``, ``-dsl``, ``-pyloop``,
 ``:TARGET``), each turned into the generation options it stands for
 (:func:`mode_overrides`), and the greedy mode whose outputs another must equal
@@ -29,7 +29,9 @@ SHORTLIST_DEFAULT = 1000  # -sl modes: the 1,000 most frequent tokens + the sour
 GRAMMAR = (
     "beam5, greedy, iad; iad@L (drafts of at most L tokens), iad-bN (N branches after an edit), iad-cost "
     "(cost-aware draft lengths; combine as iad@L-bN-cost); gad, gad++ (GAD with --drafter-path; gad@K sets the "
-    "block size, gad-bf16@K a bfloat16 drafter, a final -dsl the drafter shortlist); blockwise[-topK][-minL]; "
+    "block size, gad-bf16@K a bfloat16 drafter, a final -dsl the drafter shortlist); feature-ar, feature-ar@K "
+    "(the autoregressive feature drafter of --bench-feature-drafter or --drafter-path, K tokens per pass); "
+    "blockwise[-topK][-minL]; "
     "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own), ct2-best (CTranslate2 at "
     "its fastest compute type and thread count on this machine, timed on the first 40 sentences); "
     "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's greedy); a final "
@@ -96,6 +98,12 @@ def mode_overrides(name: str, args) -> Dict:
         if m.group(3):
             ov["draft_cost"] = "auto"
         return ov
+    m = re.fullmatch(r"feature-ar(?:@(\d+))?", name)
+    if m:  # the autoregressive feature drafter (--decoding feature-ar)
+        path = getattr(args, "bench_feature_drafter", None) or getattr(args, "drafter_path", None)
+        if not path:
+            raise SystemExit(f"benchmark mode {name} needs --bench-feature-drafter or --drafter-path DRAFTER.pt")
+        return dict(beam=1, decoding="feature-ar", drafter_path=path, block_size=int(m.group(1) or 8))
     m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
     if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
         return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),

@@ -25,6 +25,9 @@ def add_bench_args(parser):
                    help="with --bench-workers: W processes, each with its own copy of the model "
                    "(processes), or one process with W decoder threads on one copy of the native "
                    "engine's weights (threads)")
+    g.add_argument("--bench-feature-drafter", default=None, metavar="DRAFTER.pt",
+                   help="the drafter of the feature-ar modes (default: --drafter-path), so that one run "
+                   "compares GAD's block drafter and the autoregressive feature drafter")
     g.add_argument("--bench-max-sentences", type=int, default=None,
                    help="decode only the first N sentences of the subset")
     g.add_argument("--baseline-path", default=None,
