@@ -15,26 +15,15 @@ from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import build
 from helpers import make_model, make_sample, make_task, random_rows
 from test_gad_shared_drafter import _train_batch, gad_vs_greedy
-from test_gad_verifier_features import AR_OPTS, Recorder, save_full_checkpoint
+from test_gad_verifier_features import AR_OPTS, Recorder, save_full_checkpoint, verifier_and_drafter
 
 NATIVE = build.available() is None
 ENGINES = ["torch"] + (["native"] if NATIVE else [])
 
 
-def verifier_and_feature_drafter(task, tmp_path, share=False, **extra):
-    ar_opts = dict(AR_OPTS, share_all_embeddings=share)
-    ar = make_model(task, seed=3, **ar_opts)
-    args = argparse.Namespace(arch="transformer", encoder_embed_dim=32, encoder_ffn_embed_dim=64,
-                              encoder_attention_heads=4, encoder_layers=2, decoder_embed_dim=32,
-                              decoder_ffn_embed_dim=64, decoder_attention_heads=4, decoder_layers=2,
-                              dropout=0.0, max_source_positions=256, max_target_positions=256, **ar_opts)
-    path = tmp_path / "verifier.pt"
-    save_full_checkpoint(ar, args, path)
-    opts = dict(shared_encoder=True, init_encoder_from=str(path), verifier_features=True,
-                block_causal_prefix=True, feature_ar=True, decoder_layers=1)
-    opts.update(extra)
-    dr = make_model(task, arch="block_nat", seed=5, **opts, **ar_opts)
-    return ar, dr
+def verifier_and_feature_drafter(task, tmp_path, **extra):
+    """A verifier and a one-layer --feature-ar drafter on it (features projected large)."""
+    return verifier_and_drafter(task, tmp_path, **dict(dict(feature_ar=True, decoder_layers=1), **extra))
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -60,8 +49,6 @@ def test_native_feature_drafter_proposes_what_torch_does(tmp_path):
     task = make_task()
     d = task.target_dictionary
     ar, dr = verifier_and_feature_drafter(task, tmp_path)
-    with torch.no_grad():  # features that matter: a large projection
-        dr.decoder.feature_proj.weight.mul_(8.0)
     sample = make_sample(random_rows(d, 5, 3, 25, seed=4), d.pad())
     runs = {}
     for drafter_engine in ("torch", "native"):
@@ -80,8 +67,6 @@ def test_drafts_read_the_drafters_own_features(tmp_path):
     task = make_task()
     d = task.target_dictionary
     ar, dr = verifier_and_feature_drafter(task, tmp_path)
-    with torch.no_grad():  # features that matter: a large projection
-        dr.decoder.feature_proj.weight.mul_(8.0)
     drafter = FeatureARDrafter(dr, d, 4)
     rec = Recorder(drafter)
     sample = make_sample(random_rows(d, 3, 3, 20, seed=2), d.pad())

@@ -32,7 +32,9 @@ def save_full_checkpoint(model, args, path):
                 "extra_state": {"train_iterator": {"epoch": 1}}, "last_optimizer_state": {}}, path)
 
 
-def verifier_and_drafter(task, tmp_path, causal=True, share=False):
+def verifier_and_drafter(task, tmp_path, causal=True, share=False, **drafter_options):
+    """A verifier saved as a checkpoint and a --verifier-features block_nat
+    drafter on it (``drafter_options`` override the drafter's)."""
     ar_opts = dict(AR_OPTS, share_all_embeddings=share)
     ar = make_model(task, seed=3, **ar_opts)
     args = argparse.Namespace(arch="transformer", encoder_embed_dim=32, encoder_ffn_embed_dim=64,
@@ -41,8 +43,9 @@ def verifier_and_drafter(task, tmp_path, causal=True, share=False):
                               dropout=0.0, max_source_positions=256, max_target_positions=256, **ar_opts)
     path = tmp_path / "verifier.pt"
     save_full_checkpoint(ar, args, path)
-    dr = make_model(task, arch="block_nat", seed=5, shared_encoder=True, init_encoder_from=str(path),
-                    verifier_features=True, decoder_layers=2, block_causal_prefix=causal, **ar_opts)
+    opts = dict(shared_encoder=True, init_encoder_from=str(path), verifier_features=True, decoder_layers=2,
+                block_causal_prefix=causal)
+    dr = make_model(task, arch="block_nat", seed=5, **dict(opts, **drafter_options), **ar_opts)
     with torch.no_grad():  # features that matter: a large projection
         dr.decoder.feature_proj.weight.mul_(8.0)
     return ar, dr
