@@ -150,6 +150,9 @@ def test_refusals(tmp_path):
         check_drafter(gad, ar, d, feature_ar=True)
     with pytest.raises(ValueError, match="--feature-ar needs --block-causal-prefix --verifier-features"):
         verifier_and_feature_drafter(task, tmp_path, block_causal_prefix=False)
+    wide = make_model(task, seed=3, encoder_embed_dim=48, decoder_embed_dim=48, **AR_OPTS)
+    with pytest.raises(DrafterMismatchError, match="features of width 32, the verifier's are 48 wide"):
+        check_drafter(dr, wide, d, feature_ar=True)  # another verifier's dimensions
     with pytest.raises(ValueError, match="trains a --feature-ar drafter"):
         FeatureARLoss(task)(gad, _train_batch(d, 2, seed=1))
 

@@ -42,6 +42,13 @@ def check_drafter(drafter_model, verifier_model, tgt_dict, feature_ar: bool = Fa
         raise DrafterMismatchError(
             f"drafter and verifier source dictionaries differ ({v_src} vs {v_src_verifier} symbols)"
         )
+    proj = getattr(drafter_model.decoder, "feature_proj", None)
+    width = getattr(getattr(verifier_model.decoder, "output_projection", None), "in_features", None)
+    if getattr(drafter_model, "reads_verifier_features", False) and proj is not None and width is not None \
+            and proj.in_features != width:
+        raise DrafterMismatchError(
+            f"this drafter reads verifier features of width {proj.in_features}, the verifier's are {width} "
+            "wide: decode with the verifier the drafter was trained for")
     if getattr(drafter_model, "shared_encoder", False):
         check_shared_encoder(drafter_model, verifier_model)
 
