@@ -192,7 +192,7 @@ class AggressiveGenerator(nn.Module):
             for i, b in enumerate(active):
                 won = kept[i][res.kept[i]]  # the kept branch, as the drafter numbered them
                 n_draft = verified[i][won] if verified[i] else 0
-                stats.add_positions([1] * n_draft, [1] * res.n_match[i])
+                stats.add_draft(n_draft, res.n_match[i])
                 if len(kept[i]) > 1:
                     stats.tree_passes += 1
                     stats.branch_wins += res.kept[i] > 0

@@ -38,6 +38,19 @@ class DecodingStats:
                     mine[i] += v
         self.position_accepted.extend([0] * (len(self.position_drafted) - len(self.position_accepted)))
 
+    def add_draft(self, n_draft: int, n_match: int) -> None:
+        """Counts one draft: its first ``n_draft`` positions verified, the first
+        ``n_match`` accepted (as :meth:`add_positions` with runs of ones)."""
+        last = COUNTED_POSITIONS - 1
+        for mine, n in ((self.position_drafted, n_draft), (self.position_accepted, n_match)):
+            if len(mine) < min(n, COUNTED_POSITIONS):
+                mine.extend([0] * (min(n, COUNTED_POSITIONS) - len(mine)))
+            for i in range(min(n, last)):
+                mine[i] += 1
+            if n > last:
+                mine[last] += n - last
+        self.position_accepted.extend([0] * (len(self.position_drafted) - len(self.position_accepted)))
+
     def add_loop(self, st) -> None:
         """Adds the counters of a loop the engine ran itself (a CopyLoopStats)."""
         self.passes += st.passes

@@ -132,3 +132,16 @@ def test_positions_counted_one_by_one_up_to_a_cap():
     st.add_positions([1] * (COUNTED_POSITIONS + 5), [1] * 3)
     assert len(st.position_drafted) == COUNTED_POSITIONS and st.position_drafted[-1] == 6
     assert st.position_accepted == [1, 1, 1] + [0] * (COUNTED_POSITIONS - 3)
+
+
+def test_a_draft_counts_as_its_runs_of_ones():
+    """DecodingStats.add_draft (the generator's per-draft count) is add_positions
+    over runs of ones, below, at and past the cap."""
+    from fairseq_aggressive.stats import COUNTED_POSITIONS
+
+    a, b = DecodingStats(), DecodingStats()
+    for n_draft, n_match in ((0, 0), (1, 0), (4, 2), (3, 3), (COUNTED_POSITIONS - 1, 5),
+                             (COUNTED_POSITIONS, COUNTED_POSITIONS), (COUNTED_POSITIONS + 9, COUNTED_POSITIONS + 2)):
+        a.add_draft(n_draft, n_match)
+        b.add_positions([1] * n_draft, [1] * n_match)
+        assert (a.position_drafted, a.position_accepted) == (b.position_drafted, b.position_accepted), n_draft
