@@ -7,8 +7,8 @@ greedy outputs, for a drafter whose drafts must match them): ``f_i``, its
 features at position ``i``, choose token ``i + 1``.  The drafter reads at
 position ``i`` the token ``i`` and ``f_{i-1}`` (zeros at BOS) and its output
 ``h_i`` is trained to choose token ``i + 1`` through the shared output
-projection (label-smoothed cross-entropy) and to equal ``f_i`` (smooth L1,
-weight ``--feature-loss-weight``): at decoding time ``h_i`` stands in for
+projection (label-smoothed cross-entropy) and to equal ``f_i`` (smooth L1
+averaged over the feature's dimensions, weight ``--feature-loss-weight``): at decoding time ``h_i`` stands in for
 ``f_i`` at the drafted positions, where the verifier has not run yet.
 
 With ``--own-feature-rate r`` > 0 a second pass in training reads, at a share
@@ -74,7 +74,8 @@ class FeatureARLoss(FairseqCriterion):
         def losses(h):
             lprobs = utils.log_softmax(model.decoder.output_layer(h[mask]), dim=-1).float()
             loss, nll = label_smoothed_nll_loss(lprobs, target[mask], self.eps, ignore_index=None, reduce=True)
-            feat = F.smooth_l1_loss(h[mask].float(), verifier_feats[mask].float(), reduction="sum")
+            # per token, the mean over the feature's dimensions (summed over tokens, as the cross-entropy)
+            feat = F.smooth_l1_loss(h[mask].float(), verifier_feats[mask].float(), reduction="sum") / h.size(-1)
             hits = lprobs.argmax(-1).eq(target[mask]).sum()
             return loss, nll, feat, hits
 
