@@ -37,6 +37,7 @@ def args(**kw):
                        drafter_shortlist=1000)),
     ("feature-ar", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8)),
     ("feature-ar@5-torch", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=5, engine="torch")),
+    ("feature-ar@8-dsl", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8, drafter_shortlist=1000)),
     ("ct2-best", {}),
 ])
 def test_mode_names(name, expected):
@@ -49,7 +50,7 @@ def test_mode_names(name, expected):
     ("iad-torch-pyloop", "-pyloop applies to IAD modes"),
     ("greedy:avx2", ":TARGET applies to modes on the native engine"),
     ("iad:sse9", "benchmark mode iad:sse9"),
-    ("iad-dsl", "-dsl applies to gad modes"),
+    ("iad-dsl", "-dsl applies to gad and feature-ar modes"),
     ("ct2-sl", "-sl applies to aggressive modes"),
 ])
 def test_bad_mode_names(name, message):

@@ -183,3 +183,25 @@ def test_decoding_feature_ar_through_the_task(tmp_path):
     assert gen.stats.drafted > 0
     with pytest.raises(DrafterMismatchError, match="--decoding feature-ar"):
         task.build_generator([ar], argparse.Namespace(decoding="gad", drafter_path=str(path), beam=1, nbest=1))
+
+
+@pytest.mark.parametrize("drafter_engine", ENGINES)
+def test_drafter_shortlist_keeps_greedy(drafter_engine, tmp_path):
+    """--drafter-shortlist: the drafter proposes from the shortlist only (the
+    frequent tokens and each sentence's source tokens); the output stays greedy's."""
+    from fairseq_aggressive.shortlist import VocabShortlist
+
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    shortlist = VocabShortlist(task.source_dictionary, d, 12)
+    drafter = FeatureARDrafter(dr, d, 4, engine=drafter_engine, shortlist=shortlist)
+    rec = Recorder(drafter)
+    cmp, drafted = gad_vs_greedy(ar, d, drafter, "native" if NATIVE else "torch", [(4, (2, 20), 21)], 30)
+    assert cmp.ok() and cmp.identical == cmp.total == 4, cmp
+    assert drafted > 0
+    sample = make_sample(random_rows(d, 4, 2, 20, seed=21), d.pad())
+    allowed = shortlist.allowed(sample["net_input"]["src_tokens"])
+    for sents, _, proposals in rec.calls:
+        for s, p in zip(sents, proposals):
+            assert all(bool(allowed[s, t]) for t in p), (s, p)

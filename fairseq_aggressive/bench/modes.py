@@ -64,8 +64,8 @@ def mode_overrides(name: str, args) -> Dict:
         return dict(ov, python_loop=True)
     if name.endswith("-dsl"):  # GAD with the drafter shortlist (proposals only: still exact)
         ov = mode_overrides(name[: -len("-dsl")], args)
-        if ov.get("decoding") != "gad":
-            raise SystemExit(f"benchmark mode {name}: -dsl applies to gad modes")
+        if ov.get("decoding") not in ("gad", "feature-ar"):
+            raise SystemExit(f"benchmark mode {name}: -dsl applies to gad and feature-ar modes")
         return dict(ov, drafter_shortlist=getattr(args, "bench_shortlist", None) or SHORTLIST_DEFAULT)
     if name.endswith("-sl"):  # approximate: the vocabulary shortlist (greedy-sl: greedy on it)
         base = name[: -len("-sl")]

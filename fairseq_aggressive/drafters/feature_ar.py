@@ -21,14 +21,17 @@ from .nar_block import NARBlockDrafter
 
 
 class FeatureARDrafter(NARBlockDrafter):
-    def __init__(self, model, tgt_dict, draft_len: int, engine: str = "auto", threads=None, isa=None):
+    def __init__(self, model, tgt_dict, draft_len: int, engine: str = "auto", threads=None, isa=None,
+                 shortlist=None):
         """``engine``: where it drafts (auto: the native engine where it runs, else torch);
-        ``threads``, ``isa``: the native engine's, as the verifier's."""
+        ``threads``, ``isa``: the native engine's, as the verifier's; ``shortlist``: a
+        :class:`~fairseq_aggressive.shortlist.VocabShortlist` it drafts from
+        (``--drafter-shortlist``: cheaper draft steps, the output still greedy's)."""
         if not getattr(model, "feature_ar", False):
             raise ValueError("--decoding feature-ar needs a --feature-ar drafter "
                              "(trained with --arch block_nat --feature-ar --criterion feature_ar_loss)")
         super().__init__(model, tgt_dict, check_positive_int(draft_len, "--block-size"), engine=engine,
-                         threads=threads, isa=isa)
+                         threads=threads, isa=isa, shortlist=shortlist)
 
     @torch.no_grad()
     def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
@@ -64,6 +67,9 @@ class FeatureARDrafter(NARBlockDrafter):
             at = h[torch.tensor(live, device=device), last]  # (live, C): what chooses each next token
             logits = self.model.decoder.output_layer(at)
             logits[:, self.pad] = -float("inf")
+            if self._allowed is not None:  # the drafter shortlist
+                allowed = self._allowed[torch.tensor([sents[b] for b in live], device=self._allowed.device)]
+                logits = logits.masked_fill(~allowed.to(logits.device), -float("inf"))
             choice = logits.argmax(-1).tolist()
             for j, b in enumerate(live):
                 rows[b].append(choice[j])
@@ -87,7 +93,12 @@ def build_feature_ar(opts, task, models):
         raise ValueError("--decoding feature-ar needs a drafter: pass --drafter-path DRAFTER.pt")
     drafter_model, _ = task.load_drafter(opts.drafter_path, like=models[0])
     check_drafter(drafter_model, models[0], task.target_dictionary, feature_ar=True)
+    shortlist = None
+    if opts.drafter_shortlist is not None:
+        from ..shortlist import VocabShortlist
+
+        shortlist = VocabShortlist(task.source_dictionary, task.target_dictionary, opts.drafter_shortlist)
     drafter = FeatureARDrafter(drafter_model, task.target_dictionary, opts.block_size or 8,
                                engine=drafter_engine(opts.engine), threads=engine_threads(opts.native_threads),
-                               isa=opts.native_isa)
+                               isa=opts.native_isa, shortlist=shortlist)
     return drafter, build_acceptance(1, 0.0)
