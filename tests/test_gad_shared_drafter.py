@@ -286,6 +286,6 @@ def test_bench_drafter_shortlist_modes():
     assert ov["decoding"] == "gad" and ov["block_size"] == 8 and ov["drafter_shortlist"] == 300
     assert "vocab_shortlist" not in ov and reference_mode("gad@8-dsl", ["greedy", "gad@8-dsl"]) == "greedy"
     assert mode_overrides("gad@8-torch-dsl", args)["engine"] == "torch"
-    with pytest.raises(SystemExit, match="-dsl applies to gad modes"):
+    with pytest.raises(SystemExit, match="-dsl applies to gad and feature-ar modes"):
         mode_overrides("iad-dsl", args)
 
