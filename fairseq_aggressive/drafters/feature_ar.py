@@ -87,18 +87,13 @@ def build_feature_ar(opts, task, models):
     from ..acceptance import build_acceptance
     from ..engines import drafter_engine
     from ..runtime.threads import engine_threads
-    from .nar_block_checkpoint import check_drafter
+    from .nar_block_checkpoint import check_drafter, drafter_shortlist
 
     if not opts.drafter_path:
         raise ValueError("--decoding feature-ar needs a drafter: pass --drafter-path DRAFTER.pt")
     drafter_model, _ = task.load_drafter(opts.drafter_path, like=models[0])
     check_drafter(drafter_model, models[0], task.target_dictionary, feature_ar=True)
-    shortlist = None
-    if opts.drafter_shortlist is not None:
-        from ..shortlist import VocabShortlist
-
-        shortlist = VocabShortlist(task.source_dictionary, task.target_dictionary, opts.drafter_shortlist)
     drafter = FeatureARDrafter(drafter_model, task.target_dictionary, opts.block_size or 8,
                                engine=drafter_engine(opts.engine), threads=engine_threads(opts.native_threads),
-                               isa=opts.native_isa, shortlist=shortlist)
+                               isa=opts.native_isa, shortlist=drafter_shortlist(opts, task))
     return drafter, build_acceptance(1, 0.0)

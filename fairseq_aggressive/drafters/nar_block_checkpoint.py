@@ -117,6 +117,15 @@ def load_block_drafter(task, path: str, device=None, dtype=None):
     return model.eval(), trained_k
 
 
+def drafter_shortlist(opts, task):
+    """The vocabulary shortlist a drafter proposes from (``--drafter-shortlist``), or None."""
+    if opts.drafter_shortlist is None:
+        return None
+    from ..shortlist import VocabShortlist
+
+    return VocabShortlist(task.source_dictionary, task.target_dictionary, opts.drafter_shortlist)
+
+
 def build_gad_drafter(task, models, opts):
     """GAD's NAR block drafter from ``--drafter-path``, checked against the verifier."""
     from ..engines import drafter_engine
@@ -132,14 +141,9 @@ def build_gad_drafter(task, models, opts):
     k = opts.block_size
     if k is None:
         k = trained_k or 25
-    shortlist = None
-    if opts.drafter_shortlist is not None:
-        from ..shortlist import VocabShortlist
-
-        shortlist = VocabShortlist(task.source_dictionary, task.target_dictionary, opts.drafter_shortlist)
     # the drafter's engine runs on the verifier's threads
     return NARBlockDrafter(drafter_model, task.target_dictionary, k, engine=drafter_engine(opts.engine),
-                           shortlist=shortlist, threads=engine_threads(opts.native_threads), isa=opts.native_isa)
+                           shortlist=drafter_shortlist(opts, task), threads=engine_threads(opts.native_threads), isa=opts.native_isa)
 
 
 def build_gad(opts, task, models):
