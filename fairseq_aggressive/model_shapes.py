@@ -95,9 +95,12 @@ def native_problems(model) -> List[str]:
     enc, dec = getattr(model, "encoder", None), getattr(model, "decoder", None)
     if not isinstance(enc, TransformerEncoderBase) or not isinstance(dec, TransformerDecoderBase):
         return [f"{type(model).__name__} is not a standard fairseq Transformer"]
-    C = dec.embed_dim
+    C, E = dec.embed_dim, enc.embed_tokens.embedding_dim
+    # a --shared-encoder drafter narrower than its verifier: the engine runs its
+    # decoder over the verifier's encoder output (E wide) and never its encoder
+    own_encoder = E == C or not getattr(model, "shared_encoder", False)
     problems = []
-    if enc.embed_tokens.embedding_dim != C or dec.output_embed_dim != C:
+    if (own_encoder and E != C) or dec.output_embed_dim != C:
         problems.append("embedding, encoder and output dimensions differ")
     if dec.project_in_dim is not None or dec.project_out_dim is not None:
         problems.append("decoder input/output projections")
@@ -105,10 +108,10 @@ def native_problems(model) -> List[str]:
         problems.append("adaptive softmax")
     if getattr(enc, "quant_noise", None) is not None or getattr(dec, "quant_noise", None) is not None:
         problems.append("quant-noise")
-    if enc.embed_positions is not None and dec.embed_positions is None or (
-            enc.embed_positions is None and dec.embed_positions is not None):
+    if own_encoder and (enc.embed_positions is not None and dec.embed_positions is None or (
+            enc.embed_positions is None and dec.embed_positions is not None)):
         problems.append("positions in only one of encoder and decoder")
-    layers = list(enc.layers) + list(dec.layers)
+    layers = (list(enc.layers) if own_encoder else []) + list(dec.layers)
     heads = {l.self_attn.num_heads for l in layers}
     ffn = {l.fc1.out_features for l in layers}
     acts = {activation(l) for l in layers}
@@ -125,8 +128,10 @@ def native_problems(model) -> List[str]:
         for name in ("c_attn", "attn_ln", "ffn_layernorm", "w_resid"):
             if getattr(l, name, None) is not None:
                 problems.append(f"normformer extras ({name})")
-        attns = [l.self_attn] + ([l.encoder_attn] if getattr(l, "encoder_attn", None) is not None else [])
-        for a in attns:
-            if a.bias_k is not None or a.add_zero_attn or a.embed_dim != C or a.kdim != C or a.vdim != C:
+        attns = [(l.self_attn, C)]
+        if getattr(l, "encoder_attn", None) is not None:
+            attns.append((l.encoder_attn, E))
+        for a, key_dim in attns:
+            if a.bias_k is not None or a.add_zero_attn or a.embed_dim != C or a.kdim != key_dim or a.vdim != key_dim:
                 problems.append(f"layer {i}: non-standard attention")
     return sorted(set(problems))

@@ -53,8 +53,8 @@ def make_task(src_dict=None, tgt_dict=None, **cfg):
     return AggressiveTranslationTask(AggressiveTranslationConfig(**cfg), src_dict, tgt_dict)
 
 
-def make_model(task, arch="transformer", seed=0, **overrides):
-    """A random-weight fairseq Transformer; ``overrides`` are model args."""
+def model_args(arch="transformer", **overrides) -> argparse.Namespace:
+    """The model args :func:`make_model` builds from (the architecture's defaults filled in)."""
     defaults = dict(
         encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4,
         encoder_layers=2, decoder_embed_dim=32, decoder_ffn_embed_dim=64,
@@ -62,8 +62,14 @@ def make_model(task, arch="transformer", seed=0, **overrides):
         max_source_positions=256, max_target_positions=256,
     )
     defaults.update(overrides)
-    args = argparse.Namespace(**defaults)
+    args = argparse.Namespace(arch=arch, **defaults)
     ARCH_CONFIG_REGISTRY[arch](args)
+    return args
+
+
+def make_model(task, arch="transformer", seed=0, **overrides):
+    """A random-weight fairseq Transformer; ``overrides`` are model args."""
+    args = model_args(arch, **overrides)
     torch.manual_seed(seed)
     model = ARCH_MODEL_REGISTRY[arch].build_model(args, task)
     # sharpen the random output layer so greedy choices are far from ties

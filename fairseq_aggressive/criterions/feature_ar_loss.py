@@ -58,6 +58,11 @@ class FeatureARLoss(FairseqCriterion):
         if not getattr(model, "feature_ar", False):
             raise ValueError("--criterion feature_ar_loss trains a --feature-ar drafter "
                              "(--arch block_nat --feature-ar --block-causal-prefix --verifier-features)")
+        if model.decoder.own_feature_proj is not None:
+            raise ValueError(
+                "--criterion feature_ar_loss regresses the drafter's output onto the verifier's features: it "
+                f"trains a drafter as wide as its verifier (this one is {model.decoder.embed_dim} wide, the "
+                f"verifier's features {model.decoder.feature_proj.in_features})")
         net_input, target = sample["net_input"], sample["target"]
         prev = net_input["prev_output_tokens"]
         encoder_out = model.encode(net_input["src_tokens"], net_input["src_lengths"])

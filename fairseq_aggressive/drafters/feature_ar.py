@@ -52,6 +52,11 @@ class FeatureARDrafter(NARBlockDrafter):
                                    f"its row {len(r) - 1} tokens (the generator must call observe_emitted)")
         drafts: List[List[int]] = [[] for _ in sents]
         device = enc["encoder_out"][0].device
+        # a drafter narrower than its verifier reads its own outputs through a projection of their own
+        own = None
+        if self.model.decoder.own_feature_proj is not None:
+            own = (torch.zeros(feats.shape[:2], dtype=torch.bool, device=device),
+                   torch.zeros(*feats.shape[:2], self.model.decoder.embed_dim, device=device))
         for step in range(max(ks)):
             live = [b for b, k in enumerate(ks) if len(drafts[b]) < k and self.eos not in drafts[b]]
             if not live:
@@ -61,8 +66,9 @@ class FeatureARDrafter(NARBlockDrafter):
             for b, r in enumerate(rows):
                 tokens[b, : min(len(r), w)] = torch.tensor(r[:w], dtype=torch.long)
             none = torch.zeros_like(tokens, dtype=torch.bool)
-            h = self.model.decoder.extract_block_features(tokens, none, enc, block=none,
-                                                          prefix_feats=feats[:, :w].to(device))
+            h = self.model.decoder.extract_block_features(
+                tokens, none, enc, block=none, prefix_feats=feats[:, :w].to(device),
+                own=None if own is None else (own[0][:, :w], own[1][:, :w]))
             last = torch.tensor([len(rows[b]) - 1 for b in live], device=device)
             at = h[torch.tensor(live, device=device), last]  # (live, C): what chooses each next token
             logits = self.model.decoder.output_layer(at)
@@ -74,7 +80,11 @@ class FeatureARDrafter(NARBlockDrafter):
             for j, b in enumerate(live):
                 rows[b].append(choice[j])
                 drafts[b].append(choice[j])
-                feats[b, len(rows[b]) - 1] = at[j].to(feats.dtype)  # the drafter's own in place of the verifier's
+                if own is None:  # the drafter's own output in place of the verifier's features
+                    feats[b, len(rows[b]) - 1] = at[j].to(feats.dtype)
+                else:
+                    own[0][b, len(rows[b]) - 1] = True
+                    own[1][b, len(rows[b]) - 1] = at[j].to(own[1].dtype)
         for b, d in enumerate(drafts):
             if self.eos in d:  # nothing follows the end of the sentence
                 drafts[b] = d[: d.index(self.eos) + 1]

@@ -68,14 +68,20 @@ from .partial_checkpoint import load_partial
 
 class BlockNATDecoder(TransformerDecoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, src_copy: bool = False, causal_prefix: bool = False,
-                 verifier_features: bool = False):
+                 verifier_features: bool = False, feature_ar: bool = False):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False)
         dim = embed_tokens.embedding_dim
         self.mask_embed = nn.Parameter(torch.empty(dim).normal_(0, dim**-0.5))
         self.src_copy = src_copy
         self.causal_prefix = causal_prefix
-        # the verifier's features (its output_embed_dim) -> this decoder's input width
-        self.feature_proj = nn.Linear(cfg.decoder.output_dim, self.embed_dim) if verifier_features else None
+        # the verifier's features -> this decoder's input width.  They are as wide
+        # as the verifier's encoder output, which a --verifier-features drafter
+        # shares (--shared-encoder): cfg.encoder.embed_dim
+        self.feature_proj = nn.Linear(cfg.encoder.embed_dim, self.embed_dim) if verifier_features else None
+        # a --feature-ar drafter narrower than its verifier reads its own output
+        # (this decoder's width) through a projection of its own
+        self.own_feature_proj = nn.Linear(self.embed_dim, self.embed_dim) \
+            if verifier_features and feature_ar and cfg.encoder.embed_dim != self.embed_dim else None
 
     def forward(self, prev_output_tokens, encoder_out=None, slots: Optional[Tensor] = None,
                 features_only: bool = False, block: Optional[Tensor] = None,
@@ -109,15 +115,21 @@ class BlockNATDecoder(TransformerDecoderBase):
             logits = logits.masked_fill(pad, -math.inf)
         return torch.bmm(logits.softmax(-1).to(src_emb.dtype), src_emb)
 
-    def feature_inputs(self, prefix_feats: Tensor, block: Tensor, tokens: Tensor) -> Tensor:
+    def feature_inputs(self, prefix_feats: Tensor, block: Tensor, tokens: Tensor, own=None) -> Tensor:
         """What the verifier's features add to the inputs (B, T, C): their
         projection at the prefix positions (BOS included), zero at the block's
-        and at padding."""
+        and at padding.  ``own`` (a drafter with ``own_feature_proj``): a pair
+        (mask (B, T), outputs (B, T, C)), the positions that read the drafter's
+        own outputs through that projection instead."""
         prefix = tokens.ne(self.padding_idx) & ~block
-        return self.feature_proj(prefix_feats.to(self.feature_proj.weight.dtype)) * prefix.unsqueeze(-1)
+        x = self.feature_proj(prefix_feats.to(self.feature_proj.weight.dtype))
+        if own is not None:
+            mask, outputs = own
+            x = torch.where(mask.unsqueeze(-1), self.own_feature_proj(outputs.to(x.dtype)), x)
+        return x * prefix.unsqueeze(-1)
 
     def _embed(self, tokens: Tensor, slots: Tensor, encoder_out, prefix_feats: Optional[Tensor] = None,
-               block: Optional[Tensor] = None) -> Tensor:
+               block: Optional[Tensor] = None, own=None) -> Tensor:
         x = self.embed_scale * self.slot_inputs(tokens, slots, encoder_out)
         if self.project_in_dim is not None:
             x = self.project_in_dim(x)
@@ -127,7 +139,7 @@ class BlockNATDecoder(TransformerDecoderBase):
             if prefix_feats is None:
                 raise ValueError("this drafter reads the verifier's features (--verifier-features): "
                                  "pass prefix_feats")
-            x = x + self.feature_inputs(prefix_feats, slots if block is None else block, tokens)
+            x = x + self.feature_inputs(prefix_feats, slots if block is None else block, tokens, own)
         if self.layernorm_embedding is not None:
             x = self.layernorm_embedding(x)
         return x
@@ -142,13 +154,13 @@ class BlockNATDecoder(TransformerDecoderBase):
         return self._layer_features(tokens, slots, encoder_out, enc_kv, slots, prefix_feats)
 
     def _layer_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv, block: Tensor,
-                        prefix_feats: Optional[Tensor] = None) -> Tensor:
+                        prefix_feats: Optional[Tensor] = None, own=None) -> Tensor:
         """The stock layers' arithmetic (:func:`~fairseq_aggressive.runtime.layer_ops.decoder_layer`)
         with a per-row self-attention mask; in training mode with the layers' dropout."""
         from ..runtime.layer_ops import decoder_layer
 
         train = self.training
-        x = self._embed(tokens, slots, encoder_out, prefix_feats, block)
+        x = self._embed(tokens, slots, encoder_out, prefix_feats, block, own)
         if train:
             x = self.dropout_module(x)
         mask = self.self_attn_mask(tokens, block)
@@ -182,17 +194,19 @@ class BlockNATDecoder(TransformerDecoderBase):
         return (causal & keep.unsqueeze(1)).unsqueeze(1)
 
     def extract_block_features(self, tokens: Tensor, slots: Tensor, encoder_out,
-                               block: Optional[Tensor] = None, prefix_feats: Optional[Tensor] = None) -> Tensor:
+                               block: Optional[Tensor] = None, prefix_feats: Optional[Tensor] = None,
+                               own=None) -> Tensor:
         """Decoder features (B, T, C).  ``block`` (default ``slots``): the
         positions after the prefix, for the causal-prefix mask (glancing
         reveals some slots, which stay block positions).  ``prefix_feats``
         (B, T, C'), for a ``--verifier-features`` drafter: at prefix position
-        ``i`` the verifier's features that chose token ``i`` (zeros at BOS)."""
+        ``i`` the verifier's features that chose token ``i`` (zeros at BOS);
+        ``own``: see :meth:`feature_inputs`."""
         if self.causal_prefix:  # a per-row mask: the stock layers' own attention cannot take it
             from ..runtime.layer_ops import encoder_kv
 
             return self._layer_features(tokens, slots, encoder_out, encoder_kv(self.layers, encoder_out),
-                                        slots if block is None else block, prefix_feats)
+                                        slots if block is None else block, prefix_feats, own)
         enc, enc_pad = None, None
         if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
             enc = encoder_out["encoder_out"][0]
@@ -247,6 +261,7 @@ class BlockNATModel(TransformerModel):
             src_copy=getattr(args, "block_src_copy", False),
             causal_prefix=getattr(args, "block_causal_prefix", False),
             verifier_features=getattr(args, "verifier_features", False),
+            feature_ar=getattr(args, "feature_ar", False),
         )
 
     @classmethod

@@ -43,6 +43,12 @@ class NativeBlockDrafter:
                 b = proj.bias.detach().float().contiguous()
                 if engine.lib.fa_set_feature_proj(engine.handle, w.data_ptr(), b.data_ptr(), self.feature_dim) != 0:
                     raise engine.failure("the drafter's feature projection")
+            own = getattr(dec, "own_feature_proj", None)
+            if own is not None:  # a drafter narrower than its verifier: its own outputs' projection
+                w = own.weight.detach().float().contiguous()
+                b = own.bias.detach().float().contiguous()
+                if engine.lib.fa_set_own_feature_proj(engine.handle, w.data_ptr(), b.data_ptr()) != 0:
+                    raise engine.failure("the drafter's projection of its own outputs")
 
         # drafters built one after another for one model (a hub model's translate()) share its weights
         self.engine = NativeEngine.for_model(model, tgt_dict, isa=isa, threads=threads, prepare=prepare,

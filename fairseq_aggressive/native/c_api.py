@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 9
+API_VERSION = 10
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -16,7 +16,8 @@ class Config(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int32) for n in (
         "C", "H", "F", "enc_layers", "dec_layers", "src_vocab", "tgt_vocab",
         "enc_normalize_before", "dec_normalize_before", "gelu", "pad", "unk", "eos")] + [
-        (n, ctypes.c_float) for n in ("enc_embed_scale", "dec_embed_scale", "ln_eps")]
+        (n, ctypes.c_float) for n in ("enc_embed_scale", "dec_embed_scale", "ln_eps")] + [
+        ("enc_dim", ctypes.c_int32)]
 
 
 class PassArgs(ctypes.Structure):
@@ -99,6 +100,7 @@ def declare(lib) -> None:
         "fa_decode_copy": (I, [P, P, ctypes.POINTER(CopyLoopArgs), ctypes.POINTER(CopyLoopStats)]),
         "fa_set_mask_embed": (I, [P, P]),
         "fa_set_feature_proj": (I, [P, P, P, I]),
+        "fa_set_own_feature_proj": (I, [P, P, P]),
         "fa_draft": (I, [P, P, ctypes.POINTER(DraftArgs)]),
     }
     for name, (restype, argtypes) in signatures.items():

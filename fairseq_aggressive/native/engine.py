@@ -70,8 +70,11 @@ class NativeEngine:
         self.lib = library(isa)
         self.isa = self.lib.fa_isa().decode()  # the build target (native/targets.py)
         enc, dec = model.encoder, model.decoder
-        layers = list(enc.layers) + list(dec.layers)
-        C = dec.embed_dim
+        C, E = dec.embed_dim, enc.embed_tokens.embedding_dim
+        # E != C: a drafter narrower than the verifier whose encoder output it reads
+        # (native_problems allows that only for a --shared-encoder drafter); no encoder here
+        self.own_encoder = E == C
+        layers = (list(enc.layers) if self.own_encoder else []) + list(dec.layers)
         self.src_positions = enc.max_positions() if enc.embed_positions is not None else 1 << 30
         self.tgt_positions = dec.max_positions() if dec.embed_positions is not None else 1 << 30
         src_pos = _positions(enc.embed_positions, min(self.src_positions, 4096))
@@ -82,14 +85,14 @@ class NativeEngine:
             self.tgt_positions = tgt_pos.size(0)
         cfg = c_api.Config(
             C=C, H=dec.layers[0].self_attn.num_heads, F=dec.layers[0].fc1.out_features,
-            enc_layers=len(enc.layers), dec_layers=len(dec.layers),
+            enc_layers=len(enc.layers) if self.own_encoder else 0, dec_layers=len(dec.layers),
             src_vocab=enc.embed_tokens.num_embeddings, tgt_vocab=dec.output_projection.out_features,
             enc_normalize_before=int(enc.layers[0].normalize_before),
             dec_normalize_before=int(dec.layers[0].normalize_before),
             gelu=int(activation(layers[0]) == "gelu"),
             pad=tgt_dict.pad(), unk=tgt_dict.unk(), eos=tgt_dict.eos(),
             enc_embed_scale=float(enc.embed_scale), dec_embed_scale=float(dec.embed_scale),
-            ln_eps=float(layers[0].self_attn_layer_norm.eps),
+            ln_eps=float(layers[0].self_attn_layer_norm.eps), enc_dim=E,
         )
         self.src_pad = enc.padding_idx
         self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
@@ -99,7 +102,8 @@ class NativeEngine:
             raise MemoryError(f"native engine: no memory for a model of width {C}")
         # every tensor by its fairseq name (csrc/weights.h lists them); the engine copies it
         self._n_float = self._n_int8 = 0
-        for side, part, pos in (("encoder", enc, src_pos), ("decoder", dec, tgt_pos)):
+        sides = (("encoder", enc, src_pos),) if self.own_encoder else ()
+        for side, part, pos in sides + (("decoder", dec, tgt_pos),):
             self._put(f"{side}.embed_tokens.weight", -1, _f32(part.embed_tokens.weight))
             self._put(f"{side}.embed_positions.weight", -1, pos)
             self._norm(f"{side}.layernorm_embedding", -1, part.layernorm_embedding)

@@ -20,6 +20,18 @@ positions holding the narrow model's sinusoids.
 
 The outputs equal the narrow model's up to float rounding (the script checks
 the logits on a few rows).  Needs a pre-norm model with shared embeddings.
+
+``--drafter D --drafter-out OUT`` also makes a ``--shared-encoder`` drafter
+trained for the narrow model (a ``--feature-ar`` or GAD block drafter) read the
+wide one: its decoder stays narrow and gets the wide encoder (the wide model's,
+shared) and, for a ``--verifier-features`` drafter, the wide features, read
+with the same copy weights, so it proposes what it proposes beside the narrow
+model (a feature drafter gets its own projection of its own outputs, the
+narrow one's).  That is a drafter narrower than its verifier, whose draft steps
+cost a narrow model's:
+
+    python scripts/experiments/widen_model.py STUDENT.pt work/wide/student-d512.pt \
+        --dim 512 --ffn 2048 --heads 8 --drafter DRAFTER.pt --drafter-out work/wide/drafter-for-d512.pt
 """
 import argparse
 import copy
@@ -120,6 +132,55 @@ def widen(state, dim: int, ffn: int, wide_heads: int):
     return wide
 
 
+def drafter_for_wide(drafter, wide, narrow_args, dim: int, wide_heads: int, wide_path: str):
+    """The narrow ``drafter`` checkpoint (trained beside the narrow model)
+    made to read the ``wide`` checkpoint's encoder output and features."""
+    dargs = copy.deepcopy(drafter["args"] if drafter.get("args") is not None else drafter["cfg"]["model"])
+    if not getattr(dargs, "shared_encoder", False):
+        raise SystemExit("error: --drafter must be a --shared-encoder drafter (it reads the verifier's encoder output)")
+    d, heads = narrow_args.encoder_embed_dim, narrow_args.encoder_attention_heads
+    if dargs.encoder_embed_dim != d or dargs.decoder_embed_dim != d:
+        raise SystemExit(f"error: the drafter is not as wide as the narrow model ({d})")
+    r = dim // d
+    hmap = layout(d, heads, dim, wide_heads)
+    hw = copy_weights(hmap, r)
+    out = {k: v for k, v in wide["model"].items() if k.startswith("encoder.")}
+    for name, t in drafter["model"].items():
+        if name.startswith("encoder."):
+            continue
+        if name == "decoder.embed_tokens.weight" or name == "decoder.output_projection.weight":
+            out[name] = t.float()
+        elif name.endswith(("encoder_attn.k_proj.weight", "encoder_attn.v_proj.weight")):
+            out[name] = t.float()[:, hmap] * hw.unsqueeze(0)  # reads each copy of the encoder output
+        elif name == "decoder.feature_proj.weight":
+            # the wide features are the narrow ones repeated and scaled by 1 / sqrt(r) (the last layer norm)
+            out[name] = t.float()[:, hmap] * hw.unsqueeze(0) * math.sqrt(r)
+        else:
+            out[name] = t.float() if t.is_floating_point() else t
+    if "decoder.embed_tokens.weight" not in out:  # shared with the narrow encoder's embeddings
+        out["decoder.embed_tokens.weight"] = drafter["model"]["encoder.embed_tokens.weight"].float()
+    if getattr(dargs, "feature_ar", False):
+        out["decoder.own_feature_proj.weight"] = drafter["model"]["decoder.feature_proj.weight"].float()
+        out["decoder.own_feature_proj.bias"] = drafter["model"]["decoder.feature_proj.bias"].float()
+    dargs.encoder_embed_dim = dim
+    dargs.encoder_ffn_embed_dim = wide["args"].encoder_ffn_embed_dim if wide.get("args") is not None \
+        else wide["cfg"]["model"].encoder_ffn_embed_dim
+    dargs.encoder_attention_heads = wide_heads
+    dargs.encoder_learned_pos = True
+    dargs.share_all_embeddings = False
+    dargs.share_decoder_input_output_embed = True
+    dargs.decoder_input_dim = dargs.decoder_output_dim = d
+    dargs.encoder_initialized_from = wide_path
+    result = {k: v for k, v in drafter.items() if k not in ("model", "last_optimizer_state")}
+    result["model"] = out
+    if drafter.get("args") is not None:
+        result["args"] = dargs
+    else:
+        result["cfg"] = dict(drafter["cfg"])
+        result["cfg"]["model"] = dargs
+    return result
+
+
 def check(narrow_path: str, wide_path: str, data: str):
     """Largest difference of the two models' log-probabilities on a few target
     rows of ``data``'s test split, and whether their argmax agrees everywhere
@@ -151,7 +212,12 @@ def main(argv=None):
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--check-data", default=None,
                     help="a data-bin of the narrow model's vocabulary: compare the two models' log-probabilities")
+    ap.add_argument("--drafter", default=None,
+                    help="a --shared-encoder drafter of the narrow model, to read the wide one (--drafter-out)")
+    ap.add_argument("--drafter-out", default=None, help="where the drafter for the wide model goes")
     args = ap.parse_args(argv)
+    if bool(args.drafter) != bool(args.drafter_out):
+        raise SystemExit("error: --drafter and --drafter-out go together")
     state = torch.load(args.narrow, map_location="cpu", weights_only=False)
     if state.get("args") is None and not isinstance((state.get("cfg") or {}).get("model"), argparse.Namespace):
         raise SystemExit("error: the checkpoint's model configuration is not an argparse namespace")
@@ -159,6 +225,11 @@ def main(argv=None):
     torch.save(wide, args.out)
     n = sum(t.numel() for k, t in wide["model"].items() if not k.endswith(".version"))
     print(f"{args.out}: d={args.dim}, ffn {args.ffn}, {args.heads} heads, {n:,} parameters")
+    if args.drafter:
+        drafter = torch.load(args.drafter, map_location="cpu", weights_only=False)
+        narrow_args = state["args"] if state.get("args") is not None else state["cfg"]["model"]
+        torch.save(drafter_for_wide(drafter, wide, narrow_args, args.dim, args.heads, args.out), args.drafter_out)
+        print(f"{args.drafter_out}: the drafter of {args.drafter}, reading {args.out}")
     if args.check_data:
         worst, same = check(args.narrow, args.out, args.check_data)
         print(f"largest log-probability difference to the narrow model: {worst:.2e}; "

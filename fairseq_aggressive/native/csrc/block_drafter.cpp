@@ -27,8 +27,10 @@ void choose_rows(Model& m, State& st, const float* h, int n, const int32_t* sent
 
 // A --feature-ar drafter's pass (DraftArgs.autoregressive)
 int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
-  const int n = a.n, k = a.k, C = m.cfg.C;
-  if (a.feats == nullptr || !a.causal || m.w.feat_proj.N != C || m.w.feat_proj.K != C || k < 1) return -1;
+  const int n = a.n, k = a.k, C = m.cfg.C, FC = m.w.feat_proj.K;  // FC: the verifier's feature width
+  // its own output (C wide) stands in for the verifier's features from the second step on
+  const Linear& own = m.w.own_feat_proj.N != 0 ? m.w.own_feat_proj : m.w.feat_proj;
+  if (a.feats == nullptr || !a.causal || m.w.feat_proj.N != C || own.N != C || own.K != C || k < 1) return -1;
   std::vector<int> off(n + 1, 0), base(n);
   int max_keys = 0;
   for (int r = 0; r < n; ++r) {
@@ -39,7 +41,7 @@ int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
   }
   // the new prefix tokens, each with the projection of the verifier's features that chose it
   std::vector<float> add((size_t)off[n] * C), h((size_t)n * C);
-  linear(m.pool, m.w.feat_proj, a.feats, C, off[n], add.data(), C);
+  linear(m.pool, m.w.feat_proj, a.feats, FC, off[n], add.data(), C);
   decoder_rows(m, st, n, a.sent, a.row_len, a.tokens, off, max_keys, nullptr, nullptr, add.data());
   for (int r = 0; r < n; ++r) {
     Sentence& s = st.sents[a.sent[r]];
@@ -56,7 +58,7 @@ int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
     if (j + 1 == k) break;
     for (int r = 0; r < n; ++r) toks[r] = a.out[(size_t)r * k + j];
     add.resize((size_t)n * C);
-    linear(m.pool, m.w.feat_proj, h.data(), C, n, add.data(), C);  // its own output stands in
+    linear(m.pool, own, h.data(), C, n, add.data(), C);
     decoder_rows(m, st, n, a.sent, one.data(), toks.data(), step_off, max_keys, nullptr, nullptr, add.data());
     std::copy(m.x.data(), m.x.data() + (size_t)n * C, h.data());
     for (int r = 0; r < n; ++r) st.sents[a.sent[r]].len += 1;

@@ -29,7 +29,8 @@ namespace fa {
 // prefix tokens go into the cache, then k tokens are chosen one after the
 // other, each from the drafter's output at the position before it, and each
 // chosen token is read with the projection of that output in place of the
-// verifier's features; the drafted tokens leave the cache afterwards.
+// verifier's features (own_feat_proj where the drafter is narrower than the
+// verifier, else feat_proj); the drafted tokens leave the cache afterwards.
 struct DraftArgs {
   int32_t n;
   const int32_t* sent;
@@ -44,7 +45,7 @@ struct DraftArgs {
 
 // 0, or -1 if a row does not fit (or the drafter's mask embedding or feature
 // projection is missing, or an autoregressive pass lacks features or a causal
-// prefix, or its features are not as wide as the drafter).
+// prefix, or its projection of its own output is not C x C).
 int draft_pass(Model& m, State& st, const DraftArgs& a);
 
 }  // namespace fa

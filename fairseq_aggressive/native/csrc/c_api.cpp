@@ -26,7 +26,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 9;
+constexpr int kApiVersion = 10;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -173,7 +173,7 @@ void* fa_begin(void* mp, int B, const int32_t* tokens, const int32_t* src_len, i
 
 // A state from an encoder output computed elsewhere (the verifier's, for a
 // --shared-encoder drafter): rows of the B sentences concatenated (src_len[b]
-// rows of C floats each).
+// rows of Config::enc_width() floats each).
 void* fa_begin_encoded(void* mp, int B, const float* enc_out, const int32_t* src_len, int cap) {
   return guarded<void*>(mp, nullptr,
                         [&]() -> void* { return fa::state_from_encoder_out(model(mp), B, enc_out, src_len, cap); });
@@ -241,6 +241,17 @@ int fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
   return guarded(mp, -2, [&] {
     Model& m = model(mp);
     weights_to_change(m).feat_proj.pack(W, nullptr, b, m.cfg.C, n_in);
+    return 0;
+  });
+}
+
+// A --feature-ar drafter's projection of its own output (C x C, bias C) where
+// the verifier's features are wider than the drafter (fa_set_feature_proj
+// projects those); 0, or -2 (fa_model_error).
+int fa_set_own_feature_proj(void* mp, const float* W, const float* b) {
+  return guarded(mp, -2, [&] {
+    Model& m = model(mp);
+    weights_to_change(m).own_feat_proj.pack(W, nullptr, b, m.cfg.C, m.cfg.C);
     return 0;
   });
 }

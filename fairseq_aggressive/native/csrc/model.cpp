@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <stdexcept>
 
 #include "ops.h"
 
@@ -165,7 +166,7 @@ void ffn(Model& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln, 
 // concatenated): the output kept (fa_encoder_out), encoder-attention keys and
 // values of every decoder layer, empty self-attention caches of cap positions.
 void init_state(Model& m, State& st, int B, const int32_t* src_len, const float* x, int cap) {
-  const int C = m.cfg.C;
+  const int C = m.cfg.C, E = m.cfg.enc_width();
   int M = 0;
   std::vector<int> start(B + 1, 0);
   for (int b = 0; b < B; ++b) {
@@ -173,7 +174,7 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
     M += src_len[b];
   }
   st.sents.resize(B);
-  st.enc_out.assign(x, x + (size_t)M * C);
+  st.enc_out.assign(x, x + (size_t)M * E);
   const int nl = (int)m.w.dec.size();
   for (int b = 0; b < B; ++b) {
     Sentence& s = st.sents[b];
@@ -186,7 +187,7 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
   }
   ensure(m.kv, (size_t)M * 3 * C);
   for (int l = 0; l < nl; ++l) {
-    linear(m.pool, m.w.dec[l].ckv, st.enc_out.data(), C, M, m.kv.data(), 2 * C);
+    linear(m.pool, m.w.dec[l].ckv, st.enc_out.data(), E, M, m.kv.data(), 2 * C);
     for (int b = 0; b < B; ++b) {
       Sentence& s = st.sents[b];
       for (int t = 0; t < s.src_len; ++t) {
@@ -202,6 +203,8 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
 
 State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
   const int C = m.cfg.C, H = m.cfg.H, D = m.D;
+  if (!m.cfg.has_encoder())
+    throw std::invalid_argument("this decoder has no encoder: it starts from another model's encoder output");
   State* st = new State();
   st->sents.resize(B);
   int M = 0, max_s = 0;

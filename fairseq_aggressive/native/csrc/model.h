@@ -20,6 +20,14 @@ struct Config {
   int32_t C, H, F, enc_layers, dec_layers, src_vocab, tgt_vocab;
   int32_t enc_normalize_before, dec_normalize_before, gelu, pad, unk, eos;
   float enc_embed_scale, dec_embed_scale, ln_eps;
+  // The width of the encoder output the decoder attends to; 0: C.  Another
+  // width: a decoder over another model's encoder output (a --shared-encoder
+  // drafter narrower than its verifier), with no encoder of its own (no
+  // encoder tensors, enc_layers 0; it starts from fa_begin_encoded only).
+  int32_t enc_dim;
+
+  int enc_width() const { return enc_dim > 0 ? enc_dim : C; }
+  bool has_encoder() const { return enc_width() == C; }
 };
 
 struct Norm {
@@ -45,6 +53,9 @@ struct Weights {
   std::vector<float> src_embed, tgt_embed, src_pos, tgt_pos;  // pos tables may be empty
   std::vector<float> mask_embed;  // a block drafter's slot input (fa_set_mask_embed): target id -1
   Linear feat_proj;  // a --verifier-features drafter's projection of the verifier's features (fa_set_feature_proj)
+  // a --feature-ar drafter's projection of its own output where that is
+  // narrower than the verifier's features (fa_set_own_feature_proj); empty: feat_proj
+  Linear own_feat_proj;
   Norm enc_ln_embed, enc_final, dec_ln_embed, dec_final;
   std::vector<EncLayer> enc;
   std::vector<DecLayer> dec;

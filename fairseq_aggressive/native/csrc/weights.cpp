@@ -11,18 +11,20 @@ namespace {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }
 
-// the module names of a layer's linear layers (out, in in units of C or F)
+// the module names of a layer's linear layers (out, in in units of C or F;
+// in_enc: the input is the encoder output, Config::enc_width() wide)
 struct LinearShape {
   const char* name;
   bool decoder_only;
   bool out_ffn, in_ffn;  // F instead of C
+  bool in_enc;
 };
 const LinearShape kLayerLinears[] = {
-    {"self_attn.q_proj", false, false, false},    {"self_attn.k_proj", false, false, false},
-    {"self_attn.v_proj", false, false, false},    {"self_attn.out_proj", false, false, false},
-    {"encoder_attn.q_proj", true, false, false},  {"encoder_attn.k_proj", true, false, false},
-    {"encoder_attn.v_proj", true, false, false},  {"encoder_attn.out_proj", true, false, false},
-    {"fc1", false, true, false},                  {"fc2", false, false, true},
+    {"self_attn.q_proj", false, false, false, false},   {"self_attn.k_proj", false, false, false, false},
+    {"self_attn.v_proj", false, false, false, false},   {"self_attn.out_proj", false, false, false, false},
+    {"encoder_attn.q_proj", true, false, false, false}, {"encoder_attn.k_proj", true, false, false, true},
+    {"encoder_attn.v_proj", true, false, false, true},  {"encoder_attn.out_proj", true, false, false, false},
+    {"fc1", false, true, false, false},                 {"fc2", false, false, true, false},
 };
 const char* const kLayerNorms[] = {"self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"};
 
@@ -35,6 +37,9 @@ std::string expected(const Config& cfg, const std::string& name, int layer, int&
     const bool dec = side[0] == 'd';
     const std::string top = std::string(side) + ".", per_layer = top + "layers.";
     if (!starts_with(name, top)) continue;
+    if (!dec && !cfg.has_encoder())
+      return name + ": this decoder reads an encoder output " + std::to_string(cfg.enc_width()) +
+             " wide and has no encoder of its own";
     const int n_layers = dec ? cfg.dec_layers : cfg.enc_layers;
     if (starts_with(name, per_layer)) {
       if (layer < 0 || layer >= n_layers)
@@ -47,7 +52,7 @@ std::string expected(const Config& cfg, const std::string& name, int layer, int&
         const std::string param = part.substr(module.size());
         rows = l.out_ffn ? cfg.F : cfg.C;
         if (param == "weight") {
-          cols = l.in_ffn ? cfg.F : cfg.C;
+          cols = l.in_ffn ? cfg.F : l.in_enc ? cfg.enc_width() : cfg.C;
           weight = true;
           return "";
         }
@@ -223,7 +228,8 @@ std::string build_model(Model& m) {
   const Config& cfg = m.cfg;
   const int C = cfg.C, F = cfg.F;
   Builder b{m, ""};
-  b.table(W.src_embed, "encoder.embed_tokens.weight", true);
+  if (!cfg.has_encoder() && cfg.enc_layers != 0) return "a decoder over another encoder's output has no encoder layers";
+  b.table(W.src_embed, "encoder.embed_tokens.weight", cfg.has_encoder());
   b.table(W.src_pos, "encoder.embed_positions.weight", false);
   b.norm(W.enc_ln_embed, "encoder.layernorm_embedding", -1, false);
   b.norm(W.enc_final, "encoder.layer_norm", -1, false);
@@ -249,7 +255,7 @@ std::string build_model(Model& m) {
     b.linear(L.out, p, l, {"self_attn.out_proj"}, C, C);
     b.norm(L.ln_self, p + "self_attn_layer_norm", l, true);
     b.linear(L.cq, p, l, {"encoder_attn.q_proj"}, C, C);
-    b.linear(L.ckv, p, l, {"encoder_attn.k_proj", "encoder_attn.v_proj"}, C, C);
+    b.linear(L.ckv, p, l, {"encoder_attn.k_proj", "encoder_attn.v_proj"}, C, cfg.enc_width());
     b.linear(L.cout, p, l, {"encoder_attn.out_proj"}, C, C);
     b.norm(L.ln_cross, p + "encoder_attn_layer_norm", l, true);
     b.linear(L.fc1, p, l, {"fc1"}, F, C);
