@@ -2,6 +2,7 @@
 #                                                beam 5 vs greedy vs IAD, checks, speedups)
 #                                   make test   (set up, run the test suite)
 # make demo-train: the training path (train a small model on the bundled sample, then the same)
+# make demo-mt: translation, the shipped en-de student: greedy vs its drafters vs CTranslate2
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -9,7 +10,7 @@ WORK   ?= work
 # make demo LOAD=N: its benchmark runs beside N CPU-bound processes (a machine doing other work)
 LOAD   ?= 0
 
-.PHONY: setup demo demo-train test test-fast ende-cpu clean
+.PHONY: setup demo demo-train demo-mt test test-fast ende-cpu clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -26,6 +27,9 @@ demo: setup
 
 demo-train: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo.py --train --work $(WORK)
+
+demo-mt: setup
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo_mt.py --work $(WORK) --load $(LOAD)
 
 # GAD and blockwise heads at CPU scale on the Debian en-de corpus: scripts/experiments/pipeline.py with the
 # cpu scale of configs/translation/wmt14_ende.yaml (about 3 h on 2 cores; resumable; see docs/reproducing-papers.md)

@@ -1,6 +1,7 @@
 """The shipped UA-GEC model (models/uagec-9x3) and the demo that decodes it
 (`make demo` = scripts/demo.py): the model loads with stock fairseq, copies
-(IAD accepts long drafts on it) and IAD equals greedy on it; the demo runs end to end."""
+(IAD accepts long drafts on it) and IAD equals greedy on it; the demo runs end
+to end; so does the translation demo (`make demo-mt` = scripts/demo_mt.py)."""
 import importlib.util
 import json
 import os
@@ -69,3 +70,20 @@ def test_demo_end_to_end(tmp_path):
     assert "machine: " in out and "native bf16" in out
     assert "IAD output identical to greedy: 30/30 sentences" in out
     assert "speedup over beam 5" in out and "aggressive decoding (iad): 300 sentences" in out
+
+
+def test_translation_demo_end_to_end(tmp_path):
+    """make demo-mt: the shipped en-de student with its drafters on the bundled sample; every
+    drafted output is greedy's, and the feature drafter accepts several tokens per pass."""
+    import re
+
+    demo_mt = os.path.join(ROOT, "scripts", "demo_mt.py")
+    proc = subprocess.run([sys.executable, demo_mt, "--work", str(tmp_path), "--sentences", "30", "--threads", "1"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = proc.stdout
+    assert "aggressive decoding (feature-ar): 300 sentences" in out
+    for mode in ("feature-ar@4", "feature-ar@8", "gad@8"):
+        assert f"{mode}: output identical to greedy on 30/30 sentences" in out, out[-3000:]
+    tpp = float(re.search(r"feature-ar@8: .*?, ([\d.]+) tokens per pass", out).group(1))
+    assert tpp > 3.0, out[-3000:]  # 4.75 on all 300 sentences
