@@ -150,3 +150,29 @@ def test_widened_drafter_proposes_as_beside_the_narrow_model(tmp_path):
         narrow = _proposals(ar, dr, d, "torch", drafter_engine)
         assert len(narrow) > 3 and any(len(p) > 1 for c in narrow for p in c[2])
         assert _proposals(war, wdr, d, "torch", drafter_engine) == narrow
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("narrow", [False, True])
+def test_feature_drafter_on_an_int8_verifier_equals_its_greedy(engine, narrow, tmp_path):
+    """The verifier quantized to int8 (``--inference-precision int8``): drafted
+    decoding gives fairseq's greedy output of that int8 model (near-ties counted:
+    a pass rounds float parts unlike fairseq's incremental steps, and int8
+    activations can turn a last-bit difference into a quantization step)."""
+    from fairseq_aggressive.runtime.quantization import quantize_int8
+    from helpers import INT8_NEAR_TIE, INT8_SCORE_TOL, compare, greedy
+    from test_feature_ar import verifier_and_feature_drafter
+
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = narrow_pair(task, tmp_path) if narrow else verifier_and_feature_drafter(task, tmp_path)
+    ar = quantize_int8(ar)
+    cmp, drafted = None, 0
+    for bsz, (lo, hi), seed in [(1, (1, 10), 10), (6, (1, 30), 60), (8, (5, 30), 61)]:
+        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
+        gen = AggressiveGenerator([ar], d, FeatureARDrafter(dr, d, 4, engine=engine), engine=engine, max_len_b=30)
+        cmp = compare(ar, sample, greedy(ar, d, sample, max_len_b=30), gen.generate([ar], sample), cmp,
+                      near_tie=INT8_NEAR_TIE, score_tol=INT8_SCORE_TOL)
+        drafted += gen.stats.drafted
+    assert cmp.ok() and cmp.identical + cmp.near_ties == cmp.total == 15, cmp
+    assert drafted > 0
