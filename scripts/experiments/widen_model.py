@@ -75,7 +75,7 @@ def sinusoids(num: int, d: int, padding_idx: int) -> torch.Tensor:
 
 
 def widen(state, dim: int, ffn: int, wide_heads: int):
-    args = copy.deepcopy(state["args"] if state.get("args") is not None else state["cfg"]["model"])
+    args = model_args(state)
     if not (args.encoder_normalize_before and args.decoder_normalize_before and args.share_all_embeddings):
         raise SystemExit("error: widening needs a pre-norm model with --share-all-embeddings")
     if args.encoder_learned_pos or args.decoder_learned_pos or getattr(args, "layernorm_embedding", False):
@@ -122,20 +122,31 @@ def widen(state, dim: int, ffn: int, wide_heads: int):
     args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = ffn
     args.encoder_attention_heads = args.decoder_attention_heads = wide_heads
     args.encoder_learned_pos = args.decoder_learned_pos = True
-    wide = {k: v for k, v in state.items() if k not in ("model", "last_optimizer_state")}
-    wide["model"] = out
+    return checkpoint_like(state, args, out)
+
+
+def model_args(state):
+    """A copy of a checkpoint's model configuration (an argparse namespace)."""
+    return copy.deepcopy(state["args"] if state.get("args") is not None else state["cfg"]["model"])
+
+
+def checkpoint_like(state, args, tensors):
+    """A checkpoint as ``state`` (its other entries, no optimizer state) with
+    model configuration ``args`` and parameters ``tensors``."""
+    result = {k: v for k, v in state.items() if k not in ("model", "last_optimizer_state")}
+    result["model"] = tensors
     if state.get("args") is not None:
-        wide["args"] = args
+        result["args"] = args
     else:
-        wide["cfg"] = dict(state["cfg"])
-        wide["cfg"]["model"] = args
-    return wide
+        result["cfg"] = dict(state["cfg"])
+        result["cfg"]["model"] = args
+    return result
 
 
 def drafter_for_wide(drafter, wide, narrow_args, dim: int, wide_heads: int, wide_path: str):
     """The narrow ``drafter`` checkpoint (trained beside the narrow model)
     made to read the ``wide`` checkpoint's encoder output and features."""
-    dargs = copy.deepcopy(drafter["args"] if drafter.get("args") is not None else drafter["cfg"]["model"])
+    dargs = model_args(drafter)
     if not getattr(dargs, "shared_encoder", False):
         raise SystemExit("error: --drafter must be a --shared-encoder drafter (it reads the verifier's encoder output)")
     d, heads = narrow_args.encoder_embed_dim, narrow_args.encoder_attention_heads
@@ -163,22 +174,14 @@ def drafter_for_wide(drafter, wide, narrow_args, dim: int, wide_heads: int, wide
         out["decoder.own_feature_proj.weight"] = drafter["model"]["decoder.feature_proj.weight"].float()
         out["decoder.own_feature_proj.bias"] = drafter["model"]["decoder.feature_proj.bias"].float()
     dargs.encoder_embed_dim = dim
-    dargs.encoder_ffn_embed_dim = wide["args"].encoder_ffn_embed_dim if wide.get("args") is not None \
-        else wide["cfg"]["model"].encoder_ffn_embed_dim
+    dargs.encoder_ffn_embed_dim = model_args(wide).encoder_ffn_embed_dim
     dargs.encoder_attention_heads = wide_heads
     dargs.encoder_learned_pos = True
     dargs.share_all_embeddings = False
     dargs.share_decoder_input_output_embed = True
     dargs.decoder_input_dim = dargs.decoder_output_dim = d
     dargs.encoder_initialized_from = wide_path
-    result = {k: v for k, v in drafter.items() if k not in ("model", "last_optimizer_state")}
-    result["model"] = out
-    if drafter.get("args") is not None:
-        result["args"] = dargs
-    else:
-        result["cfg"] = dict(drafter["cfg"])
-        result["cfg"]["model"] = dargs
-    return result
+    return checkpoint_like(drafter, dargs, out)
 
 
 def check(narrow_path: str, wide_path: str, data: str):
@@ -227,8 +230,8 @@ def main(argv=None):
     print(f"{args.out}: d={args.dim}, ffn {args.ffn}, {args.heads} heads, {n:,} parameters")
     if args.drafter:
         drafter = torch.load(args.drafter, map_location="cpu", weights_only=False)
-        narrow_args = state["args"] if state.get("args") is not None else state["cfg"]["model"]
-        torch.save(drafter_for_wide(drafter, wide, narrow_args, args.dim, args.heads, args.out), args.drafter_out)
+        torch.save(drafter_for_wide(drafter, wide, model_args(state), args.dim, args.heads, args.out),
+                   args.drafter_out)
         print(f"{args.drafter_out}: the drafter of {args.drafter}, reading {args.out}")
     if args.check_data:
         worst, same = check(args.narrow, args.out, args.check_data)
