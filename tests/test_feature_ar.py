@@ -15,7 +15,8 @@ from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.native import build
 from helpers import make_model, make_sample, make_task, random_rows
 from test_gad_shared_drafter import _train_batch, gad_vs_greedy
-from test_gad_verifier_features import AR_OPTS, Recorder, save_full_checkpoint, verifier_and_drafter
+from test_gad_verifier_features import (AR_OPTS, Recorder, recorded_proposals, save_full_checkpoint,
+                                        verifier_and_drafter)
 
 NATIVE = build.available() is None
 ENGINES = ["torch"] + (["native"] if NATIVE else [])
@@ -49,13 +50,7 @@ def test_native_feature_drafter_proposes_what_torch_does(tmp_path):
     task = make_task()
     d = task.target_dictionary
     ar, dr = verifier_and_feature_drafter(task, tmp_path)
-    sample = make_sample(random_rows(d, 5, 3, 25, seed=4), d.pad())
-    runs = {}
-    for drafter_engine in ("torch", "native"):
-        drafter = FeatureARDrafter(dr, d, 5, engine=drafter_engine)
-        rec = Recorder(drafter)
-        AggressiveGenerator([ar], d, drafter, engine="native", max_len_b=30).generate([ar], sample)
-        runs[drafter_engine] = rec.calls
+    runs = {e: recorded_proposals(ar, d, FeatureARDrafter(dr, d, 5, engine=e)) for e in ("torch", "native")}
     assert len(runs["torch"]) > 3 and any(len(p) > 1 for c in runs["torch"] for p in c[2])
     assert runs["torch"] == runs["native"]
 

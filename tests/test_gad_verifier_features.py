@@ -85,6 +85,14 @@ class Recorder:
         drafter.propose = propose
 
 
+def recorded_proposals(ar, d, drafter, engine="native", seed=4, n=5):
+    """``drafter``'s proposals, pass after pass, decoding ``n`` random sentences with ``ar``."""
+    rec = Recorder(drafter)
+    sample = make_sample(random_rows(d, n, 3, 25, seed=seed), d.pad())
+    AggressiveGenerator([ar], d, drafter, engine=engine, max_len_b=30).generate([ar], sample)
+    return rec.calls
+
+
 @pytest.mark.skipif(not NATIVE, reason="no native engine here")
 @pytest.mark.parametrize("causal", [True, False])
 def test_native_drafter_proposes_what_torch_does(causal, tmp_path):
@@ -94,13 +102,7 @@ def test_native_drafter_proposes_what_torch_does(causal, tmp_path):
     task = make_task()
     d = task.target_dictionary
     ar, dr = verifier_and_drafter(task, tmp_path, causal)
-    sample = make_sample(random_rows(d, 5, 3, 25, seed=4), d.pad())
-    runs = {}
-    for drafter_engine in ("torch", "auto"):
-        drafter = NARBlockDrafter(dr, d, 4, engine=drafter_engine)
-        rec = Recorder(drafter)
-        AggressiveGenerator([ar], d, drafter, engine="native", max_len_b=30).generate([ar], sample)
-        runs[drafter_engine] = rec.calls
+    runs = {e: recorded_proposals(ar, d, NARBlockDrafter(dr, d, 4, engine=e)) for e in ("torch", "auto")}
     assert len(runs["torch"]) > 3
     assert runs["torch"] == runs["auto"]
 
@@ -109,12 +111,10 @@ def test_native_drafter_proposes_what_torch_does(causal, tmp_path):
             for s, ne in zip(sents, n_emit):
                 self._n_feats[s] += ne
 
-    blind = Blind(dr, d, 4)
-    rec = Recorder(blind)
-    AggressiveGenerator([ar], d, blind, engine="native", max_len_b=30).generate([ar], sample)
+    blind = recorded_proposals(ar, d, Blind(dr, d, 4))
     first = lambda calls: [(c[0], c[2]) for c in calls[:3]]  # noqa: E731 (same prefixes while outputs agree)
-    assert first(rec.calls)[0] == first(runs["auto"])[0]  # the first pass: BOS only, no feature yet
-    assert first(rec.calls) != first(runs["auto"])
+    assert first(blind)[0] == first(runs["auto"])[0]  # the first pass: BOS only, no feature yet
+    assert first(blind) != first(runs["auto"])
 
 
 @pytest.mark.skipif(not NATIVE, reason="no native engine here")

@@ -20,17 +20,17 @@ from fairseq_aggressive.model_shapes import native_problems
 from fairseq_aggressive.native import build
 from helpers import ROOT, make_model, make_sample, make_task, model_args, random_rows
 from test_gad_shared_drafter import _train_batch, gad_vs_greedy
-from test_gad_verifier_features import AR_OPTS, Recorder, verifier_and_drafter
+from test_feature_ar import verifier_and_feature_drafter
+from test_gad_verifier_features import AR_OPTS, recorded_proposals, verifier_and_drafter
 
 NATIVE = build.available() is None
 ENGINES = ["torch"] + (["native"] if NATIVE else [])
-NARROW = dict(feature_ar=True, decoder_layers=1, decoder_embed_dim=16, decoder_ffn_embed_dim=32,
-              decoder_attention_heads=2)
+NARROW = dict(decoder_embed_dim=16, decoder_ffn_embed_dim=32, decoder_attention_heads=2)
 
 
 def narrow_pair(task, tmp_path):
     """A verifier of width 32 and a one-layer feature drafter of width 16 on it."""
-    ar, dr = verifier_and_drafter(task, tmp_path, **NARROW)
+    ar, dr = verifier_and_feature_drafter(task, tmp_path, **NARROW)
     assert dr.decoder.feature_proj.in_features == 32 and dr.decoder.own_feature_proj is not None
     return ar, dr
 
@@ -49,12 +49,8 @@ def test_narrow_drafter_decoding_equals_greedy(engine, drafter_engine, tmp_path)
     assert drafted > 0
 
 
-def _proposals(ar, dr, d, engine, drafter_engine, k=5, seed=4):
-    drafter = FeatureARDrafter(dr, d, k, engine=drafter_engine)
-    rec = Recorder(drafter)
-    sample = make_sample(random_rows(d, 5, 3, 25, seed=seed), d.pad())
-    AggressiveGenerator([ar], d, drafter, engine=engine, max_len_b=30).generate([ar], sample)
-    return rec.calls
+def _proposals(ar, dr, d, engine, drafter_engine):
+    return recorded_proposals(ar, d, FeatureARDrafter(dr, d, 5, engine=drafter_engine), engine)
 
 
 @pytest.mark.skipif(not NATIVE, reason="no native engine here")
@@ -161,7 +157,6 @@ def test_feature_drafter_on_an_int8_verifier_equals_its_greedy(engine, narrow, t
     activations can turn a last-bit difference into a quantization step)."""
     from fairseq_aggressive.runtime.quantization import quantize_int8
     from helpers import INT8_NEAR_TIE, INT8_SCORE_TOL, compare, greedy
-    from test_feature_ar import verifier_and_feature_drafter
 
     task = make_task()
     d = task.target_dictionary
