@@ -146,9 +146,11 @@ class AggressiveGenerator(nn.Module):
 
     def _decode(self, sample, max_len: int, bos_token=None):
         """The draft -> verify -> accept loop over one batch the verifier has begun."""
-        ngrams = self.drafter.copy_loop() if self.engine_loop and self.policy.whole_drafts else None
-        if ngrams is not None and self.verifier.runs_copy_loop:
-            return self._decode_in_verifier(sample, max_len, bos_token, ngrams)
+        if self.engine_loop and self.policy.whole_drafts:  # the drafter's loop inside the verifier's engine
+            first = self.eos if bos_token is None else bos_token
+            done = self.drafter.decode_in_engine(self.verifier, sample, max_len, first, self.max_draft_len)
+            if done is not None:
+                return self._from_engine_loop(sample, done)
         src_tokens = sample["net_input"]["src_tokens"]
         bsz = src_tokens.size(0)
         device = src_tokens.device
@@ -210,19 +212,14 @@ class AggressiveGenerator(nn.Module):
 
         return [self._finalize(outputs[b], scores[b], device) for b in range(bsz)]
 
-    def _decode_in_verifier(self, sample, max_len: int, bos_token, ngrams):
-        """The batch decoded by the verifier's own loop of source-copy drafts
-        (the drafter's, with one branch; greedy search with a draft cap of 0)."""
-        src, src_len = self.drafter.copy_source(sample)
-        first = self.eos if bos_token is None else bos_token
-        lmax = max_len if self.max_draft_len is None else self.max_draft_len
-        toks, scores, passes, st = self.verifier.decode_copy(src, src_len, first, lmax, *ngrams)
-        self.drafter.learn_from_loop(st)
-        self.stats.sentences += len(toks)
-        self.stats.add_loop(st)
-        self.last_sentence_passes = passes
+    def _from_engine_loop(self, sample, done):
+        """The hypotheses and counters of a batch a loop in the engine decoded
+        (:meth:`~fairseq_aggressive.drafters.base.Drafter.decode_in_engine`)."""
+        self.stats.sentences += len(done.tokens)
+        self.stats.add_loop(done.stats)
+        self.last_sentence_passes = done.passes
         device = sample["net_input"]["src_tokens"].device
-        return [self._finalize(t, s, device) for t, s in zip(toks, scores)]
+        return [self._finalize(t, s, device) for t, s in zip(done.tokens, done.scores)]
 
     def _propose(self, active: List[int], outputs, lens: List[int], several: bool):
         """The drafter's branches for a pass, shortened by the draft policy

@@ -55,3 +55,27 @@ def test_shipped_drafters_give_the_students_greedy(student, decoding, drafter):
         assert tokens_per_pass >= 2.5, gen.stats.summary()
     else:
         assert tokens_per_pass > 1.0, gen.stats.summary()
+
+
+def test_shipped_feature_drafters_loop_in_the_engine_is_the_generators(student):
+    """The shipped feature drafter: the engine's loop (one call per batch) and
+    the generator's (``--python-loop``) give the same tokens, scores and counters."""
+    model, task = student
+    d = task.target_dictionary
+    rows = _sources(task.source_dictionary, 12, seed=5)
+    runs = []
+    for python_loop in (False, True):
+        args = argparse.Namespace(decoding="feature-ar", block_size=8, beam=1, nbest=1, max_len_a=1.2, max_len_b=10,
+                                  drafter_path=str(MODELS / "ende-student-6x1-feature-drafter" / "model.pt"),
+                                  python_loop=python_loop)
+        gen = task.build_generator([model], args)
+        outs = []
+        for bsz in (1, 4):
+            for i in range(0, len(rows), bsz):
+                outs += [(o[0]["tokens"].tolist(), o[0]["positional_scores"].tolist())
+                         for o in gen.generate([model], make_sample(rows[i: i + bsz], d.pad()))]
+        counters = gen.stats.as_dict()
+        counters.pop("draft_seconds")
+        runs.append((outs, counters))
+    assert runs[0] == runs[1]
+    assert runs[0][1]["mean_tokens_per_pass"] >= 2.5

@@ -6,7 +6,7 @@ accepted (:meth:`Drafter.update`), as HF's ``get_candidates`` /
 verifier is declared once, in :class:`DrafterCaps`.
 """
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Any, List, Optional
 
 
 @dataclass
@@ -106,15 +106,31 @@ class Drafter:
         ``n_emit`` x C), sentence ``sents[i]``'s ``n_emit[i]`` tokens after
         those of the sentences before it."""
 
-    def copy_loop(self):
-        """(ngram_min, ngram_max) if this drafter's drafts are source copies
-        that a verifier can make and verify in one loop of its own
-        (:meth:`~fairseq_aggressive.verifiers.base.Verifier.decode_copy`), else None."""
+    def decode_in_engine(self, verifier, sample, max_len: int, first: int,
+                         max_draft: Optional[int]) -> Optional["LoopResult"]:
+        """The batch ``sample`` (begun by ``verifier``, not by this drafter)
+        decoded by a loop inside ``verifier``'s engine that makes exactly this
+        drafter's drafts, one call per batch (the output and counters of the
+        generator's loop), or None where no such loop runs it (the generator
+        then runs its own).  ``first``: the token before the output;
+        ``max_draft``: the cap on each draft (None: none)."""
         return None
 
     def draft(self, sent: int, output: List[int], cap: int) -> List[int]:
         """The first draft :meth:`propose` gives one sentence (a convenience)."""
         return self.propose([sent], [output], [cap])[0][0].tokens
+
+
+@dataclass
+class LoopResult:
+    """A batch decoded by a loop in the verifier's engine: per sentence its
+    ``tokens``, their ``scores`` and the ``passes`` it took part in, and the
+    loop's counters ``stats`` (a :class:`~fairseq_aggressive.native.c_api.LoopStats`)."""
+
+    tokens: List[List[int]]
+    scores: List[List[float]]
+    passes: List[int]
+    stats: Any
 
 
 def single_drafts(drafts: List[List[int]]) -> List[List[Branch]]:

@@ -10,13 +10,16 @@ times.  The verifier checks the k tokens in one pass with greedy's rule, so
 the output is greedy's whatever the drafter proposes.  The drafter runs in
 the native engine where it can (one call per pass: the new tokens, then k
 one-token steps), else in torch (here: the whole row per drafted token).
+With the native verifier too, the engine runs the whole loop, one call per
+batch (:meth:`FeatureARDrafter.decode_in_engine`).
 """
-from typing import List
+import time
+from typing import List, Optional
 
 import torch
 
 from ..options import check_positive_int
-from .base import Branch, single_drafts
+from .base import Branch, LoopResult, single_drafts
 from .nar_block import NARBlockDrafter
 
 
@@ -32,6 +35,23 @@ class FeatureARDrafter(NARBlockDrafter):
                              "(trained with --arch block_nat --feature-ar --criterion feature_ar_loss)")
         super().__init__(model, tgt_dict, check_positive_int(draft_len, "--block-size"), engine=engine,
                          threads=threads, isa=isa, shortlist=shortlist)
+
+    def decode_in_engine(self, verifier, sample, max_len: int, first: int,
+                         max_draft: Optional[int]) -> Optional[LoopResult]:
+        # the engine's loop makes the drafts of propose() and observe_emitted() as written here
+        cls = type(self)
+        as_here = all(getattr(cls, m) is getattr(FeatureARDrafter, m) for m in ("propose", "observe_emitted", "update"))
+        if not as_here or self.native is None or not verifier.runs_engine_loops:
+            return None
+        t0 = time.perf_counter()
+        self.begin(sample, max_len, verifier.encoder_out())
+        if self.encoder_out is not None:  # this batch drafts in torch
+            return None
+        begun = time.perf_counter() - t0
+        toks, scores, passes, st = verifier.decode_feature(
+            self.native, first, self.bos, self.k, -1 if max_draft is None else max_draft, self.max_positions - 1)
+        st.draft_ns += int(begun * 1e9)
+        return LoopResult(toks, scores, passes, st)
 
     @torch.no_grad()
     def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:

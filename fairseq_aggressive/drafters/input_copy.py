@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .base import Branch, Drafter, DrafterCaps, DraftOutcome
+from .base import Branch, Drafter, DrafterCaps, DraftOutcome, LoopResult
 
 # alignments tried after an edit: (kind, source tokens replaced minus output tokens emitted since)
 OFFSETS = (("sub", 0), ("ins", -1), ("del", 1), ("ins2", -2), ("del2", 2))
@@ -113,6 +113,16 @@ class InputCopyDrafter(Drafter):
         if self.caps.max_branches == 1 and drafts_as_here and sources_known:
             return self.ngram_min, self.ngram_max
         return None
+
+    def decode_in_engine(self, verifier, sample, max_len: int, first: int, max_draft):
+        ngrams = self.copy_loop()
+        if ngrams is None or not verifier.runs_engine_loops:
+            return None
+        src, src_len = self.copy_source(sample)
+        toks, scores, passes, st = verifier.decode_copy(src, src_len, first,
+                                                        max_len if max_draft is None else max_draft, *ngrams)
+        self.learn_from_loop(st)
+        return LoopResult(toks, scores, passes, st.loop)
 
     def copy_source(self, sample):
         """Each sentence's copy source (target ids, padding removed), concatenated,

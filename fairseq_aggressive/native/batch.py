@@ -1,6 +1,7 @@
 """One encoded batch in the native engine: its sentences' decoder caches,
-verification passes (:meth:`NativeBatch.step`) and the whole loop of
-source-copy drafting and greedy search (:meth:`NativeBatch.decode_copy`)."""
+verification passes (:meth:`NativeBatch.step`) and whole decoding loops:
+source-copy drafting and greedy search (:meth:`NativeBatch.decode_copy`), a
+feature drafter's (:meth:`NativeBatch.decode_feature`)."""
 import ctypes
 from typing import List, Optional, Sequence
 
@@ -15,6 +16,14 @@ def _addr(buf) -> Optional[int]:
     if buf is None:
         return None
     return buf.ctypes.data if isinstance(buf, np.ndarray) else ctypes.addressof(buf)
+
+
+def _loop_outputs(tokens: np.ndarray, scores: np.ndarray, out_len: np.ndarray, passes: np.ndarray):
+    """Per sentence its tokens and scores (rows of ``tokens``, ``scores`` cut
+    at ``out_len``), and the passes each took part in (lists)."""
+    lens = out_len.tolist()
+    return ([tokens[b, :k].tolist() for b, k in enumerate(lens)], [scores[b, :k].tolist() for b, k in enumerate(lens)],
+            passes.tolist())
 
 
 class StateHandle:
@@ -174,6 +183,37 @@ class NativeBatch:
             raise ValueError(f"native engine: the decoding loop does not fit the batch ({n} sources, draft cap "
                              f"{max_draft}, suffixes {ngram_min}..{ngram_max}; a batch decodes once, all its "
                              "sentences at once)")
-        lens = out_len.tolist()
-        return ([tokens[b, :k].tolist() for b, k in enumerate(lens)], [scores[b, :k].tolist() for b, k in enumerate(lens)],
-                passes.tolist(), stats)
+        return _loop_outputs(tokens, scores, out_len, passes) + (stats,)
+
+    def decode_feature(self, drafter, drafter_state, first: int, bos: int, k: int, max_draft: int, room: int,
+                       max_len: int, min_len: int, unk_penalty: float, temperature: float, beta: int = 1,
+                       tau: float = 0.0):
+        """Decodes the whole batch (just begun) in the engine with the drafts of
+        a ``--feature-ar`` drafter (``drafter``: its
+        :class:`~fairseq_aggressive.native.NativeEngine`; ``drafter_state``: its
+        state of these sentences, begun from this batch's encoder output), as
+        :class:`~fairseq_aggressive.drafters.FeatureARDrafter` drafts on the
+        native engine: ``k`` tokens per pass, at most ``max_draft`` (-1: no
+        cap), while ``bos``, the output and the draft fit the drafter's ``room``
+        positions; the loop starts from the token ``first``; the other
+        arguments are :meth:`step`'s.  Returns per sentence its tokens, their
+        scores and the passes it took part in, and the loop's counters
+        (:class:`~fairseq_aggressive.native.c_api.LoopStats`)."""
+        n = len(self.src_keep)
+        cap = max_len + 1
+        tokens = np.empty((n, cap), dtype=np.int32)
+        scores = np.empty((n, cap), dtype=np.float32)
+        out_len, passes = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+        a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=max_draft, room=room, max_len=max_len,
+                                  min_len=min_len, unk_penalty=unk_penalty, temperature=temperature, beta=beta,
+                                  tau=tau, out_cap=cap, out_tokens=_addr(tokens), out_scores=_addr(scores),
+                                  out_len=_addr(out_len), passes=_addr(passes))
+        stats = c_api.LoopStats()
+        rc = self.lib.fa_decode_feature(self.engine.handle, self.handle, drafter.handle, drafter_state.handle,
+                                        ctypes.byref(a), ctypes.byref(stats))
+        if rc == -2:
+            raise self.engine.failure("the decoding loop")
+        if rc != 0:
+            raise ValueError(f"native engine: the feature drafter's loop does not fit the batch ({n} sentences, "
+                             f"k {k}; the drafter must read this verifier's features, and a batch decodes once)")
+        return _loop_outputs(tokens, scores, out_len, passes) + (stats,)

@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 10
+API_VERSION = 11
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -54,17 +54,34 @@ class DraftArgs(ctypes.Structure):
     del P, I
 
 
-# draft positions counted one by one in CopyLoopStats (kLoopPositions; the last counts every later one)
+class FeatureLoopArgs(ctypes.Structure):
+    """fa::FeatureLoopArgs (csrc/feature_loop.h): the in-engine loop of a
+    --feature-ar drafter and its verifier over one batch."""
+
+    P, I, F = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float
+    _fields_ = [("n", I), ("first", I), ("bos", I), ("k", I), ("max_draft", I), ("room", I), ("max_len", I),
+                ("min_len", I), ("unk_penalty", F), ("temperature", F), ("beta", I), ("tau", F), ("out_cap", I),
+                ("out_tokens", P), ("out_scores", P), ("out_len", P), ("passes", P)]
+    del P, I, F
+
+
+# draft positions counted one by one in LoopStats (kLoopPositions; the last counts every later one)
 LOOP_POSITIONS = 32
 
 
-class CopyLoopStats(ctypes.Structure):
-    """fa::CopyLoopStats (csrc/copy_loop.h): the loop's counters."""
+class LoopStats(ctypes.Structure):
+    """fa::LoopStats (csrc/decode_loop.h): the counters of a loop in the engine."""
 
     _fields_ = [(n, ctypes.c_int64) for n in ("passes", "sentence_passes", "drafted", "accepted", "draft_ns")] + [
-        ("position_drafted", ctypes.c_int64 * LOOP_POSITIONS), ("position_accepted", ctypes.c_int64 * LOOP_POSITIONS)
-    ] + [(n, ctypes.c_int64) for n in ("copy_trials", "copy_hits", "sync_trials", "sync_hits", "cont_trials",
-                                        "cont_hits")]
+        ("position_drafted", ctypes.c_int64 * LOOP_POSITIONS), ("position_accepted", ctypes.c_int64 * LOOP_POSITIONS)]
+
+
+class CopyLoopStats(ctypes.Structure):
+    """fa::CopyLoopStats (csrc/copy_loop.h): the loop's counters, then the source-copy drafter's."""
+
+    _anonymous_ = ("loop",)  # its counters read as the struct's own (stats.passes)
+    _fields_ = [("loop", LoopStats)] + [(n, ctypes.c_int64) for n in (
+        "copy_trials", "copy_hits", "sync_trials", "sync_hits", "cont_trials", "cont_hits")]
 
 
 def declare(lib) -> None:
@@ -102,6 +119,7 @@ def declare(lib) -> None:
         "fa_set_feature_proj": (I, [P, P, P, I]),
         "fa_set_own_feature_proj": (I, [P, P, P]),
         "fa_draft": (I, [P, P, ctypes.POINTER(DraftArgs)]),
+        "fa_decode_feature": (I, [P, P, P, P, ctypes.POINTER(FeatureLoopArgs), ctypes.POINTER(LoopStats)]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -130,7 +148,7 @@ def mismatch(lib):
     if version() != API_VERSION:
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
     declare(lib)
-    for struct in (Config, PassArgs, CopyLoopArgs, CopyLoopStats, DraftArgs):
+    for struct in (Config, PassArgs, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs, FeatureLoopArgs):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

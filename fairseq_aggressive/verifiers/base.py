@@ -91,17 +91,30 @@ class Verifier:
         raise NotImplementedError
 
     @property
-    def runs_copy_loop(self) -> bool:
-        """Whether the verifier runs the whole loop of source-copy drafting
-        and greedy search itself (:meth:`decode_copy`) for the batch begun last."""
+    def runs_engine_loops(self) -> bool:
+        """Whether the verifier runs whole decoding loops itself for the batch
+        begun last: source-copy drafting and greedy search (:meth:`decode_copy`),
+        a feature drafter's (:meth:`decode_feature`)."""
         return False
 
     def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int):
-        """(:attr:`runs_copy_loop`) Decodes the batch begun last with the drafts
+        """(:attr:`runs_engine_loops`) Decodes the batch begun last with the drafts
         of :class:`~fairseq_aggressive.drafters.InputCopyDrafter` with one branch
         (``src``, ``src_len``: the copy sources concatenated and their lengths;
         ``first``: the token before the output): per sentence its tokens, their
         scores and passes, and the loop's counters."""
+        raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
+
+    def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int):
+        """(:attr:`runs_engine_loops`) Decodes the batch begun last with the
+        drafts of a native ``--feature-ar`` drafter ``drafter`` (a
+        :class:`~fairseq_aggressive.native.block_drafter.NativeBlockDrafter`
+        begun on this batch's encoder output) as
+        :class:`~fairseq_aggressive.drafters.FeatureARDrafter` drafts: ``k``
+        tokens per pass, at most ``max_draft`` (-1: no cap), while the drafter's
+        row (``bos``, the output, the draft) fits ``room`` positions; ``first``:
+        the token before the output.  Per sentence its tokens, their scores and
+        passes, and the loop's counters."""
         raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
 
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], branches: Optional[Sequence[List[int]]] = None,

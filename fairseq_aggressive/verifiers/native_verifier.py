@@ -58,8 +58,8 @@ class NativeVerifier(Verifier):
         return measure_pass_cost(self.engine, src_tokens)
 
     @property
-    def runs_copy_loop(self) -> bool:
-        """Whether :meth:`decode_copy` runs the batch begun last (in the engine)."""
+    def runs_engine_loops(self) -> bool:
+        """Whether :meth:`decode_copy` and :meth:`decode_feature` run the batch begun last (in the engine)."""
         return not self._on_torch
 
     def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int):
@@ -68,6 +68,13 @@ class NativeVerifier(Verifier):
         r = self.rules
         return self.batch.decode_copy(src, src_len, first, max_draft, ngram_min, ngram_max, self.max_len, r.min_len,
                                       r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau)
+
+    def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int):
+        """The batch begun last, decoded in the engine with a feature drafter's drafts
+        (:meth:`~fairseq_aggressive.native.NativeBatch.decode_feature`)."""
+        r = self.rules
+        return self.batch.decode_feature(drafter.engine, drafter.state, first, bos, k, max_draft, room, self.max_len,
+                                         r.min_len, r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau)
 
     def step(self, sents, rows, branches=None, emitted_features=False, pass_features=False) -> PassResult:
         if self._on_torch:

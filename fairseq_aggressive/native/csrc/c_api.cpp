@@ -14,6 +14,7 @@
 
 #include "block_drafter.h"
 #include "copy_loop.h"
+#include "feature_loop.h"
 #include "model.h"
 #include "parallel.h"
 #include "pass.h"
@@ -26,7 +27,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 10;
+constexpr int kApiVersion = 11;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -62,13 +63,15 @@ extern "C" {
 int fa_version() { return kApiVersion; }
 
 // sizeof the structs c_api.py mirrors ("Config", "PassArgs", "CopyLoopArgs",
-// "CopyLoopStats", "DraftArgs"); -1 for another name
+// "LoopStats", "CopyLoopStats", "DraftArgs", "FeatureLoopArgs"); -1 for another name
 int fa_sizeof(const char* name) {
   if (std::strcmp(name, "Config") == 0) return (int)sizeof(fa::Config);
   if (std::strcmp(name, "PassArgs") == 0) return (int)sizeof(fa::PassArgs);
   if (std::strcmp(name, "CopyLoopArgs") == 0) return (int)sizeof(fa::CopyLoopArgs);
   if (std::strcmp(name, "CopyLoopStats") == 0) return (int)sizeof(fa::CopyLoopStats);
   if (std::strcmp(name, "DraftArgs") == 0) return (int)sizeof(fa::DraftArgs);
+  if (std::strcmp(name, "LoopStats") == 0) return (int)sizeof(fa::LoopStats);
+  if (std::strcmp(name, "FeatureLoopArgs") == 0) return (int)sizeof(fa::FeatureLoopArgs);
   return -1;
 }
 
@@ -260,6 +263,17 @@ int fa_set_own_feature_proj(void* mp, const float* W, const float* b) {
 // row does not fit its sentence's cache, or -2 (fa_model_error).
 int fa_draft(void* mp, void* sp, const fa::DraftArgs* args) {
   return guarded(mp, -2, [&] { return fa::draft_pass(model(mp), state(sp), *args); });
+}
+
+// The whole loop of a --feature-ar drafter (drafter model dp, its state ds,
+// begun from the encoder output of the verifier's state vs) and the verifier
+// vp over a batch just begun (fa::FeatureLoopArgs in csrc/feature_loop.h), its
+// counters added to *stats; 0, -1 (nothing decoded) if an argument does not
+// fit the batch or the drafter does not read this verifier's features, or -2
+// if it failed (the verifier's fa_model_error says why, for either decoder;
+// both states are then undefined).
+int fa_decode_feature(void* vp, void* vs, void* dp, void* ds, const fa::FeatureLoopArgs* args, fa::LoopStats* stats) {
+  return guarded(vp, -2, [&] { return fa::decode_feature(model(vp), state(vs), model(dp), state(ds), *args, *stats); });
 }
 
 }  // extern "C"

@@ -57,8 +57,7 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
     copy[b].len = a.src_len[b];
     copy[b].ptr = copy[b].len > 0 ? 0 : kNone;
   }
-  std::vector<std::vector<int32_t>> out(B);
-  std::vector<std::vector<float>> scores(B);
+  LoopOutputs out(B);
   std::vector<int32_t> last(B, a.first);
   std::vector<int32_t> active(B);
   for (int b = 0; b < B; ++b) active[b] = b;
@@ -68,13 +67,7 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
   std::vector<int32_t> row_len, tokens, n_emit, n_match, done, start, kind;
   std::vector<int32_t> choice;
   std::vector<float> score;
-  PassArgs p{};
-  p.max_len = a.max_len;
-  p.min_len = a.min_len;
-  p.unk_penalty = a.unk_penalty;
-  p.temperature = a.temperature;
-  p.beta = a.beta;
-  p.tau = a.tau;
+  PassArgs p = pass_settings(a);
 
   using Clock = std::chrono::steady_clock;
   while (!active.empty()) {
@@ -86,13 +79,13 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
     tokens.clear();
     for (int i = 0; i < n; ++i) {
       const int b = active[i];
-      const int cap = std::min(a.max_len - (int)out[b].size(), a.max_draft);
+      const int cap = std::min(a.max_len - out.length(b), a.max_draft);
       tokens.push_back(last[b]);
       int r = kNone;
       if (cap > 0) {
         r = copy[b].ptr;
         kind[i] = r == kNone;
-        if (r == kNone) r = resync(copy[b], out[b], a.ngram_min, a.ngram_max);
+        if (r == kNone) r = resync(copy[b], out.tokens(b), a.ngram_min, a.ngram_max);
       }
       int L = 0;
       if (r != kNone) {
@@ -102,7 +95,7 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
       start[i] = L > 0 ? r : kNone;
       row_len[i] = 1 + L;
     }
-    stats.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    stats.loop.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
 
     const size_t total = tokens.size();
     choice.resize(total);
@@ -121,25 +114,18 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
     p.done = done.data();
     // (rows fit: a draft never reaches beyond max_len, the caches hold max_len + 1 positions)
     if (verify_pass(m, st, p) != 0) throw std::logic_error("a draft does not fit its sentence's cache");
-    stats.passes += 1;
-    stats.sentence_passes += n;
+    stats.loop.passes += 1;
+    stats.loop.sentence_passes += n;
 
     int kept = 0, o = 0;
     for (int i = 0; i < n; o += row_len[i++]) {
       const int b = active[i], L = row_len[i] - 1, k = n_match[i];
       a.passes[b] += 1;
-      stats.drafted += L;
-      stats.accepted += k;
-      for (int j = 0; j < L; ++j) {
-        const int slot = std::min(j, kLoopPositions - 1);
-        stats.position_drafted[slot] += 1;
-        stats.position_accepted[slot] += j < k;
-      }
-      out[b].insert(out[b].end(), choice.begin() + o, choice.begin() + o + n_emit[i]);
-      scores[b].insert(scores[b].end(), score.begin() + o, score.begin() + o + n_emit[i]);
+      stats.loop.count(L, k);
+      out.emit(b, choice.data() + o, score.data() + o, n_emit[i]);
       if (done[i]) continue;
       active[kept++] = b;
-      last[b] = out[b].back();
+      last[b] = out.tokens(b).back();
       // what the drafter learns (InputCopyDrafter.update with one branch)
       Copy& c = copy[b];
       c.ptr = kNone;
@@ -151,16 +137,11 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
         stats.cont_trials += k - 1 + (k < L);
       }
       const int nxt = start[i] + k;
-      if (k == L && nxt < c.len && out[b].back() == c.src[nxt] && nxt + 1 < c.len) c.ptr = nxt + 1;
+      if (k == L && nxt < c.len && last[b] == c.src[nxt] && nxt + 1 < c.len) c.ptr = nxt + 1;
     }
     active.resize(kept);
   }
-  for (int b = 0; b < B; ++b) {
-    if ((int)out[b].size() > a.out_cap) throw std::logic_error("more tokens than out_cap");  // at most max_len + 1
-    a.out_len[b] = (int)out[b].size();
-    std::copy(out[b].begin(), out[b].end(), a.out_tokens + (size_t)b * a.out_cap);
-    std::copy(scores[b].begin(), scores[b].end(), a.out_scores + (size_t)b * a.out_cap);
-  }
+  out.write(a.out_cap, a.out_tokens, a.out_scores, a.out_len);
   return 0;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "decode_loop.h"
 #include "model.h"
 
 namespace fa {
@@ -44,22 +45,15 @@ struct CopyLoopArgs {
   int32_t* passes;
 };
 
-// Counters of one loop, added to (mirrored by CopyLoopStats in c_api.py).
-// Per draft position i < kLoopPositions (the last slot counts every later one):
-// the passes whose draft had a position i and those whose drafted token i was
-// accepted.  The drafter's rates (input_copy.py), for the passes after which a
-// sentence went on (update() is not called on a finished sentence): per kind of
-// draft (copy: continuing a copy; sync: the first after re-anchoring) the
-// drafts verified and those whose first token was accepted, and over the drafts
-// whose first token was accepted, the tokens after an accepted one that could
-// have been accepted and those that were.
-constexpr int kLoopPositions = 32;
+// Counters of one loop (mirrored by CopyLoopStats in c_api.py): the loop's
+// (decode_loop.h), then the drafter's rates (input_copy.py), for the passes
+// after which a sentence went on (update() is not called on a finished
+// sentence): per kind of draft (copy: continuing a copy; sync: the first after
+// re-anchoring) the drafts verified and those whose first token was accepted,
+// and over the drafts whose first token was accepted, the tokens after an
+// accepted one that could have been accepted and those that were.
 struct CopyLoopStats {
-  int64_t passes;           // decoder invocations
-  int64_t sentence_passes;  // sum over sentences of the passes they took part in
-  int64_t drafted, accepted;
-  int64_t draft_ns;         // time spent making drafts
-  int64_t position_drafted[kLoopPositions], position_accepted[kLoopPositions];
+  LoopStats loop;
   int64_t copy_trials, copy_hits, sync_trials, sync_hits;
   int64_t cont_trials, cont_hits;
 };
