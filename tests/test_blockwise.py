@@ -7,7 +7,8 @@ import random
 import pytest
 import torch
 
-from helpers import aggressive, compare, fast_first, greedy, make_model, make_sample, make_task, random_rows
+from helpers import (NATIVE_REASON, aggressive, compare, fast_first, greedy, make_model, make_sample, make_task,
+                     needs_native, random_rows)
 from fairseq_aggressive.acceptance import build_blockwise_acceptance
 from fairseq_aggressive.drafters import BlockwiseHeadsDrafter, DrafterCaps
 
@@ -19,9 +20,11 @@ SHAPES = [
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("si", range(len(SHAPES)))
-def test_exact_blockwise_equals_greedy_random_heads(si):
+@pytest.mark.parametrize("si,engine", fast_first([(1, "native"), (0, "torch"), (1, "torch"), (2, "torch"),
+                                                   (0, "native"), (2, "native")]))
+def test_exact_blockwise_equals_greedy_random_heads(si, engine):
+    if engine == "native" and NATIVE_REASON is not None:
+        pytest.skip(f"no native engine here: {NATIVE_REASON}")
     task = make_task()
     d = task.target_dictionary
     m = make_model(task, arch="transformer_blockwise", seed=si, **SHAPES[si])
@@ -31,7 +34,8 @@ def test_exact_blockwise_equals_greedy_random_heads(si):
         sample = make_sample(rows, d.pad())
         for opts in (dict(max_len_b=50), dict(max_len_a=1.0, max_len_b=2, min_len=3)):
             ref = greedy(m, d, sample, **opts)
-            out, gen = aggressive(m, task, sample, drafter=BlockwiseHeadsDrafter(m, d), **opts)
+            out, gen = aggressive(m, task, sample, drafter=BlockwiseHeadsDrafter(m, d), engine=engine, **opts)
+            assert (gen.native is not None) == (engine == "native")
             cmp = compare(m, sample, ref, out, cmp)
             assert gen.stats.drafted > 0
     assert cmp.ok(), cmp
@@ -97,7 +101,7 @@ def test_merged_predict_verify_one_invocation_per_iteration():
     m = make_model(task, arch="transformer_blockwise", seed=2, blockwise_k=4)
     rows = random_rows(d, 1, 10, 20, seed=3)
     sample = make_sample(rows, d.pad())
-    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), max_len_b=30)
+    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), engine="torch", max_len_b=30)
     calls = {"decoder.forward": 0, "verifier": 0, "heads": 0, "encoder": 0}
 
     def counted(name, fn):
@@ -117,6 +121,30 @@ def test_merged_predict_verify_one_invocation_per_iteration():
     # the first pass drafts nothing, later ones k-1 = 3 tokens (the length cap may cut the last)
     assert 3 * (passes - 1) - 3 <= gen.stats.drafted <= 3 * (passes - 1)
     assert 1 < passes < n_tok  # blocks were accepted
+
+
+@needs_native
+def test_blockwise_on_the_engine_one_pass_and_one_heads_call_per_iteration(monkeypatch):
+    """On the native verifier the heads read the engine's features of the last
+    emitted token: one engine pass and one heads call per iteration, blocks
+    accepted, greedy's output."""
+    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.native import NativeBatch
+
+    task = make_task()
+    d = task.target_dictionary
+    m = make_model(task, arch="transformer_blockwise", seed=2, blockwise_k=4)
+    sample = make_sample(random_rows(d, 3, 10, 20, seed=3), d.pad())
+    steps, heads = [], []
+    real = NativeBatch.step
+    monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
+    real_heads = m.head_logits
+    m.head_logits = lambda x: heads.append(x.shape[0]) or real_heads(x)
+    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", max_len_b=30)
+    out = gen.generate([m], sample)
+    assert compare(m, sample, greedy(m, d, sample, max_len_b=30), out).identical == 3
+    assert len(steps) == len(heads) == gen.stats.passes and gen.stats.drafted > 0
+    assert gen.stats.sentence_passes < sum(len(o[0]["tokens"]) for o in out)  # blocks were accepted
 
 
 def test_blockwise_beam_decoding_is_base_model():

@@ -3,9 +3,12 @@ of a ``transformer_blockwise`` verifier.
 
 Predict and verify are merged: the verifier's pass of iteration n computes the
 decoder features of every drafted position anyway; the heads 2..k applied to
-the features at the last emitted token's position propose the next block
-(head 1 is the verifier's own top-1, which the generator emits).  So after the
-first pass (which drafts nothing) every iteration is one model invocation.
+the features that chose the last emitted token propose the next block (head 1
+is the verifier's own top-1, which the generator emits).  So after the first
+pass (which drafts nothing) every iteration is one model invocation plus the
+heads on one feature row per sentence.  Both verifiers hand over those
+features (the native engine's are its own: proposals may differ from torch's
+by rounding, the output is the verifier's greedy either way).
 """
 from typing import List
 
@@ -15,7 +18,7 @@ from .base import Branch, Drafter, DrafterCaps, single_drafts
 
 
 class BlockwiseHeadsDrafter(Drafter):
-    caps = DrafterCaps(pass_features=True)
+    caps = DrafterCaps(emitted_features=True)
 
     def __init__(self, model, tgt_dict):
         if not getattr(model, "has_blockwise_heads", False):
@@ -34,13 +37,13 @@ class BlockwiseHeadsDrafter(Drafter):
         return single_drafts([self.proposals[s][: max(c, 0)] for s, c in zip(sents, caps)])
 
     @torch.no_grad()
-    def observe(self, sents: List[int], feats, n_emit) -> None:
-        """``feats`` (B, W, C) of the pass just verified; row ``i`` emitted
-        ``n_emit[i]`` tokens, the last predicted from position ``n_emit[i] - 1``."""
-        idx = (torch.tensor(n_emit, device=feats.device) - 1).clamp(min=0)
-        last = feats[torch.arange(feats.size(0), device=feats.device), idx]  # (B, C)
-        logits = self.model.head_logits(last)  # (B, k-1, V)
-        logits[..., self.pad] = -float("inf")
+    def observe_emitted(self, sents: List[int], feats, n_emit) -> None:
+        """``feats`` (sum of ``n_emit`` x C): the features that chose each
+        emitted token, sentence after sentence; the heads read each sentence's last."""
+        last = torch.tensor(n_emit, device=feats.device).cumsum(0) - 1
+        param = next(self.model.parameters())
+        logits = self.model.head_logits(feats.index_select(0, last).to(device=param.device, dtype=param.dtype))
+        logits[..., self.pad] = -float("inf")  # (B, k-1, V)
         for s, row in zip(sents, logits.argmax(-1).tolist()):
             self.proposals[s] = row
 
