@@ -1,6 +1,7 @@
 """Blockwise parallel decoding on random-weight transformer_blockwise models:
 exact mode equals greedy whatever the heads propose (the top-K and min-block
-rules on crafted scores: test_acceptance.py); merged predict/verify (one invocation per iteration); errors."""
+rules on crafted scores: test_acceptance.py); merged predict/verify (one invocation per iteration); the
+native engine's heads and its whole loop (fa_decode_blockwise) against the generator's; errors."""
 import argparse
 import random
 
@@ -124,10 +125,10 @@ def test_merged_predict_verify_one_invocation_per_iteration():
 
 
 @needs_native
-def test_blockwise_on_the_engine_one_pass_and_one_heads_call_per_iteration(monkeypatch):
-    """On the native verifier the heads read the engine's features of the last
-    emitted token: one engine pass and one heads call per iteration, blocks
-    accepted, greedy's output."""
+def test_blockwise_on_the_native_verifier_one_pass_and_one_heads_call_per_iteration(monkeypatch):
+    """The generator's loop on the native verifier: the heads read the engine's
+    features of the last emitted token, one engine pass and one heads call per
+    iteration, blocks accepted, greedy's output."""
     from fairseq_aggressive.generator import AggressiveGenerator
     from fairseq_aggressive.native import NativeBatch
 
@@ -140,11 +141,75 @@ def test_blockwise_on_the_engine_one_pass_and_one_heads_call_per_iteration(monke
     monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
     real_heads = m.head_logits
     m.head_logits = lambda x: heads.append(x.shape[0]) or real_heads(x)
-    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", max_len_b=30)
+    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", engine_loop=False, max_len_b=30)
     out = gen.generate([m], sample)
     assert compare(m, sample, greedy(m, d, sample, max_len_b=30), out).identical == 3
     assert len(steps) == len(heads) == gen.stats.passes and gen.stats.drafted > 0
     assert gen.stats.sentence_passes < sum(len(o[0]["tokens"]) for o in out)  # blocks were accepted
+
+
+@needs_native
+@pytest.mark.parametrize("si", fast_first([1, 2, 0]))
+def test_engine_heads_propose_what_torch_heads_do(si):
+    from fairseq_aggressive.native import NativeEngine
+
+    task = make_task()
+    d = task.target_dictionary
+    m = make_model(task, arch="transformer_blockwise", seed=si, **SHAPES[si])
+    engine = NativeEngine(m, d)
+    assert engine.n_heads == m.blockwise_k - 1
+    batch = engine.begin(make_sample(random_rows(d, 6, 3, 9, seed=si), d.pad())["net_input"]["src_tokens"], 20)
+    feats = torch.randn(6, m.decoder.embed_dim, generator=torch.Generator().manual_seed(si))
+    with torch.no_grad():
+        logits = m.head_logits(feats)
+    logits[..., d.pad()] = -float("inf")
+    assert batch.heads(list(range(6)), feats) == logits.argmax(-1).tolist()
+    plain = NativeEngine(make_model(task, seed=si), d).begin(torch.tensor([[5, 6, d.eos()]]), 20)
+    with pytest.raises(ValueError, match="no proposal heads"):
+        plain.heads([0], feats[:1])
+
+
+def _blockwise_runs(m, d, engine_loop, kw):
+    from fairseq_aggressive.generator import AggressiveGenerator
+
+    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", engine_loop=engine_loop, **kw)
+    outs, passes = [], []
+    for bsz, (lo, hi), seed in ((1, (1, 12), 4), (8, (1, 40), 5), (8, (15, 50), 6)):
+        outs += gen.generate([m], make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad()))
+        passes += list(gen.last_sentence_passes)
+    return outs, passes, gen.stats
+
+
+@needs_native
+@pytest.mark.parametrize("kw", fast_first([dict(max_len_b=50), dict(max_len_b=50, max_draft_len=2),
+                                           dict(max_len_a=1.0, max_len_b=2, min_len=3),
+                                           dict(unk_penalty=-1.5, temperature=0.7, max_len_b=50)]),
+                         ids=["plain", "cap2", "max-len", "unkpen-temperature"])
+def test_engine_loop_equals_the_generators_loop(kw, monkeypatch):
+    """fa_decode_blockwise: one call per batch, the tokens, scores, passes and
+    counters of the generator's loop on the native verifier, greedy's output."""
+    from fairseq_aggressive.native import NativeBatch
+    from test_copy_loop import _bits, _counters
+
+    task = make_task()
+    d = task.target_dictionary
+    m = make_model(task, arch="transformer_blockwise", seed=5, blockwise_k=6, decoder_layers=3)
+    steps = []
+    real = NativeBatch.step
+    monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
+    a = _blockwise_runs(m, d, True, kw)
+    assert not steps
+    b = _blockwise_runs(m, d, False, kw)
+    assert steps
+    assert _bits(a[0]) == _bits(b[0]) and a[1] == b[1] and _counters(a[2]) == _counters(b[2])
+    assert a[2].drafted > a[2].accepted > 0
+    greedy_kw = {k: v for k, v in kw.items() if k != "max_draft_len"}
+    cmp, o = None, 0
+    for bsz, (lo, hi), seed in ((1, (1, 12), 4), (8, (1, 40), 5), (8, (15, 50), 6)):
+        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
+        cmp = compare(m, sample, greedy(m, d, sample, **greedy_kw), a[0][o: o + bsz], cmp)
+        o += bsz
+    assert cmp.ok() and cmp.identical == cmp.total == 17, cmp
 
 
 def test_blockwise_beam_decoding_is_base_model():

@@ -10,11 +10,11 @@ heads on one feature row per sentence.  Both verifiers hand over those
 features (the native engine's are its own: proposals may differ from torch's
 by rounding, the output is the verifier's greedy either way).
 """
-from typing import List
+from typing import List, Optional
 
 import torch
 
-from .base import Branch, Drafter, DrafterCaps, single_drafts
+from .base import Branch, Drafter, DrafterCaps, LoopResult, single_drafts
 
 
 class BlockwiseHeadsDrafter(Drafter):
@@ -35,6 +35,17 @@ class BlockwiseHeadsDrafter(Drafter):
 
     def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
         return single_drafts([self.proposals[s][: max(c, 0)] for s, c in zip(sents, caps)])
+
+    def decode_in_engine(self, verifier, sample, max_len: int, first: int, max_draft) -> Optional[LoopResult]:
+        # the engine's loop proposes with the heads of the model it verifies with, as observe_emitted() here
+        cls = type(self)
+        as_here = all(getattr(cls, m) is getattr(BlockwiseHeadsDrafter, m)
+                      for m in ("propose", "observe_emitted", "update", "begin"))
+        engine = getattr(verifier, "engine", None)
+        if not as_here or not verifier.runs_engine_loops or getattr(engine, "n_heads", 0) != self.model.blockwise_k - 1:
+            return None
+        toks, scores, passes, st = verifier.decode_blockwise(first, -1 if max_draft is None else max_draft)
+        return LoopResult(toks, scores, passes, st)
 
     @torch.no_grad()
     def observe_emitted(self, sents: List[int], feats, n_emit) -> None:

@@ -1,7 +1,8 @@
 """One encoded batch in the native engine: its sentences' decoder caches,
 verification passes (:meth:`NativeBatch.step`) and whole decoding loops:
 source-copy drafting and greedy search (:meth:`NativeBatch.decode_copy`), a
-feature drafter's (:meth:`NativeBatch.decode_feature`)."""
+feature drafter's (:meth:`NativeBatch.decode_feature`), blockwise parallel
+decoding's (:meth:`NativeBatch.decode_blockwise`)."""
 import ctypes
 from typing import List, Optional, Sequence
 
@@ -217,3 +218,45 @@ class NativeBatch:
             raise ValueError(f"native engine: the feature drafter's loop does not fit the batch ({n} sentences, "
                              f"k {k}; the drafter must read this verifier's features, and a batch decodes once)")
         return _loop_outputs(tokens, scores, out_len, passes) + (stats,)
+
+    def decode_blockwise(self, first: int, max_draft: int, max_len: int, min_len: int, unk_penalty: float,
+                         temperature: float, beta: int = 1, tau: float = 0.0):
+        """Decodes the whole batch (just begun) in the engine by blockwise
+        parallel decoding with the model's proposal heads, as
+        :class:`~fairseq_aggressive.drafters.BlockwiseHeadsDrafter` drafts:
+        blocks of at most ``max_draft`` tokens (-1: no cap); the loop starts
+        from the token ``first``; the other arguments are :meth:`step`'s.
+        Returns what :meth:`decode_feature` returns."""
+        n = len(self.src_keep)
+        cap = max_len + 1
+        tokens = np.empty((n, cap), dtype=np.int32)
+        scores = np.empty((n, cap), dtype=np.float32)
+        out_len, passes = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+        a = c_api.BlockwiseLoopArgs(n=n, first=first, max_draft=max_draft, max_len=max_len, min_len=min_len,
+                                    unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau,
+                                    out_cap=cap, out_tokens=_addr(tokens), out_scores=_addr(scores),
+                                    out_len=_addr(out_len), passes=_addr(passes))
+        stats = c_api.LoopStats()
+        rc = self.lib.fa_decode_blockwise(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
+        if rc == -2:
+            raise self.engine.failure("the decoding loop")
+        if rc != 0:
+            raise ValueError(f"native engine: blockwise decoding does not fit the batch ({n} sentences; the model "
+                             "needs proposal heads, and a batch decodes once)")
+        return _loop_outputs(tokens, scores, out_len, passes) + (stats,)
+
+    def heads(self, sents: Sequence[int], feats: torch.Tensor) -> List[List[int]]:
+        """The model's proposal heads on feature rows ``feats`` (one float32 row
+        of the model's width per sentence ``sents[i]``): each head's token per sentence."""
+        n, H = len(sents), self.engine.n_heads
+        feats = feats.to(torch.float32).contiguous()
+        if tuple(feats.shape) != (n, self.engine.embed_dim):
+            raise ValueError(f"native heads: features {tuple(feats.shape)} for {n} sentences")
+        sent = np.array(sents, dtype=np.int32)
+        out = np.empty(n * max(H, 1), dtype=np.int32)
+        rc = self.lib.fa_heads(self.engine.handle, self.handle, n, sent.ctypes.data, feats.data_ptr(), out.ctypes.data)
+        if rc == -2:
+            raise self.engine.failure("the proposal heads")
+        if rc != 0:
+            raise ValueError("native engine: the model has no proposal heads")
+        return out.reshape(n, H).tolist()

@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 11
+API_VERSION = 12
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -65,6 +65,17 @@ class FeatureLoopArgs(ctypes.Structure):
     del P, I, F
 
 
+class BlockwiseLoopArgs(ctypes.Structure):
+    """fa::BlockwiseLoopArgs (csrc/blockwise_loop.h): the in-engine loop of
+    blockwise parallel decoding over one batch."""
+
+    P, I, F = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float
+    _fields_ = [("n", I), ("first", I), ("max_draft", I), ("max_len", I), ("min_len", I), ("unk_penalty", F),
+                ("temperature", F), ("beta", I), ("tau", F), ("out_cap", I), ("out_tokens", P), ("out_scores", P),
+                ("out_len", P), ("passes", P)]
+    del P, I, F
+
+
 # draft positions counted one by one in LoopStats (kLoopPositions; the last counts every later one)
 LOOP_POSITIONS = 32
 
@@ -120,6 +131,9 @@ def declare(lib) -> None:
         "fa_set_own_feature_proj": (I, [P, P, P]),
         "fa_draft": (I, [P, P, ctypes.POINTER(DraftArgs)]),
         "fa_decode_feature": (I, [P, P, P, P, ctypes.POINTER(FeatureLoopArgs), ctypes.POINTER(LoopStats)]),
+        "fa_set_heads": (I, [P, P, P, I, P, P, I]),
+        "fa_heads": (I, [P, P, I, P, P, P]),
+        "fa_decode_blockwise": (I, [P, P, ctypes.POINTER(BlockwiseLoopArgs), ctypes.POINTER(LoopStats)]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -148,7 +162,8 @@ def mismatch(lib):
     if version() != API_VERSION:
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
     declare(lib)
-    for struct in (Config, PassArgs, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs, FeatureLoopArgs):
+    for struct in (Config, PassArgs, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs, FeatureLoopArgs,
+                   BlockwiseLoopArgs):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

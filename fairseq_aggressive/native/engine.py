@@ -124,6 +124,9 @@ class NativeEngine:
             raise NativeUnavailable(f"{self._n_int8} int8 and {self._n_float} float linear layers in one model")
         if self.lib.fa_model_build(self.handle) != 0:
             raise RuntimeError(f"native engine: {self.lib.fa_model_error(self.handle).decode()}")
+        self.n_heads = 0
+        if getattr(model, "has_blockwise_heads", False):
+            self._set_heads(model.blockwise_heads)
         self._model = weakref.ref(model)
         self.half_linears = self.lib.fa_half_linears(self.handle)
         self.int8_linears = self.lib.fa_int8_linears(self.handle)
@@ -204,6 +207,21 @@ class NativeEngine:
             else:
                 self._put(f"{name}.weight", layer, h, c_api.F16)
         self._put(f"{name}.bias", layer, _f32(m.bias))
+
+    def _set_heads(self, heads) -> None:
+        """A transformer_blockwise model's proposal heads, in float32 (an int8
+        copy's dequantized: proposals only)."""
+        def weight(m):
+            if isinstance(m, Int8Linear):
+                return (m.qweight.to(torch.float32) * m.scale.to(torch.float32).view(-1, 1)).contiguous()
+            return _f32(m.weight)
+
+        w1, w2 = weight(heads.fc1), weight(heads.fc2)
+        b1, b2 = _f32(heads.fc1.bias), _f32(heads.fc2.bias)
+        if self.lib.fa_set_heads(self.handle, w1.data_ptr(), b1.data_ptr(), w1.size(0), w2.data_ptr(),
+                                 b2.data_ptr(), heads.k - 1) != 0:
+            raise self.failure("the model's proposal heads")
+        self.n_heads = heads.k - 1
 
     def _norm(self, name: str, layer: int, m) -> None:
         if m is not None:

@@ -94,7 +94,8 @@ class Verifier:
     def runs_engine_loops(self) -> bool:
         """Whether the verifier runs whole decoding loops itself for the batch
         begun last: source-copy drafting and greedy search (:meth:`decode_copy`),
-        a feature drafter's (:meth:`decode_feature`)."""
+        a feature drafter's (:meth:`decode_feature`), blockwise parallel
+        decoding's (:meth:`decode_blockwise`)."""
         return False
 
     def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int):
@@ -114,6 +115,15 @@ class Verifier:
         tokens per pass, at most ``max_draft`` (-1: no cap), while the drafter's
         row (``bos``, the output, the draft) fits ``room`` positions; ``first``:
         the token before the output.  Per sentence its tokens, their scores and
+        passes, and the loop's counters."""
+        raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
+
+    def decode_blockwise(self, first: int, max_draft: int):
+        """(:attr:`runs_engine_loops`) Decodes the batch begun last by blockwise
+        parallel decoding with the model's proposal heads, as
+        :class:`~fairseq_aggressive.drafters.BlockwiseHeadsDrafter` drafts:
+        blocks of at most ``max_draft`` tokens (-1: no cap); ``first``: the
+        token before the output.  Per sentence its tokens, their scores and
         passes, and the loop's counters."""
         raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
 

@@ -76,6 +76,13 @@ class NativeVerifier(Verifier):
         return self.batch.decode_feature(drafter.engine, drafter.state, first, bos, k, max_draft, room, self.max_len,
                                          r.min_len, r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau)
 
+    def decode_blockwise(self, first: int, max_draft: int):
+        """The batch begun last, decoded in the engine by blockwise parallel decoding
+        (:meth:`~fairseq_aggressive.native.NativeBatch.decode_blockwise`)."""
+        r = self.rules
+        return self.batch.decode_blockwise(first, max_draft, self.max_len, r.min_len, r.unk_penalty, r.temperature,
+                                           beta=self.beta, tau=self.tau)
+
     def step(self, sents, rows, branches=None, emitted_features=False, pass_features=False) -> PassResult:
         if self._on_torch:
             return self.fallback.step(sents, rows, branches, emitted_features, pass_features)

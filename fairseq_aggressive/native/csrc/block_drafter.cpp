@@ -9,21 +9,19 @@
 
 namespace fa {
 
-namespace {
-
-// The argmax of the logits of n feature rows h (pad excluded, the first
-// maximum) into out[r * stride]
-void choose_rows(Model& m, State& st, const float* h, int n, const int32_t* sent, int32_t* out, int stride) {
+void choose_rows(Model& m, State& st, const float* h, int n, const int32_t* sent_of, int32_t* out, int stride) {
   const int V = m.cfg.tgt_vocab;
   ensure(m.logits, (size_t)n * V);
-  project(m, st, h, n, sent, m.logits.data());
+  project(m, st, h, n, sent_of, m.logits.data());
   for (int r = 0; r < n; ++r) {
-    const Sentence& s = st.sents[sent[r]];
+    const Sentence& s = st.sents[sent_of[r]];
     float* lg = m.logits.data() + (size_t)r * V;
     lg[m.cfg.pad] = -std::numeric_limits<float>::infinity();
     out[(size_t)r * stride] = token_of_column(m, st, s, argmax_first(lg, columns(m, st, s)));
   }
 }
+
+namespace {
 
 // A --feature-ar drafter's pass (DraftArgs.autoregressive)
 int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "block_drafter.h"
+#include "blockwise_loop.h"
 #include "copy_loop.h"
 #include "feature_loop.h"
 #include "model.h"
@@ -27,7 +28,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 11;
+constexpr int kApiVersion = 12;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -63,7 +64,8 @@ extern "C" {
 int fa_version() { return kApiVersion; }
 
 // sizeof the structs c_api.py mirrors ("Config", "PassArgs", "CopyLoopArgs",
-// "LoopStats", "CopyLoopStats", "DraftArgs", "FeatureLoopArgs"); -1 for another name
+// "LoopStats", "CopyLoopStats", "DraftArgs", "FeatureLoopArgs", "BlockwiseLoopArgs");
+// -1 for another name
 int fa_sizeof(const char* name) {
   if (std::strcmp(name, "Config") == 0) return (int)sizeof(fa::Config);
   if (std::strcmp(name, "PassArgs") == 0) return (int)sizeof(fa::PassArgs);
@@ -72,6 +74,7 @@ int fa_sizeof(const char* name) {
   if (std::strcmp(name, "DraftArgs") == 0) return (int)sizeof(fa::DraftArgs);
   if (std::strcmp(name, "LoopStats") == 0) return (int)sizeof(fa::LoopStats);
   if (std::strcmp(name, "FeatureLoopArgs") == 0) return (int)sizeof(fa::FeatureLoopArgs);
+  if (std::strcmp(name, "BlockwiseLoopArgs") == 0) return (int)sizeof(fa::BlockwiseLoopArgs);
   return -1;
 }
 
@@ -274,6 +277,37 @@ int fa_draft(void* mp, void* sp, const fa::DraftArgs* args) {
 // both states are then undefined).
 int fa_decode_feature(void* vp, void* vs, void* dp, void* ds, const fa::FeatureLoopArgs* args, fa::LoopStats* stats) {
   return guarded(vp, -2, [&] { return fa::decode_feature(model(vp), state(vs), model(dp), state(ds), *args, *stats); });
+}
+
+// A transformer_blockwise model's proposal heads (float32): hidden x C
+// weights W1 with bias b1, then n_heads * C x hidden weights W2 with bias b2;
+// 0, or -2 (fa_model_error).
+int fa_set_heads(void* mp, const float* W1, const float* b1, int hidden, const float* W2, const float* b2,
+                 int n_heads) {
+  return guarded(mp, -2, [&] {
+    Model& m = model(mp);
+    if (hidden < 1 || n_heads < 1) throw std::invalid_argument("heads: hidden size and count must be positive");
+    fa::Weights& w = weights_to_change(m);
+    w.heads_fc1.pack(W1, nullptr, b1, hidden, m.cfg.C);
+    w.heads_fc2.pack(W2, nullptr, b2, n_heads * m.cfg.C, hidden);
+    w.n_heads = n_heads;
+    return 0;
+  });
+}
+
+// The heads' proposals for n sentences of a batch from their feature rows
+// (n x C floats): n_heads tokens each into out; 0, -1 if the model has no
+// heads, or -2 (fa_model_error).
+int fa_heads(void* mp, void* sp, int n, const int32_t* sent, const float* feats, int32_t* out) {
+  return guarded(mp, -2, [&] { return fa::heads_pass(model(mp), state(sp), n, sent, feats, out); });
+}
+
+// The whole loop of blockwise parallel decoding over a batch just begun
+// (fa::BlockwiseLoopArgs in csrc/blockwise_loop.h), its counters added to
+// *stats; 0, -1 (nothing decoded) if an argument does not fit the batch or the
+// model has no heads, or -2 (fa_model_error; the batch's state is then undefined).
+int fa_decode_blockwise(void* mp, void* sp, const fa::BlockwiseLoopArgs* args, fa::LoopStats* stats) {
+  return guarded(mp, -2, [&] { return fa::decode_blockwise(model(mp), state(sp), *args, *stats); });
 }
 
 }  // extern "C"

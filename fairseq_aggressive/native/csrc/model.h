@@ -56,6 +56,11 @@ struct Weights {
   // a --feature-ar drafter's projection of its own output where that is
   // narrower than the verifier's features (fa_set_own_feature_proj); empty: feat_proj
   Linear own_feat_proj;
+  // a transformer_blockwise model's proposal heads 2..k (fa_set_heads): n_heads
+  // outputs of heads_fc2(relu(heads_fc1(x))), each C wide and added to x, read
+  // with the output projection; proposals only, float32
+  Linear heads_fc1, heads_fc2;
+  int n_heads = 0;
   Norm enc_ln_embed, enc_final, dec_ln_embed, dec_final;
   std::vector<EncLayer> enc;
   std::vector<DecLayer> dec;
