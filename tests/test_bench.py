@@ -37,6 +37,8 @@ def args(**kw):
                        drafter_shortlist=1000)),
     ("feature-ar", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8)),
     ("feature-ar@5-torch", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=5, engine="torch")),
+    ("feature-ar@8-pyloop", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8, python_loop=True)),
+    ("blockwise-pyloop", dict(beam=1, decoding="blockwise", blockwise_topk=1, min_block_size=1, python_loop=True)),
     ("feature-ar@8-dsl", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8, drafter_shortlist=1000)),
     ("ct2-best", {}),
 ])
@@ -46,8 +48,9 @@ def test_mode_names(name, expected):
 
 @pytest.mark.parametrize("name,message", [
     ("iad-cheap", "unknown benchmark mode"),
-    ("beam5-pyloop", "-pyloop applies to IAD modes"),
-    ("iad-torch-pyloop", "-pyloop applies to IAD modes"),
+    ("beam5-pyloop", "-pyloop applies to IAD, feature-ar, blockwise"),
+    ("iad-torch-pyloop", "-pyloop applies to IAD, feature-ar, blockwise"),
+    ("gad@8-pyloop", "-pyloop applies to IAD, feature-ar, blockwise"),
     ("greedy:avx2", ":TARGET applies to modes on the native engine"),
     ("iad:sse9", "benchmark mode iad:sse9"),
     ("iad-dsl", "-dsl applies to gad and feature-ar modes"),

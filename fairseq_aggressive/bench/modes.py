@@ -36,8 +36,8 @@ GRAMMAR = (
     "its fastest compute type and thread count on this machine, timed on the first 40 sentences); "
     "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's greedy); a final "
     "-int8 decodes an int8 copy of the model (iad-int8, greedy-int8); a final -sl decodes with the vocabulary "
-    "shortlist of --bench-shortlist (approximate; greedy-sl is greedy on it); -pyloop after an IAD, feature-ar "
-    "or greedy-native mode runs the generator's loop in Python (iad-pyloop); :TARGET after a native mode runs that "
+    "shortlist of --bench-shortlist (approximate; greedy-sl is greedy on it); -pyloop after an IAD, feature-ar, "
+    "blockwise or greedy-native mode runs the generator's loop in Python (iad-pyloop); :TARGET after a native mode runs that "
     "build target of the engine (iad:avx2)"
 )
 
@@ -59,8 +59,9 @@ def mode_overrides(name: str, args) -> Dict:
             raise SystemExit(f"benchmark mode {name}: {e}")
     if name.endswith("-pyloop"):  # the generator's loop in Python where the engine would run it
         ov = mode_overrides(name[: -len("-pyloop")], args)
-        if ov.get("decoding") not in ("iad", "feature-ar") or ov.get("engine") == "torch":
-            raise SystemExit(f"benchmark mode {name}: -pyloop applies to IAD, feature-ar and greedy-native modes")
+        if ov.get("decoding") not in ("iad", "feature-ar", "blockwise") or ov.get("engine") == "torch":
+            raise SystemExit(f"benchmark mode {name}: -pyloop applies to IAD, feature-ar, blockwise and greedy-native "
+                             "modes")
         return dict(ov, python_loop=True)
     if name.endswith("-dsl"):  # GAD with the drafter shortlist (proposals only: still exact)
         ov = mode_overrides(name[: -len("-dsl")], args)
