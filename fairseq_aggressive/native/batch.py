@@ -19,12 +19,26 @@ def _addr(buf) -> Optional[int]:
     return buf.ctypes.data if isinstance(buf, np.ndarray) else ctypes.addressof(buf)
 
 
-def _loop_outputs(tokens: np.ndarray, scores: np.ndarray, out_len: np.ndarray, passes: np.ndarray):
-    """Per sentence its tokens and scores (rows of ``tokens``, ``scores`` cut
-    at ``out_len``), and the passes each took part in (lists)."""
-    lens = out_len.tolist()
-    return ([tokens[b, :k].tolist() for b, k in enumerate(lens)], [scores[b, :k].tolist() for b, k in enumerate(lens)],
-            passes.tolist())
+class _LoopBuffers:
+    """Where a loop in the engine writes the tokens, scores and passes of n
+    sentences of up to ``max_len + 1`` tokens (:meth:`output`, a LoopOutput),
+    and what it wrote (:meth:`results`)."""
+
+    def __init__(self, n: int, max_len: int):
+        self.cap = max_len + 1
+        self.tokens = np.empty((n, self.cap), dtype=np.int32)
+        self.scores = np.empty((n, self.cap), dtype=np.float32)
+        self.out_len, self.passes = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+
+    def output(self) -> "c_api.LoopOutput":
+        return c_api.LoopOutput(out_cap=self.cap, out_tokens=_addr(self.tokens), out_scores=_addr(self.scores),
+                                out_len=_addr(self.out_len), passes=_addr(self.passes))
+
+    def results(self):
+        """Per sentence its tokens and scores, and the passes each took part in (lists)."""
+        lens = self.out_len.tolist()
+        return ([self.tokens[b, :k].tolist() for b, k in enumerate(lens)],
+                [self.scores[b, :k].tolist() for b, k in enumerate(lens)], self.passes.tolist())
 
 
 class StateHandle:
@@ -167,15 +181,10 @@ class NativeBatch:
         src_len = np.ascontiguousarray(src_len, dtype=np.int32)
         if int(src_len.sum()) != len(src):
             raise ValueError(f"{len(src)} source tokens, the lengths add up to {int(src_len.sum())}")
-        cap = max_len + 1
-        tokens = np.empty((n, cap), dtype=np.int32)
-        scores = np.empty((n, cap), dtype=np.float32)
-        out_len, passes = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+        buf = _LoopBuffers(n, max_len)
         a = c_api.CopyLoopArgs(n=n, src=_addr(src), src_len=_addr(src_len), first=first, max_draft=max_draft,
-                               ngram_min=ngram_min, ngram_max=ngram_max, max_len=max_len, min_len=min_len,
-                               unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau, out_cap=cap,
-                               out_tokens=_addr(tokens), out_scores=_addr(scores), out_len=_addr(out_len),
-                               passes=_addr(passes))
+                               ngram_min=ngram_min, ngram_max=ngram_max, output=buf.output(),
+                               rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
         stats = c_api.CopyLoopStats()
         rc = self.lib.fa_decode_copy(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
         if rc == -2:
@@ -184,7 +193,7 @@ class NativeBatch:
             raise ValueError(f"native engine: the decoding loop does not fit the batch ({n} sources, draft cap "
                              f"{max_draft}, suffixes {ngram_min}..{ngram_max}; a batch decodes once, all its "
                              "sentences at once)")
-        return _loop_outputs(tokens, scores, out_len, passes) + (stats,)
+        return buf.results() + (stats,)
 
     def decode_feature(self, drafter, drafter_state, first: int, bos: int, k: int, max_draft: int, room: int,
                        max_len: int, min_len: int, unk_penalty: float, temperature: float, beta: int = 1,
@@ -201,14 +210,9 @@ class NativeBatch:
         scores and the passes it took part in, and the loop's counters
         (:class:`~fairseq_aggressive.native.c_api.LoopStats`)."""
         n = len(self.src_keep)
-        cap = max_len + 1
-        tokens = np.empty((n, cap), dtype=np.int32)
-        scores = np.empty((n, cap), dtype=np.float32)
-        out_len, passes = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
-        a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=max_draft, room=room, max_len=max_len,
-                                  min_len=min_len, unk_penalty=unk_penalty, temperature=temperature, beta=beta,
-                                  tau=tau, out_cap=cap, out_tokens=_addr(tokens), out_scores=_addr(scores),
-                                  out_len=_addr(out_len), passes=_addr(passes))
+        buf = _LoopBuffers(n, max_len)
+        a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=max_draft, room=room, output=buf.output(),
+                                  rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_feature(self.engine.handle, self.handle, drafter.handle, drafter_state.handle,
                                         ctypes.byref(a), ctypes.byref(stats))
@@ -217,7 +221,7 @@ class NativeBatch:
         if rc != 0:
             raise ValueError(f"native engine: the feature drafter's loop does not fit the batch ({n} sentences, "
                              f"k {k}; the drafter must read this verifier's features, and a batch decodes once)")
-        return _loop_outputs(tokens, scores, out_len, passes) + (stats,)
+        return buf.results() + (stats,)
 
     def decode_blockwise(self, first: int, max_draft: int, max_len: int, min_len: int, unk_penalty: float,
                          temperature: float, beta: int = 1, tau: float = 0.0):
@@ -228,14 +232,9 @@ class NativeBatch:
         from the token ``first``; the other arguments are :meth:`step`'s.
         Returns what :meth:`decode_feature` returns."""
         n = len(self.src_keep)
-        cap = max_len + 1
-        tokens = np.empty((n, cap), dtype=np.int32)
-        scores = np.empty((n, cap), dtype=np.float32)
-        out_len, passes = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
-        a = c_api.BlockwiseLoopArgs(n=n, first=first, max_draft=max_draft, max_len=max_len, min_len=min_len,
-                                    unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau,
-                                    out_cap=cap, out_tokens=_addr(tokens), out_scores=_addr(scores),
-                                    out_len=_addr(out_len), passes=_addr(passes))
+        buf = _LoopBuffers(n, max_len)
+        a = c_api.BlockwiseLoopArgs(n=n, first=first, max_draft=max_draft, output=buf.output(),
+                                    rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_blockwise(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
         if rc == -2:
@@ -243,7 +242,7 @@ class NativeBatch:
         if rc != 0:
             raise ValueError(f"native engine: blockwise decoding does not fit the batch ({n} sentences; the model "
                              "needs proposal heads, and a batch decodes once)")
-        return _loop_outputs(tokens, scores, out_len, passes) + (stats,)
+        return buf.results() + (stats,)
 
     def heads(self, sents: Sequence[int], feats: torch.Tensor) -> List[List[int]]:
         """The model's proposal heads on feature rows ``feats`` (one float32 row

@@ -33,16 +33,31 @@ class PassArgs(ctypes.Structure):
     del P
 
 
+class LoopRules(ctypes.Structure):
+    """fa::LoopRules (csrc/decode_loop.h): the score rules and acceptance of a loop's passes."""
+
+    I, F = ctypes.c_int32, ctypes.c_float
+    _fields_ = [("max_len", I), ("min_len", I), ("unk_penalty", F), ("temperature", F), ("beta", I), ("tau", F)]
+    del I, F
+
+
+class LoopOutput(ctypes.Structure):
+    """fa::LoopOutput (csrc/decode_loop.h): where a loop writes its sentences' tokens, scores and passes."""
+
+    P = ctypes.c_void_p
+    _fields_ = [("out_cap", ctypes.c_int32), ("out_tokens", P), ("out_scores", P), ("out_len", P), ("passes", P)]
+    del P
+
+
 class CopyLoopArgs(ctypes.Structure):
     """fa::CopyLoopArgs (csrc/copy_loop.h): the in-engine loop of source-copy
     drafting (greedy search with max_draft 0) over one batch."""
 
-    P, I, F = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float
+    P, I = ctypes.c_void_p, ctypes.c_int32
+    _anonymous_ = ("rules", "output")  # their fields read and set as the struct's own
     _fields_ = [("n", I), ("src", P), ("src_len", P), ("first", I), ("max_draft", I), ("ngram_min", I),
-                ("ngram_max", I), ("max_len", I), ("min_len", I), ("unk_penalty", F), ("temperature", F),
-                ("beta", I), ("tau", F), ("out_cap", I), ("out_tokens", P), ("out_scores", P), ("out_len", P),
-                ("passes", P)]
-    del P, I, F
+                ("ngram_max", I), ("rules", LoopRules), ("output", LoopOutput)]
+    del P, I
 
 
 class DraftArgs(ctypes.Structure):
@@ -58,22 +73,21 @@ class FeatureLoopArgs(ctypes.Structure):
     """fa::FeatureLoopArgs (csrc/feature_loop.h): the in-engine loop of a
     --feature-ar drafter and its verifier over one batch."""
 
-    P, I, F = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float
-    _fields_ = [("n", I), ("first", I), ("bos", I), ("k", I), ("max_draft", I), ("room", I), ("max_len", I),
-                ("min_len", I), ("unk_penalty", F), ("temperature", F), ("beta", I), ("tau", F), ("out_cap", I),
-                ("out_tokens", P), ("out_scores", P), ("out_len", P), ("passes", P)]
-    del P, I, F
+    I = ctypes.c_int32
+    _anonymous_ = ("rules", "output")
+    _fields_ = [("n", I), ("first", I), ("bos", I), ("k", I), ("max_draft", I), ("room", I), ("rules", LoopRules),
+                ("output", LoopOutput)]
+    del I
 
 
 class BlockwiseLoopArgs(ctypes.Structure):
     """fa::BlockwiseLoopArgs (csrc/blockwise_loop.h): the in-engine loop of
     blockwise parallel decoding over one batch."""
 
-    P, I, F = ctypes.c_void_p, ctypes.c_int32, ctypes.c_float
-    _fields_ = [("n", I), ("first", I), ("max_draft", I), ("max_len", I), ("min_len", I), ("unk_penalty", F),
-                ("temperature", F), ("beta", I), ("tau", F), ("out_cap", I), ("out_tokens", P), ("out_scores", P),
-                ("out_len", P), ("passes", P)]
-    del P, I, F
+    I = ctypes.c_int32
+    _anonymous_ = ("rules", "output")
+    _fields_ = [("n", I), ("first", I), ("max_draft", I), ("rules", LoopRules), ("output", LoopOutput)]
+    del I
 
 
 # draft positions counted one by one in LoopStats (kLoopPositions; the last counts every later one)
@@ -162,8 +176,8 @@ def mismatch(lib):
     if version() != API_VERSION:
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
     declare(lib)
-    for struct in (Config, PassArgs, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs, FeatureLoopArgs,
-                   BlockwiseLoopArgs):
+    for struct in (Config, PassArgs, LoopRules, LoopOutput, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs,
+                   FeatureLoopArgs, BlockwiseLoopArgs):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

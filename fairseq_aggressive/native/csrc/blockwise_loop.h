@@ -24,20 +24,13 @@ int heads_pass(Model& m, State& st, int n, const int32_t* sent, const float* x, 
 // One batch's loop (mirrored by BlockwiseLoopArgs in c_api.py): n sentences,
 // none decoded yet; rows start from the token `first`; the first pass drafts
 // nothing, each later one the heads' block after the last pass, at most
-// max_draft tokens (-1: no cap) and at most the tokens left before max_len.
-// The pass's rules are PassArgs'.  Outputs as CopyLoopArgs'.
+// max_draft tokens (-1: no cap) and at most the tokens left before
+// rules.max_len.  The passes' rules and the outputs as CopyLoopArgs'.
 struct BlockwiseLoopArgs {
   int32_t n;
   int32_t first, max_draft;
-  int32_t max_len, min_len;
-  float unk_penalty, temperature;
-  int32_t beta;
-  float tau;
-  int32_t out_cap;
-  int32_t* out_tokens;
-  float* out_scores;
-  int32_t* out_len;
-  int32_t* passes;
+  LoopRules rules;
+  LoopOutput output;
 };
 
 // 0, or -1 (nothing decoded) if an argument does not fit the state or the model

@@ -63,9 +63,9 @@ extern "C" {
 // ------------------------------------------------------------ library
 int fa_version() { return kApiVersion; }
 
-// sizeof the structs c_api.py mirrors ("Config", "PassArgs", "CopyLoopArgs",
-// "LoopStats", "CopyLoopStats", "DraftArgs", "FeatureLoopArgs", "BlockwiseLoopArgs");
-// -1 for another name
+// sizeof the structs c_api.py mirrors ("Config", "PassArgs", "LoopRules",
+// "LoopOutput", "CopyLoopArgs", "LoopStats", "CopyLoopStats", "DraftArgs",
+// "FeatureLoopArgs", "BlockwiseLoopArgs"); -1 for another name
 int fa_sizeof(const char* name) {
   if (std::strcmp(name, "Config") == 0) return (int)sizeof(fa::Config);
   if (std::strcmp(name, "PassArgs") == 0) return (int)sizeof(fa::PassArgs);
@@ -73,6 +73,8 @@ int fa_sizeof(const char* name) {
   if (std::strcmp(name, "CopyLoopStats") == 0) return (int)sizeof(fa::CopyLoopStats);
   if (std::strcmp(name, "DraftArgs") == 0) return (int)sizeof(fa::DraftArgs);
   if (std::strcmp(name, "LoopStats") == 0) return (int)sizeof(fa::LoopStats);
+  if (std::strcmp(name, "LoopRules") == 0) return (int)sizeof(fa::LoopRules);
+  if (std::strcmp(name, "LoopOutput") == 0) return (int)sizeof(fa::LoopOutput);
   if (std::strcmp(name, "FeatureLoopArgs") == 0) return (int)sizeof(fa::FeatureLoopArgs);
   if (std::strcmp(name, "BlockwiseLoopArgs") == 0) return (int)sizeof(fa::BlockwiseLoopArgs);
   return -1;

@@ -23,26 +23,16 @@ namespace fa {
 // before max_len; after a rejection the copy position is found again right
 // after the unique occurrence in the source of the output's shortest suffix of
 // ngram_min .. ngram_max tokens that occurs once (no draft while there is none).
-// The pass's score rules and acceptance (max_len, min_len, unk_penalty,
-// temperature, beta, tau) are PassArgs'.
-//
-// Outputs: sentence b's out_len[b] tokens and scores at b * out_cap (out_cap >=
-// max_len + 1, the most any sentence emits) and the passes it took part in.
+// The passes' score rules and acceptance are `rules`; the outputs go to `output`
+// (decode_loop.h).
 struct CopyLoopArgs {
   int32_t n;
   const int32_t* src;
   const int32_t* src_len;
   int32_t first;
   int32_t max_draft, ngram_min, ngram_max;
-  int32_t max_len, min_len;
-  float unk_penalty, temperature;
-  int32_t beta;
-  float tau;
-  int32_t out_cap;
-  int32_t* out_tokens;
-  float* out_scores;
-  int32_t* out_len;
-  int32_t* passes;
+  LoopRules rules;
+  LoopOutput output;
 };
 
 // Counters of one loop (mirrored by CopyLoopStats in c_api.py): the loop's

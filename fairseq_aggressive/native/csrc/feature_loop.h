@@ -26,25 +26,14 @@ namespace fa {
 // that chose it).  A pass drafts for every sentence still decoding, unless
 // none may draft: sentence b may draft d_b = min(k, max_len - its length,
 // max_draft (if >= 0), room - its length) tokens, and a pass drafts
-// max_b d_b tokens for each and keeps d_b of them (at most up to an EOS).  The
-// pass's score rules and acceptance (max_len, min_len, unk_penalty,
-// temperature, beta, tau) are PassArgs'.
-//
-// Outputs: sentence b's out_len[b] tokens and scores at b * out_cap (out_cap >=
-// max_len + 1) and the passes it took part in.
+// max_b d_b tokens for each and keeps d_b of them (at most up to an EOS)
+// (max_len: rules.max_len).  The passes' rules and the outputs as CopyLoopArgs'.
 struct FeatureLoopArgs {
   int32_t n;
   int32_t first, bos;
   int32_t k, max_draft, room;
-  int32_t max_len, min_len;
-  float unk_penalty, temperature;
-  int32_t beta;
-  float tau;
-  int32_t out_cap;
-  int32_t* out_tokens;
-  float* out_scores;
-  int32_t* out_len;
-  int32_t* passes;
+  LoopRules rules;
+  LoopOutput output;
 };
 
 // 0, or -1 (nothing decoded) if an argument does not fit the states (n, k,
