@@ -133,6 +133,13 @@ class LoopResult:
     stats: Any
 
 
+def drafts_as(drafter: Drafter, cls: type, methods) -> bool:
+    """Whether ``drafter``'s ``methods`` are ``cls``'s own, neither overridden
+    by a subclass nor replaced on the instance: then a loop in the engine that
+    makes ``cls``'s drafts makes this drafter's."""
+    return all(getattr(getattr(drafter, m, None), "__func__", None) is getattr(cls, m) for m in methods)
+
+
 def single_drafts(drafts: List[List[int]]) -> List[List[Branch]]:
     """:meth:`Drafter.propose`'s answer for drafters with one draft per sentence."""
     return [[Branch(d)] for d in drafts]

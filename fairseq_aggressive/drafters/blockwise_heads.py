@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import torch
 
-from .base import Branch, Drafter, DrafterCaps, LoopResult, single_drafts
+from .base import Branch, Drafter, DrafterCaps, LoopResult, drafts_as, single_drafts
 
 
 class BlockwiseHeadsDrafter(Drafter):
@@ -38,9 +38,7 @@ class BlockwiseHeadsDrafter(Drafter):
 
     def decode_in_engine(self, verifier, sample, max_len: int, first: int, max_draft) -> Optional[LoopResult]:
         # the engine's loop proposes with the heads of the model it verifies with, as observe_emitted() here
-        cls = type(self)
-        as_here = all(getattr(cls, m) is getattr(BlockwiseHeadsDrafter, m)
-                      for m in ("propose", "observe_emitted", "update", "begin"))
+        as_here = drafts_as(self, BlockwiseHeadsDrafter, ("propose", "observe_emitted", "update", "begin"))
         engine = getattr(verifier, "engine", None)
         if not as_here or not verifier.runs_engine_loops or getattr(engine, "n_heads", 0) != self.model.blockwise_k - 1:
             return None

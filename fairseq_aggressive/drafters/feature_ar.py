@@ -19,7 +19,7 @@ from typing import List, Optional
 import torch
 
 from ..options import check_positive_int
-from .base import Branch, LoopResult, single_drafts
+from .base import Branch, LoopResult, drafts_as, single_drafts
 from .nar_block import NARBlockDrafter
 
 
@@ -39,8 +39,7 @@ class FeatureARDrafter(NARBlockDrafter):
     def decode_in_engine(self, verifier, sample, max_len: int, first: int,
                          max_draft: Optional[int]) -> Optional[LoopResult]:
         # the engine's loop makes the drafts of propose() and observe_emitted() as written here
-        cls = type(self)
-        as_here = all(getattr(cls, m) is getattr(FeatureARDrafter, m) for m in ("propose", "observe_emitted", "update"))
+        as_here = drafts_as(self, FeatureARDrafter, ("propose", "observe_emitted", "update"))
         if not as_here or self.native is None or not verifier.runs_engine_loops:
             return None
         t0 = time.perf_counter()

@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from .base import Branch, Drafter, DrafterCaps, DraftOutcome, LoopResult
+from .base import Branch, Drafter, DrafterCaps, DraftOutcome, LoopResult, drafts_as
 
 # alignments tried after an edit: (kind, source tokens replaced minus output tokens emitted since)
 OFFSETS = (("sub", 0), ("ins", -1), ("del", 1), ("ins2", -2), ("del2", 2))
@@ -108,7 +108,7 @@ class InputCopyDrafter(Drafter):
         # one draft per pass: a verifier that runs the loop makes exactly these drafts, unless a
         # subclass drafts otherwise or copies other sources than copy_source() gives
         cls, base = type(self), InputCopyDrafter
-        drafts_as_here = all(getattr(cls, m) is getattr(base, m) for m in ("propose", "update", "_starts", "_resync"))
+        drafts_as_here = drafts_as(self, base, ("propose", "update", "_starts", "_resync"))
         sources_known = cls.begin is base.begin or cls.copy_source is not base.copy_source
         if self.caps.max_branches == 1 and drafts_as_here and sources_known:
             return self.ngram_min, self.ngram_max
