@@ -187,13 +187,9 @@ class NativeBatch:
                                rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
         stats = c_api.CopyLoopStats()
         rc = self.lib.fa_decode_copy(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
-        if rc == -2:
-            raise self.engine.failure("the decoding loop")
-        if rc != 0:
-            raise ValueError(f"native engine: the decoding loop does not fit the batch ({n} sources, draft cap "
-                             f"{max_draft}, suffixes {ngram_min}..{ngram_max}; a batch decodes once, all its "
-                             "sentences at once)")
-        return buf.results() + (stats,)
+        return self._loop_result(rc, buf, stats, f"the decoding loop does not fit the batch ({n} sources, draft cap "
+                                 f"{max_draft}, suffixes {ngram_min}..{ngram_max}; a batch decodes once, all its "
+                                 "sentences at once)")
 
     def decode_feature(self, drafter, drafter_state, first: int, bos: int, k: int, max_draft: int, room: int,
                        max_len: int, min_len: int, unk_penalty: float, temperature: float, beta: int = 1,
@@ -216,12 +212,8 @@ class NativeBatch:
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_feature(self.engine.handle, self.handle, drafter.handle, drafter_state.handle,
                                         ctypes.byref(a), ctypes.byref(stats))
-        if rc == -2:
-            raise self.engine.failure("the decoding loop")
-        if rc != 0:
-            raise ValueError(f"native engine: the feature drafter's loop does not fit the batch ({n} sentences, "
-                             f"k {k}; the drafter must read this verifier's features, and a batch decodes once)")
-        return buf.results() + (stats,)
+        return self._loop_result(rc, buf, stats, f"the feature drafter's loop does not fit the batch ({n} sentences, "
+                                 f"k {k}; the drafter must read this verifier's features, and a batch decodes once)")
 
     def decode_blockwise(self, first: int, max_draft: int, max_len: int, min_len: int, unk_penalty: float,
                          temperature: float, beta: int = 1, tau: float = 0.0):
@@ -237,11 +229,16 @@ class NativeBatch:
                                     rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_blockwise(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
+        return self._loop_result(rc, buf, stats, f"blockwise decoding does not fit the batch ({n} sentences; the "
+                                 "model needs proposal heads, and a batch decodes once)")
+
+    def _loop_result(self, rc: int, buf: "_LoopBuffers", stats, refusal: str):
+        """What a loop in the engine returned: its outputs and counters; its
+        failure (-2, the engine's error) or its refusal (-1: ``refusal``, nothing decoded)."""
         if rc == -2:
             raise self.engine.failure("the decoding loop")
         if rc != 0:
-            raise ValueError(f"native engine: blockwise decoding does not fit the batch ({n} sentences; the model "
-                             "needs proposal heads, and a batch decodes once)")
+            raise ValueError(f"native engine: {refusal}")
         return buf.results() + (stats,)
 
     def heads(self, sents: Sequence[int], feats: torch.Tensor) -> List[List[int]]:
