@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .acceptance import build_acceptance, build_blockwise_acceptance
-from .constants import ENGINES
+from .constants import ENGINES, PRECISIONS
 from .drafters import DECODINGS
 from .options import (check_block_size, check_draft_cost, check_iad_branches, check_isa, check_max_draft_len,
                       check_positive_int, check_shortlist)
@@ -25,7 +25,7 @@ class DecodingOptions:
     or an aggressive decoding), ``engine``, ``max_draft_len`` (None: the
     engine's default), IAD's ``iad_ngram_min/max`` and ``iad_branches``,
     ``draft_cost`` (None: off, ``auto`` or ``FIXED,PER_POSITION``), GAD's
-    ``drafter_path``, ``block_size``, ``drafter_bf16``, ``drafter_shortlist``,
+    ``drafter_path``, ``block_size``, ``drafter_bf16``, ``drafter_precision``, ``drafter_shortlist``,
     ``gad_beta``/``gad_tau``, blockwise ``blockwise_topk``/``min_block_size``,
     ``native_threads`` (None: auto), ``native_isa`` (None: auto),
     ``vocab_shortlist``, ``python_loop``."""
@@ -40,6 +40,7 @@ class DecodingOptions:
     drafter_path: Optional[str] = None
     block_size: Optional[int] = None
     drafter_bf16: str = "off"
+    drafter_precision: str = "float32"
     drafter_shortlist: Optional[int] = None
     gad_beta: int = 1
     gad_tau: float = 0.0
@@ -76,6 +77,11 @@ class DecodingOptions:
             draft_cost = None
         elif draft_cost != "auto":
             check_draft_cost(draft_cost)
+        drafter_precision = str(get("drafter_precision", "float32"))
+        if drafter_precision not in PRECISIONS:
+            raise ValueError(f"--drafter-precision must be one of {', '.join(PRECISIONS)}, got {drafter_precision!r}")
+        if drafter_precision == "int8" and str(get("drafter_bf16", "off")) == "on":
+            raise ValueError("--drafter-precision int8 and --drafter-bf16 on: choose one precision for the drafter")
         drafter_shortlist = option("drafter_shortlist")
         if drafter_shortlist is not None:
             drafter_shortlist = check_positive_int(drafter_shortlist, "--drafter-shortlist")
@@ -94,6 +100,7 @@ class DecodingOptions:
             drafter_path=option("drafter_path"),
             block_size=check_block_size(option("block_size")),
             drafter_bf16=str(get("drafter_bf16", "off")),
+            drafter_precision=drafter_precision,
             drafter_shortlist=drafter_shortlist,
             gad_beta=beta,
             gad_tau=tau,

@@ -76,6 +76,17 @@ def test_reference_modes():
         "greedy", "greedy-int8", "greedy-sl", "greedy", "greedy-int8", "greedy-sl", "greedy"]
     assert reference_mode("iad-int8", ["greedy", "iad-int8"]) == "greedy"  # no int8 greedy in the run
     assert without_target("iad-int8:avx512") == "iad-int8"
+    # the drafter's precision, its shortlist and the loop leave the verifier, and so the reference, as it is
+    modes = ["greedy", "greedy-int8"]
+    assert reference_mode("feature-ar@8-int8-dint8", modes) == "greedy-int8"
+    assert reference_mode("gad@8-int8-dsl-dint8", modes) == "greedy-int8"
+    assert reference_mode("feature-ar@8-dint8-pyloop", modes) == "greedy"
+    fa = args(bench_feature_drafter="f.pt")
+    assert mode_overrides("feature-ar@8-int8-dint8", fa)["drafter_precision"] == "int8"
+    assert mode_overrides("feature-ar@8-int8-dint8", fa)["inference_precision"] == "int8"
+    assert "drafter_precision" not in mode_overrides("feature-ar@8-int8", fa)
+    with pytest.raises(SystemExit, match="-dint8 applies to gad and feature-ar"):
+        mode_overrides("iad-dint8", fa)
 
 
 def test_edit_spans():

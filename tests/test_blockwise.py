@@ -328,3 +328,59 @@ def test_blockwise_criterion_mean_and_sampled(freeze):
     model.eval()  # validation: the mean over every head, whatever the mode
     loss, _, _ = sampled(model, sample)
     assert float(loss) / n_tok == pytest.approx(sum(heads) / k, rel=1e-4)
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_blockwise_criterion_per_position(freeze):
+    """per-position: the base's loss at every position plus one of heads 2..k drawn per position,
+    (base + (k-1) x drawn) / k per token (drawn only with a frozen base); each drawn head's
+    accuracy counts the positions that drew it; validation reports the mean of every head."""
+    from fairseq_aggressive.criterions.blockwise_cross_entropy import BlockwiseCrossEntropy
+
+    task = make_task()
+    d = task.target_dictionary
+    k = 4
+    model = make_model(task, arch="transformer_blockwise", seed=5, blockwise_k=k, freeze_base=freeze)
+    sample = criterion_sample(d)
+    target, pad, T = sample["target"], d.pad(), sample["target"].size(1)
+    n_tok = sample["ntokens"]
+    crit = BlockwiseCrossEntropy(task, 0.1, "per-position")
+    enc = model.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
+    feats, _ = model.decoder(sample["net_input"]["prev_output_tokens"], encoder_out=enc, features_only=True)
+    lprobs = [model.decoder.output_layer(feats).log_softmax(-1)]
+    lprobs += [lg.log_softmax(-1) for lg in model.head_logits(feats).unbind(2)]
+    shifted = torch.cat([target, target.new_full((target.size(0), k), pad)], 1)
+
+    model.train()
+    for seed in range(3):
+        torch.manual_seed(seed)
+        drawn = torch.randint(1, k, target.shape)
+        torch.manual_seed(seed)
+        loss, size, log = crit(model, sample)
+        total, nll_n, right = 0.0, 0, [0] * k
+        for h in range(1, k):
+            tgt = shifted[:, h : h + T]
+            keep = tgt.ne(pad) & drawn.eq(h)
+            part, _ = crit_loss(lprobs[h][keep], tgt[keep], crit.eps)
+            total += float(part)
+            nll_n += int(keep.sum())
+            right[h] = int(lprobs[h][keep].argmax(-1).eq(tgt[keep]).sum())
+            assert log[f"head{h + 1}_n"] == int(keep.sum()) and log[f"head{h + 1}_correct"] == right[h]
+        drawn_mean = total / nll_n
+        base_keep = target.ne(pad)
+        base_mean = float(crit_loss(lprobs[0][base_keep], target[base_keep], crit.eps)[0]) / n_tok
+        want = drawn_mean if freeze else (base_mean + (k - 1) * drawn_mean) / k
+        assert size == n_tok
+        assert float(loss) / n_tok == pytest.approx(want, rel=1e-4)
+        assert ("head1_n" in log) == (not freeze)
+    loss.backward()
+    base_grads = [p.grad for n, p in model.named_parameters() if not n.startswith("blockwise_heads.")]
+    assert all(p.grad is not None for p in model.blockwise_heads.parameters())
+    if freeze:
+        assert all(g is None for g in base_grads)
+    else:
+        assert any(g is not None and g.abs().sum() > 0 for g in base_grads)
+    model.eval()
+    heads = [float(x) for x in per_head_losses(model, crit, sample)]
+    loss, _, _ = crit(model, sample)
+    assert float(loss) / n_tok == pytest.approx(sum(heads) / k, rel=1e-4)

@@ -200,3 +200,45 @@ def test_drafter_shortlist_keeps_greedy(drafter_engine, tmp_path):
     for sents, _, proposals in rec.calls:
         for s, p in zip(sents, proposals):
             assert all(bool(allowed[s, t]) for t in p), (s, p)
+
+
+def test_int8_drafter_through_the_task(tmp_path):
+    """--drafter-precision int8: an int8 copy of the drafter proposes (the task's float drafter
+    stays float), the engine's int8 drafter proposes what the torch int8 drafter does, and the
+    output stays the verifier's greedy; GAD's block drafter takes the option too."""
+    from fairseq_aggressive.runtime.quantization import is_int8
+    from helpers import compare, greedy
+
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    dargs = argparse.Namespace(
+        arch="block_nat", encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4,
+        encoder_layers=2, decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_attention_heads=4,
+        decoder_layers=1, dropout=0.0, max_source_positions=256, max_target_positions=256, shared_encoder=True,
+        encoder_initialized_from=str(tmp_path / "verifier.pt"), verifier_features=True, block_causal_prefix=True,
+        feature_ar=True, **AR_OPTS)
+    path = tmp_path / "drafter.pt"
+    save_full_checkpoint(dr, dargs, path)
+
+    def build(**kw):
+        return task.build_generator([ar], argparse.Namespace(decoding="feature-ar", drafter_path=str(path),
+                                                             block_size=4, beam=1, nbest=1, max_len_b=30, **kw))
+
+    gen8 = build(drafter_precision="int8")
+    gen32 = build()
+    assert is_int8(gen8.drafter.model) and not is_int8(gen32.drafter.model)
+    assert (gen8.drafter.native is not None) == NATIVE
+    sample = make_sample(random_rows(d, 6, 2, 20, seed=9), d.pad())
+    ref = greedy(ar, d, sample, max_len_b=30)
+    cmp = compare(ar, sample, ref, gen8.generate([ar], sample))
+    assert cmp.ok() and cmp.identical == cmp.total == 6, cmp
+    assert gen8.stats.accepted > 0
+    if NATIVE:
+        int8_dr = gen8.drafter.model
+        runs = {e: recorded_proposals(ar, d, FeatureARDrafter(int8_dr, d, 5, engine=e)) for e in ("torch", "native")}
+        assert len(runs["torch"]) > 3 and runs["torch"] == runs["native"]
+    with pytest.raises(ValueError, match="--drafter-precision int8 and --drafter-bf16 on"):
+        build(drafter_precision="int8", drafter_bf16="on")
+    with pytest.raises(ValueError, match="--drafter-precision must be one of float32, int8"):
+        build(drafter_precision="int4")

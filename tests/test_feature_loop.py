@@ -143,3 +143,32 @@ def test_engine_loop_refuses_what_does_not_fit(tmp_path):
         other.decode_feature(drafter.native, *args)
     toks2, _, _, _ = verifier.decode_feature(drafter.native, *args)  # the refused call decoded nothing
     assert toks2 == toks
+
+
+@pytest.mark.parametrize("int8_verifier", [False, True])
+def test_engine_loop_with_an_int8_drafter_equals_the_generators_loop(int8_verifier, tmp_path, monkeypatch):
+    """An int8 drafter (--drafter-precision int8) in the engine's loop: the generator's loop bit
+    for bit, on a float32 and on an int8 verifier; the float32 verifier's output is greedy's."""
+    import copy
+
+    from fairseq_aggressive.runtime.quantization import quantize_int8
+
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = narrow_pair(task, tmp_path)
+    dr = quantize_int8(copy.deepcopy(dr))
+    if int8_verifier:
+        ar = quantize_int8(ar)
+    steps = _counting_steps(monkeypatch)
+    a = _decode(ar, dr, d, 6, True, dict(max_len_b=30))
+    assert not steps
+    b = _decode(ar, dr, d, 6, False, dict(max_len_b=30))
+    assert _bits(a[0]) == _bits(b[0]) and a[1] == b[1] and _counters(a[2]) == _counters(b[2])
+    assert a[2].accepted > 0
+    if not int8_verifier:
+        cmp, o = None, 0
+        for bsz, (lo, hi), seed in BATCHES:
+            sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
+            cmp = compare(ar, sample, greedy(ar, d, sample, max_len_b=30), a[0][o: o + bsz], cmp)
+            o += bsz
+        assert cmp.ok() and cmp.identical == cmp.total == 15, cmp

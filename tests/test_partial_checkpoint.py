@@ -51,3 +51,27 @@ def test_mismatches_are_clear_errors(tmp_path):
         load_partial(drafter.encoder, str(path), "--init-encoder-from", "the encoder", prefix="nothing.")
     with pytest.raises(FileNotFoundError, match="--init-from-ar: no checkpoint"):
         load_partial(drafter, str(tmp_path / "missing.pt"), "--init-from-ar", "the base")
+
+
+def test_init_from_a_blockwise_checkpoint_takes_its_heads(tmp_path):
+    """--init-from-ar of a transformer_blockwise checkpoint loads its heads as well (the second
+    stage of training heads and base together); an AR checkpoint leaves the new heads as built."""
+    task = make_task()
+    ar, trained = tmp_path / "ar.pt", tmp_path / "bw.pt"
+    save_checkpoint(make_model(task, seed=1), ar)
+    first = make_model(task, arch="transformer_blockwise", seed=2, blockwise_k=3, init_from_ar=str(ar))
+    fresh = make_model(task, arch="transformer_blockwise", seed=2, blockwise_k=3)
+    with torch.no_grad():
+        for p in first.blockwise_heads.parameters():
+            p.add_(0.5)
+    save_checkpoint(first, trained)
+    second = make_model(task, arch="transformer_blockwise", seed=7, blockwise_k=3, init_from_ar=str(trained))
+    own = second.state_dict()
+    # make_model scales the output projection after building: compare everything else
+    for k, v in first.state_dict().items():
+        if "output_projection" not in k:
+            assert torch.equal(own[k], v), k
+    for k, v in fresh.blockwise_heads.state_dict().items():
+        assert not torch.equal(second.blockwise_heads.state_dict()[k], v), k
+    with pytest.raises(ValueError, match="--init-from-ar: .* does not fit this model .*shape mismatch"):
+        make_model(task, arch="transformer_blockwise", blockwise_k=4, init_from_ar=str(trained))

@@ -1,6 +1,6 @@
 """The benchmark's mode names: a base (``beam5``, ``greedy``, ``iad[@L][-bN][-cost]``,
 ``gad[++][-bf16][@K]``, ``feature-ar[@K]``, ``blockwise[-topK][-minL]``, a CTranslate2 mode) and
-suffixes (``-native``/``-torch``, ``-int8``, ``-sl``, ``-dsl``, ``-pyloop``,
+suffixes (``-native``/``-torch``, ``-int8``, ``-sl``, ``-dsl``, ``-dint8``, ``-pyloop``,
 ``:TARGET``), each turned into the generation options it stands for
 (:func:`mode_overrides`), and the greedy mode whose outputs another must equal
 (:func:`reference_mode`).  The grammar is described in the command's help
@@ -29,8 +29,10 @@ SHORTLIST_DEFAULT = 1000  # -sl modes: the 1,000 most frequent tokens + the sour
 GRAMMAR = (
     "beam5, greedy, iad; iad@L (drafts of at most L tokens), iad-bN (N branches after an edit), iad-cost "
     "(cost-aware draft lengths; combine as iad@L-bN-cost); gad, gad++ (GAD with --drafter-path; gad@K sets the "
-    "block size, gad-bf16@K a bfloat16 drafter, a final -dsl the drafter shortlist); feature-ar, feature-ar@K "
-    "(the autoregressive feature drafter of --bench-feature-drafter or --drafter-path, K tokens per pass); "
+    "block size, gad-bf16@K a bfloat16 drafter, a final -dsl the drafter shortlist, a final -dint8 an int8 "
+    "drafter); feature-ar, feature-ar@K "
+    "(the autoregressive feature drafter of --bench-feature-drafter or --drafter-path, K tokens per pass; "
+    "-dsl and -dint8 as for gad); "
     "blockwise[-topK][-minL]; "
     "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own), ct2-best (CTranslate2 at "
     "its fastest compute type and thread count on this machine, timed on the first 40 sentences); "
@@ -68,6 +70,11 @@ def mode_overrides(name: str, args) -> Dict:
         if ov.get("decoding") not in ("gad", "feature-ar"):
             raise SystemExit(f"benchmark mode {name}: -dsl applies to gad and feature-ar modes")
         return dict(ov, drafter_shortlist=getattr(args, "bench_shortlist", None) or SHORTLIST_DEFAULT)
+    if name.endswith("-dint8"):  # an int8 copy of the drafter (proposals only: still exact)
+        ov = mode_overrides(name[: -len("-dint8")], args)
+        if ov.get("decoding") not in ("gad", "feature-ar"):
+            raise SystemExit(f"benchmark mode {name}: -dint8 applies to gad and feature-ar modes")
+        return dict(ov, drafter_precision="int8")
     if name.endswith("-sl"):  # approximate: the vocabulary shortlist (greedy-sl: greedy on it)
         base = name[: -len("-sl")]
         if base in COMPUTE_TYPES or base in ("beam5", "beam5-int8"):
@@ -134,6 +141,9 @@ def reference_mode(mode: str, modes) -> str:
     """The mode whose outputs ``mode`` must equal: greedy of the same model
     (int8: ``greedy-int8``; shortlist: ``greedy-sl`` / ``greedy-int8-sl``)."""
     mode = without_target(mode)
+    drafter_only = ("-pyloop", "-dsl", "-dint8")  # the drafter's and the loop's settings: the same verifier
+    while mode.endswith(drafter_only):
+        mode = mode.rsplit("-", 1)[0]
     sl = mode.endswith("-sl")
     base = mode[: -len("-sl")] if sl else mode
     int8 = base.endswith("-int8") and base not in COMPUTE_TYPES

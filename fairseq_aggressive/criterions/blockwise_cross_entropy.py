@@ -6,7 +6,12 @@ predicts ``y_{t+i}`` (positions whose target lies past the end are ignored).
 ``--blockwise-loss mean`` averages the k per-head losses;
 ``--blockwise-loss sampled`` trains one head chosen uniformly per batch (the
 paper's memory-saving estimator: the same gradient in expectation, up to the
-factor k).  Validation always reports the mean and every head's accuracy.
+factor k).  ``--blockwise-loss per-position`` keeps the base's loss at every
+position and draws one of heads 2..k per position: ``(base + (k-1) x drawn
+head) / k`` is the mean's value in expectation at two vocabulary projections per
+position instead of k, and the base is trained on every batch (with
+``--freeze-base``: the drawn heads only).  Validation always reports the mean
+and every head's accuracy.
 """
 import math
 import random
@@ -24,8 +29,10 @@ MAX_LOGGED_HEADS = 16
 @dataclass
 class BlockwiseCrossEntropyConfig(FairseqDataclass):
     label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing epsilon"})
-    blockwise_loss: ChoiceEnum(["mean", "sampled"]) = field(
-        default="mean", metadata={"help": "mean of the k head losses, or one random head per batch"}
+    blockwise_loss: ChoiceEnum(["mean", "sampled", "per-position"]) = field(
+        default="mean",
+        metadata={"help": "mean of the k head losses; one random head per batch; or the base's loss "
+                          "plus one random head 2..k per position (the mean in expectation)"},
     )
 
 
@@ -36,14 +43,15 @@ class BlockwiseCrossEntropy(FairseqCriterion):
         self.eps = label_smoothing
         self.mode = str(blockwise_loss)
 
-    def head_loss(self, logits, target):
-        """Summed label-smoothed loss, nll and correct count of one head over non-pad targets."""
+    def head_loss(self, logits, target, hits=False):
+        """Summed label-smoothed loss, nll and correct count of one head over non-pad targets
+        (``hits``: instead of the count, whether each non-pad position was right)."""
         keep = target.ne(self.padding_idx)
         lprobs = utils.log_softmax(logits[keep], dim=-1).float()
         tgt = target[keep]
         loss, nll = label_smoothed_nll_loss(lprobs, tgt, self.eps, ignore_index=None, reduce=True)
-        correct = lprobs.argmax(-1).eq(tgt).sum()
-        return loss, nll, int(tgt.numel()), correct
+        right = lprobs.detach().argmax(-1).eq(tgt)
+        return loss, nll, int(tgt.numel()), (right if hits else right.sum())
 
     def forward(self, model, sample, reduce=True):
         if not getattr(model, "has_blockwise_heads", False):
@@ -57,6 +65,8 @@ class BlockwiseCrossEntropy(FairseqCriterion):
         feats, _ = model(net_input["src_tokens"], net_input["src_lengths"], net_input["prev_output_tokens"],
                          features_only=True)
         frozen_base = getattr(model.args, "freeze_base", False)
+        if self.mode == "per-position" and model.training and k > 1:
+            return self._per_position(model, feats, target, frozen_base)
         if self.mode == "sampled" and model.training:
             heads = [random.randrange(1 if frozen_base else 0, k)]
         else:
@@ -96,6 +106,49 @@ class BlockwiseCrossEntropy(FairseqCriterion):
             "sample_size": n_tok,
         }
         logging_output.update({k_: v for k_, v in logs.items() if k_.startswith("head")})
+        return loss, n_tok, logging_output
+
+    def _per_position(self, model, feats, target, frozen_base):
+        """The base's loss at every position plus, at each position, one of heads 2..k drawn
+        uniformly; the training loss is ``(base + (k-1) x drawn) / k`` per token (``drawn`` only
+        with a frozen base).  The logged accuracy of head h counts the positions that drew it."""
+        B, T = target.shape
+        k = model.blockwise_k
+        pad = self.padding_idx
+        shifted = torch.cat([target, target.new_full((B, k), pad)], dim=1)
+        drawn = torch.randint(1, k, (B, T), device=target.device)  # head index 1..k-1 per position
+        head_in = model.blockwise_heads(feats)  # (B, T, k-1, d)
+        picked = head_in.gather(2, (drawn - 1)[:, :, None, None].expand(B, T, 1, head_in.size(-1))).squeeze(2)
+        idx = torch.arange(T, device=target.device)[None, :] + drawn
+        tgt_drawn = shifted.gather(1, idx)
+        drawn_loss, drawn_nll, n_drawn, hits = self.head_loss(model.decoder.output_layer(picked), tgt_drawn,
+                                                             hits=True)
+        n_tok = int(target.ne(pad).sum())
+        logs = {}
+        heads_kept = drawn[tgt_drawn.ne(pad)]
+        for h in range(1, min(k, MAX_LOGGED_HEADS)):
+            sel = heads_kept.eq(h)
+            logs[f"head{h + 1}_correct"] = int(hits[sel].sum())
+            logs[f"head{h + 1}_n"] = int(sel.sum())
+        per_tok_drawn = drawn_loss / max(n_drawn, 1)
+        if frozen_base:
+            loss = per_tok_drawn * n_tok
+            shown, shown_nll = per_tok_drawn, drawn_nll / max(n_drawn, 1)
+        else:
+            base_loss, base_nll, n_base, base_correct = self.head_loss(model.decoder.output_layer(feats), target)
+            logs["head1_correct"], logs["head1_n"] = int(base_correct), n_base
+            per_tok_base = base_loss / max(n_base, 1)
+            loss = (per_tok_base + (k - 1) * per_tok_drawn) / k * n_tok
+            shown = (per_tok_base + (k - 1) * per_tok_drawn) / k
+            shown_nll = (base_nll / max(n_base, 1) + (k - 1) * drawn_nll / max(n_drawn, 1)) / k
+        logging_output = {
+            "loss": float(shown.detach()) * n_tok,
+            "nll_loss": float(shown_nll.detach()) * n_tok,
+            "ntokens": n_tok,
+            "nsentences": B,
+            "sample_size": n_tok,
+        }
+        logging_output.update(logs)
         return loss, n_tok, logging_output
 
     @staticmethod

@@ -120,7 +120,7 @@ def build_feature_ar(opts, task, models):
 
     if not opts.drafter_path:
         raise ValueError("--decoding feature-ar needs a drafter: pass --drafter-path DRAFTER.pt")
-    drafter_model, _ = task.load_drafter(opts.drafter_path, like=models[0])
+    drafter_model, _ = task.load_drafter(opts.drafter_path, like=models[0], precision=opts.drafter_precision)
     check_drafter(drafter_model, models[0], task.target_dictionary, feature_ar=True)
     drafter = FeatureARDrafter(drafter_model, task.target_dictionary, opts.block_size or 8,
                                engine=drafter_engine(opts.engine), threads=engine_threads(opts.native_threads),

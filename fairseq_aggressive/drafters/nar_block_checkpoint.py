@@ -135,8 +135,10 @@ def build_gad_drafter(task, models, opts):
 
     if not opts.drafter_path:
         raise ValueError("--decoding gad needs a drafter: pass --drafter-path DRAFTER.pt")
-    dtype = torch.bfloat16 if use_bf16(opts.drafter_bf16, "--drafter-bf16") else None
-    drafter_model, trained_k = task.load_drafter(opts.drafter_path, like=models[0], dtype=dtype)
+    int8 = opts.drafter_precision == "int8"
+    dtype = torch.bfloat16 if not int8 and use_bf16(opts.drafter_bf16, "--drafter-bf16") else None
+    drafter_model, trained_k = task.load_drafter(opts.drafter_path, like=models[0], dtype=dtype,
+                                                 precision=opts.drafter_precision)
     check_drafter(drafter_model, models[0], task.target_dictionary)
     k = opts.block_size
     if k is None:

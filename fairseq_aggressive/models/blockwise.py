@@ -18,7 +18,7 @@ from fairseq.models.transformer import (
 )
 from torch import Tensor, nn
 
-from .partial_checkpoint import load_partial
+from .partial_checkpoint import checkpoint_has_heads, load_partial
 
 
 
@@ -64,7 +64,8 @@ class BlockwiseTransformerModel(TransformerModel):
                             help="hidden size per head of the proposal layer (default: decoder ffn dim)")
         parser.add_argument("--init-from-ar", type=str, metavar="CKPT",
                             help="initialise the base Transformer from this AR checkpoint "
-                            "(the paper's fine-tuning settings; see --freeze-base)")
+                            "(the paper's fine-tuning settings; see --freeze-base); from a "
+                            "transformer_blockwise checkpoint, its heads too (same k and sizes)")
         parser.add_argument("--freeze-base", action="store_true",
                             help="train only the proposal layer (the base model stays as loaded)")
 
@@ -73,8 +74,10 @@ class BlockwiseTransformerModel(TransformerModel):
         model = super().build_model(args, task)
         path = getattr(args, "init_from_ar", None)
         if path:
-            load_partial(model, path, "--init-from-ar", "the base Transformer",
-                         skip=lambda name: name.startswith("blockwise_heads."))
+            with_heads = checkpoint_has_heads(path)
+            load_partial(model, path, "--init-from-ar",
+                         "the base Transformer and its heads" if with_heads else "the base Transformer",
+                         skip=(lambda name: False) if with_heads else (lambda name: name.startswith("blockwise_heads.")))
             args.initialized_from_ar = path
             args.init_from_ar = None  # the weights now live in this model's checkpoints
         if getattr(args, "freeze_base", False):

@@ -39,3 +39,11 @@ def load_partial(module: nn.Module, path: str, flag: str, what: str, prefix: str
         )
     module.load_state_dict({k: v for k, v in theirs.items() if k in own}, strict=False)
     logger.info(f"initialised {what} from {path}")
+
+
+def checkpoint_has_heads(path: str) -> bool:
+    """Whether the checkpoint at ``path`` holds blockwise proposal heads."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--init-from-ar: no checkpoint at {path}")
+    state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
+    return any(name.startswith("blockwise_heads.") for name in state)

@@ -6,6 +6,7 @@ is chosen by ``--decoding`` (``beam`` = stock SequenceGenerator; ``iad``,
 CPU does it natively: :mod:`fairseq_aggressive.runtime.cpu_features`).  The same task
 trains the AR models and (``--block-size``) the block drafter.  Its options:
 :mod:`fairseq_aggressive.tasks.config`."""
+import copy
 import os
 
 import torch
@@ -55,16 +56,23 @@ class AggressiveTranslationTask(TranslationTask):
         arguments, hub API) win over the task configuration."""
         return DecodingOptions.read(lambda name: self._option(args, name))
 
-    def load_drafter(self, path: str, like=None, dtype=None):
+    def load_drafter(self, path: str, like=None, dtype=None, precision: str = "float32"):
         """The block_nat drafter at ``path`` and its training block size, on the
-        device and in the dtype of the module ``like`` (or ``dtype``); loaded
-        once per task (hub models decode many times)."""
+        device and in the dtype of the module ``like`` (or ``dtype``); with
+        ``precision`` int8, an int8 copy of it (``--drafter-precision``); each
+        loaded once per task (hub models decode many times)."""
         param = next(like.parameters()) if like is not None else None
         device = param.device if param is not None else None
         dtype = dtype or (param.dtype if param is not None else None)
-        key = (os.path.abspath(path), device, dtype)
+        if precision == "int8":
+            dtype = torch.float32
+        key = (os.path.abspath(path), device, dtype, precision)
         if key not in self._drafters:
-            self._drafters[key] = load_block_drafter(self, path, device=device, dtype=dtype)
+            if precision == "int8":
+                model, trained_k = self.load_drafter(path, like, dtype)
+                self._drafters[key] = (quantize_int8(copy.deepcopy(model)).eval(), trained_k)
+            else:
+                self._drafters[key] = load_block_drafter(self, path, device=device, dtype=dtype)
         return self._drafters[key]
 
     # ------------------------------------------------------------ batching

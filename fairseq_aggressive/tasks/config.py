@@ -76,6 +76,14 @@ class AggressiveTranslationConfig(TranslationConfig):
             "argparse_const": "auto",
         },
     )
+    drafter_precision: INFERENCE_PRECISION = field(
+        default="float32",
+        metadata={
+            "help": "GAD, feature-ar: int8 = the drafter's linear layers in int8 (the arithmetic of "
+            "--inference-precision int8), cheaper drafting steps; proposals only: the verifier (any "
+            "precision) decides, so exact decoding still gives the verifier's greedy output"
+        },
+    )
     drafter_shortlist: Optional[int] = field(
         default=None,
         metadata={
