@@ -14,8 +14,8 @@ from typing import Callable, Optional
 from .acceptance import build_acceptance, build_blockwise_acceptance
 from .constants import ENGINES, PRECISIONS
 from .drafters import DECODINGS
-from .options import (check_block_size, check_draft_cost, check_iad_branches, check_isa, check_max_draft_len,
-                      check_positive_int, check_shortlist)
+from .options import (check_block_size, check_confidence, check_draft_cost, check_iad_branches, check_isa,
+                      check_max_draft_len, check_positive_int, check_shortlist)
 from .runtime.threads import parse_threads
 
 
@@ -26,6 +26,7 @@ class DecodingOptions:
     engine's default), IAD's ``iad_ngram_min/max`` and ``iad_branches``,
     ``draft_cost`` (None: off, ``auto`` or ``FIXED,PER_POSITION``), GAD's
     ``drafter_path``, ``block_size``, ``drafter_bf16``, ``drafter_precision``, ``drafter_shortlist``,
+    the feature drafter's ``draft_confidence``,
     ``gad_beta``/``gad_tau``, blockwise ``blockwise_topk``/``min_block_size``,
     ``native_threads`` (None: auto), ``native_isa`` (None: auto),
     ``vocab_shortlist``, ``python_loop``."""
@@ -41,6 +42,7 @@ class DecodingOptions:
     block_size: Optional[int] = None
     drafter_bf16: str = "off"
     drafter_precision: str = "float32"
+    draft_confidence: float = 0.0
     drafter_shortlist: Optional[int] = None
     gad_beta: int = 1
     gad_tau: float = 0.0
@@ -101,6 +103,7 @@ class DecodingOptions:
             block_size=check_block_size(option("block_size")),
             drafter_bf16=str(get("drafter_bf16", "off")),
             drafter_precision=drafter_precision,
+            draft_confidence=check_confidence(get("draft_confidence", 0.0)),
             drafter_shortlist=drafter_shortlist,
             gad_beta=beta,
             gad_tau=tau,

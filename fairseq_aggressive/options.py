@@ -115,3 +115,11 @@ def check_generation_args(args, decoding: str) -> None:
         value = getattr(args, name, off)
         if value not in (off, None, False, 0, -1, ""):
             raise ValueError(f"{flag} is not supported with --decoding {decoding}; use --decoding beam")
+
+
+def check_confidence(value) -> float:
+    """``--draft-confidence``: a probability in [0, 1) (0: off)."""
+    p = float(value)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"--draft-confidence must be in [0, 1) (0: off), got {value}")
+    return p

@@ -85,6 +85,9 @@ def test_reference_modes():
     assert mode_overrides("feature-ar@8-int8-dint8", fa)["drafter_precision"] == "int8"
     assert mode_overrides("feature-ar@8-int8-dint8", fa)["inference_precision"] == "int8"
     assert "drafter_precision" not in mode_overrides("feature-ar@8-int8", fa)
+    assert mode_overrides("feature-ar@8-c0.4-dint8", fa)["draft_confidence"] == 0.4
+    assert mode_overrides("feature-ar@6-c.25", fa)["draft_confidence"] == 0.25
+    assert mode_overrides("feature-ar@6", fa)["draft_confidence"] == 0.0
     with pytest.raises(SystemExit, match="-dint8 applies to gad and feature-ar"):
         mode_overrides("iad-dint8", fa)
 

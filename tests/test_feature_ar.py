@@ -225,6 +225,9 @@ def test_int8_drafter_through_the_task(tmp_path):
         return task.build_generator([ar], argparse.Namespace(decoding="feature-ar", drafter_path=str(path),
                                                              block_size=4, beam=1, nbest=1, max_len_b=30, **kw))
 
+    assert build(draft_confidence=0.3).drafter.min_prob == 0.3
+    with pytest.raises(ValueError, match=r"--draft-confidence must be in \[0, 1\)"):
+        build(draft_confidence=-0.1)
     gen8 = build(drafter_precision="int8")
     gen32 = build()
     assert is_int8(gen8.drafter.model) and not is_int8(gen32.drafter.model)
@@ -242,3 +245,71 @@ def test_int8_drafter_through_the_task(tmp_path):
         build(drafter_precision="int8", drafter_bf16="on")
     with pytest.raises(ValueError, match="--drafter-precision must be one of float32, int8"):
         build(drafter_precision="int4")
+
+
+def _draft_lengths(calls):
+    return [len(p) for _, _, proposals in calls for p in proposals]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_draft_confidence_ends_drafts_where_the_drafter_is_unsure(engine, tmp_path):
+    """--draft-confidence P: a draft ends after its first token whose probability under the
+    drafter is below P (checked against the drafter's own softmax in torch); the engine's
+    drafter ends the same drafts as torch's; the output stays greedy's."""
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = verifier_and_feature_drafter(task, tmp_path)
+    probe = FeatureARDrafter(dr, d, 6, engine="torch", min_prob=0.0)
+    seen = []
+    real = dr.decoder.output_layer
+
+    def top(logits):  # the drafter's top probability (padding is never drafted)
+        logits = logits.detach().float().clone()
+        logits[:, d.pad()] = -float("inf")
+        return logits.softmax(-1).amax(-1)
+
+    def record(x):  # at each drafting step
+        out = real(x)
+        seen.extend(top(out).tolist())
+        return out
+
+    dr.decoder.output_layer = record
+    full = _draft_lengths(recorded_proposals(ar, d, probe))
+    dr.decoder.output_layer = real
+    p = sorted(seen)[len(seen) // 3]  # a third of the steps below it
+    runs = {e: recorded_proposals(ar, d, FeatureARDrafter(dr, d, 6, engine=e, min_prob=p)) for e in ENGINES}
+    lengths = _draft_lengths(runs[engine])
+    assert max(full) == 6 and sum(lengths) / len(lengths) < sum(full) / len(full)
+    assert 1 in lengths
+    if NATIVE:
+        assert runs["torch"] == runs["native"]
+    # the rule itself, one sentence in torch: per draft, each step's top probability
+    checker = FeatureARDrafter(dr, d, 6, engine="torch", min_prob=p)
+    rec = Recorder(checker)
+    caps, inner = [], checker.propose
+    checker.propose = lambda sents, outputs, c: caps.append(c[0]) or inner(sents, outputs, c)
+    steps = []
+
+    def per_draft(x):
+        out = real(x)
+        steps.append((len(rec.calls), float(top(out)[0])))
+        return out
+
+    dr.decoder.output_layer = per_draft
+    sample = make_sample(random_rows(d, 1, 20, 25, seed=3), d.pad())
+    AggressiveGenerator([ar], d, checker, engine="torch", max_len_b=30).generate([ar], sample)
+    dr.decoder.output_layer = real
+    assert len(rec.calls) > 2
+    for i, (_, outputs, proposals) in enumerate(rec.calls):
+        probs = [q for call, q in steps if call == i]
+        prop = proposals[0]
+        assert len(probs) == len(prop) and all(q >= p for q in probs[:-1]), (probs, p)
+        if len(prop) < min(6, caps[i]) and prop[-1] != d.eos():
+            assert probs[-1] < p, (probs, p)
+    sure = FeatureARDrafter(dr, d, 6, engine=engine, min_prob=0.999999)
+    assert set(_draft_lengths(recorded_proposals(ar, d, sure))) == {0, 1}  # (0: a sentence at its length cap)
+    cmp, drafted = gad_vs_greedy(ar, d, FeatureARDrafter(dr, d, 6, engine=engine, min_prob=p),
+                                 "native" if NATIVE else "torch", [(1, (1, 10), 10), (6, (1, 30), 60)], 30)
+    assert cmp.ok() and cmp.identical == cmp.total == 7, cmp
+    with pytest.raises(ValueError, match=r"--draft-confidence must be in \[0, 1\)"):
+        FeatureARDrafter(dr, d, 6, min_prob=1.0)

@@ -19,8 +19,8 @@ pytestmark = needs_native
 BATCHES = [(1, (1, 10), 10), (6, (1, 30), 60), (8, (5, 30), 61)]
 
 
-def _decode(ar, dr, d, k, engine_loop, gen_kw, cls=FeatureARDrafter):
-    drafter = cls(dr, d, k, engine="native")
+def _decode(ar, dr, d, k, engine_loop, gen_kw, cls=FeatureARDrafter, **drafter_kw):
+    drafter = cls(dr, d, k, engine="native", **drafter_kw)
     gen = AggressiveGenerator([ar], d, drafter, engine="native", engine_loop=engine_loop, **gen_kw)
     outs, passes = [], []
     for bsz, (lo, hi), seed in BATCHES:
@@ -172,3 +172,25 @@ def test_engine_loop_with_an_int8_drafter_equals_the_generators_loop(int8_verifi
             cmp = compare(ar, sample, greedy(ar, d, sample, max_len_b=30), a[0][o: o + bsz], cmp)
             o += bsz
         assert cmp.ok() and cmp.identical == cmp.total == 15, cmp
+
+
+@pytest.mark.parametrize("narrow", [False, True])
+def test_engine_loop_with_draft_confidence_equals_the_generators_loop(narrow, tmp_path, monkeypatch):
+    """--draft-confidence in the engine's loop: the generator's loop bit for bit (drafts that
+    end where the drafter is unsure: fewer drafted tokens), and greedy's output."""
+    task = make_task()
+    d = task.target_dictionary
+    ar, dr = narrow_pair(task, tmp_path) if narrow else verifier_and_feature_drafter(task, tmp_path)
+    steps = _counting_steps(monkeypatch)
+    full = _decode(ar, dr, d, 6, True, dict(max_len_b=30))
+    a = _decode(ar, dr, d, 6, True, dict(max_len_b=30), min_prob=0.45)
+    assert not steps
+    b = _decode(ar, dr, d, 6, False, dict(max_len_b=30), min_prob=0.45)
+    assert _bits(a[0]) == _bits(b[0]) and a[1] == b[1] and _counters(a[2]) == _counters(b[2])
+    assert 0 < a[2].drafted < full[2].drafted
+    cmp, o = None, 0
+    for bsz, (lo, hi), seed in BATCHES:
+        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
+        cmp = compare(ar, sample, greedy(ar, d, sample, max_len_b=30), a[0][o: o + bsz], cmp)
+        o += bsz
+    assert cmp.ok() and cmp.identical == cmp.total == 15, cmp

@@ -32,6 +32,7 @@ GRAMMAR = (
     "block size, gad-bf16@K a bfloat16 drafter, a final -dsl the drafter shortlist, a final -dint8 an int8 "
     "drafter); feature-ar, feature-ar@K "
     "(the autoregressive feature drafter of --bench-feature-drafter or --drafter-path, K tokens per pass; "
+    "feature-ar@K-cP: drafts end after a token the drafter gives less than P, --draft-confidence; "
     "-dsl and -dint8 as for gad); "
     "blockwise[-topK][-minL]; "
     "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own), ct2-best (CTranslate2 at "
@@ -106,12 +107,13 @@ def mode_overrides(name: str, args) -> Dict:
         if m.group(3):
             ov["draft_cost"] = "auto"
         return ov
-    m = re.fullmatch(r"feature-ar(?:@(\d+))?", name)
-    if m:  # the autoregressive feature drafter (--decoding feature-ar)
+    m = re.fullmatch(r"feature-ar(?:@(\d+))?(?:-c(0?\.\d+))?", name)
+    if m:  # the autoregressive feature drafter (--decoding feature-ar), -cP: --draft-confidence P
         path = getattr(args, "bench_feature_drafter", None) or getattr(args, "drafter_path", None)
         if not path:
             raise SystemExit(f"benchmark mode {name} needs --bench-feature-drafter or --drafter-path DRAFTER.pt")
-        return dict(beam=1, decoding="feature-ar", drafter_path=path, block_size=int(m.group(1) or 8))
+        return dict(beam=1, decoding="feature-ar", drafter_path=path, block_size=int(m.group(1) or 8),
+                    draft_confidence=float(m.group(2) or 0.0))
     m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
     if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
         return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),

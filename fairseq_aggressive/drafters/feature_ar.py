@@ -18,23 +18,26 @@ from typing import List, Optional
 
 import torch
 
-from ..options import check_positive_int
+from ..options import check_confidence, check_positive_int
 from .base import Branch, LoopResult, drafts_as, single_drafts
 from .nar_block import NARBlockDrafter
 
 
 class FeatureARDrafter(NARBlockDrafter):
     def __init__(self, model, tgt_dict, draft_len: int, engine: str = "auto", threads=None, isa=None,
-                 shortlist=None):
+                 shortlist=None, min_prob: float = 0.0):
         """``engine``: where it drafts (auto: the native engine where it runs, else torch);
         ``threads``, ``isa``: the native engine's, as the verifier's; ``shortlist``: a
         :class:`~fairseq_aggressive.shortlist.VocabShortlist` it drafts from
-        (``--drafter-shortlist``: cheaper draft steps, the output still greedy's)."""
+        (``--drafter-shortlist``: cheaper draft steps, the output still greedy's);
+        ``min_prob`` (``--draft-confidence``): a draft ends after its first token whose
+        probability under the drafter is below it (0: drafts of ``draft_len``)."""
         if not getattr(model, "feature_ar", False):
             raise ValueError("--decoding feature-ar needs a --feature-ar drafter "
                              "(trained with --arch block_nat --feature-ar --criterion feature_ar_loss)")
         super().__init__(model, tgt_dict, check_positive_int(draft_len, "--block-size"), engine=engine,
                          threads=threads, isa=isa, shortlist=shortlist)
+        self.min_prob = check_confidence(min_prob)
 
     def decode_in_engine(self, verifier, sample, max_len: int, first: int,
                          max_draft: Optional[int]) -> Optional[LoopResult]:
@@ -48,7 +51,8 @@ class FeatureARDrafter(NARBlockDrafter):
             return None
         begun = time.perf_counter() - t0
         toks, scores, passes, st = verifier.decode_feature(
-            self.native, first, self.bos, self.k, -1 if max_draft is None else max_draft, self.max_positions - 1)
+            self.native, first, self.bos, self.k, -1 if max_draft is None else max_draft, self.max_positions - 1,
+            self.min_prob)
         st.draft_ns += int(begun * 1e9)
         return LoopResult(toks, scores, passes, st)
 
@@ -76,8 +80,9 @@ class FeatureARDrafter(NARBlockDrafter):
         if self.model.decoder.own_feature_proj is not None:
             own = (torch.zeros(feats.shape[:2], dtype=torch.bool, device=device),
                    torch.zeros(*feats.shape[:2], self.model.decoder.embed_dim, device=device))
+        ended = [False] * len(sents)  # at an EOS or a token below min_prob
         for step in range(max(ks)):
-            live = [b for b, k in enumerate(ks) if len(drafts[b]) < k and self.eos not in drafts[b]]
+            live = [b for b, k in enumerate(ks) if len(drafts[b]) < k and not ended[b]]
             if not live:
                 break
             w = max(len(rows[b]) for b in live)
@@ -96,17 +101,17 @@ class FeatureARDrafter(NARBlockDrafter):
                 allowed = self._allowed[torch.tensor([sents[b] for b in live], device=self._allowed.device)]
                 logits = logits.masked_fill(~allowed.to(logits.device), -float("inf"))
             choice = logits.argmax(-1).tolist()
+            if self.min_prob > 0:
+                unsure = (logits.float().softmax(-1).amax(-1) < self.min_prob).tolist()
             for j, b in enumerate(live):
                 rows[b].append(choice[j])
                 drafts[b].append(choice[j])
+                ended[b] = choice[j] == self.eos or (self.min_prob > 0 and unsure[j])
                 if own is None:  # the drafter's own output in place of the verifier's features
                     feats[b, len(rows[b]) - 1] = at[j].to(feats.dtype)
                 else:
                     own[0][b, len(rows[b]) - 1] = True
                     own[1][b, len(rows[b]) - 1] = at[j].to(own[1].dtype)
-        for b, d in enumerate(drafts):
-            if self.eos in d:  # nothing follows the end of the sentence
-                drafts[b] = d[: d.index(self.eos) + 1]
         return single_drafts(drafts)
 
 
@@ -124,5 +129,6 @@ def build_feature_ar(opts, task, models):
     check_drafter(drafter_model, models[0], task.target_dictionary, feature_ar=True)
     drafter = FeatureARDrafter(drafter_model, task.target_dictionary, opts.block_size or 8,
                                engine=drafter_engine(opts.engine), threads=engine_threads(opts.native_threads),
-                               isa=opts.native_isa, shortlist=drafter_shortlist(opts, task))
+                               isa=opts.native_isa, shortlist=drafter_shortlist(opts, task),
+                               min_prob=opts.draft_confidence)
     return drafter, build_acceptance(1, 0.0)

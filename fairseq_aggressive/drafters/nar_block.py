@@ -33,6 +33,7 @@ class NARBlockDrafter(Drafter):
         threads (None: :func:`~fairseq_aggressive.runtime.threads.engine_threads`' policy);
         ``isa``: its build target (None: the best this CPU runs)."""
         self.k = check_positive_int(block_size, "--block-size")
+        self.min_prob = 0.0  # a feature drafter's --draft-confidence
         self.model = model.eval()
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
         self.bos = self.eos
@@ -151,7 +152,7 @@ class NARBlockDrafter(Drafter):
             feats = None
             if self.caps.emitted_features:
                 feats = self._feature_rows(sents, self.native.starts(sents), [len(r) for r in rows])
-            pred = self.native.propose(sents, rows, k, feats)
+            pred = self.native.propose(sents, rows, k, feats, self.min_prob)
         else:
             pred = self._torch_propose(sents, outputs, k)
         drafts = []

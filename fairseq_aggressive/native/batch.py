@@ -193,7 +193,7 @@ class NativeBatch:
 
     def decode_feature(self, drafter, drafter_state, first: int, bos: int, k: int, max_draft: int, room: int,
                        max_len: int, min_len: int, unk_penalty: float, temperature: float, beta: int = 1,
-                       tau: float = 0.0):
+                       tau: float = 0.0, min_prob: float = 0.0):
         """Decodes the whole batch (just begun) in the engine with the drafts of
         a ``--feature-ar`` drafter (``drafter``: its
         :class:`~fairseq_aggressive.native.NativeEngine`; ``drafter_state``: its
@@ -201,13 +201,15 @@ class NativeBatch:
         :class:`~fairseq_aggressive.drafters.FeatureARDrafter` drafts on the
         native engine: ``k`` tokens per pass, at most ``max_draft`` (-1: no
         cap), while ``bos``, the output and the draft fit the drafter's ``room``
-        positions; the loop starts from the token ``first``; the other
+        positions, each draft ending after its first token below ``min_prob``
+        (0: off); the loop starts from the token ``first``; the other
         arguments are :meth:`step`'s.  Returns per sentence its tokens, their
         scores and the passes it took part in, and the loop's counters
         (:class:`~fairseq_aggressive.native.c_api.LoopStats`)."""
         n = len(self.src_keep)
         buf = _LoopBuffers(n, max_len)
-        a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=max_draft, room=room, output=buf.output(),
+        a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=max_draft, room=room, min_prob=min_prob,
+                                  output=buf.output(),
                                   rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_feature(self.engine.handle, self.handle, drafter.handle, drafter_state.handle,

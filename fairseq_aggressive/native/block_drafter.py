@@ -93,12 +93,13 @@ class NativeBlockDrafter:
         return [self.cached[s] for s in sents] if self.causal else [0] * len(sents)
 
     def propose(self, sents: Sequence[int], rows: Sequence[List[int]], k: int,
-                feats: Optional[torch.Tensor] = None) -> List[List[int]]:
+                feats: Optional[torch.Tensor] = None, min_prob: float = 0.0) -> List[List[int]]:
         """``rows[i]``: sentence ``sents[i]``'s ``[bos] + output``; returns ``k``
-        proposed ids per sentence.  ``feats``, for a ``--verifier-features``
-        drafter: float32 (tokens sent x its feature width), the verifier's
-        features at the row positions sent (from :meth:`starts` on; zeros for
-        BOS), rows concatenated."""
+        proposed ids per sentence (a ``--feature-ar`` drafter: up to its first
+        EOS and, with ``min_prob``, its first token of a lower probability).
+        ``feats``, for a ``--verifier-features`` drafter: float32 (tokens sent x
+        its feature width), the verifier's features at the row positions sent
+        (from :meth:`starts` on; zeros for BOS), rows concatenated."""
         n = len(sents)
         new = []
         for s, row in zip(sents, rows):
@@ -107,6 +108,7 @@ class NativeBlockDrafter:
         flat = np.array([t for r in new for t in r] or [0], dtype=np.int32)
         sent = np.array(sents, dtype=np.int32)
         out = np.empty(n * k, dtype=np.int32)
+        drafted = np.full(n, k, dtype=np.int32)
         if (feats is None) != (self.feature_dim == 0) or (
                 feats is not None and (tuple(feats.shape) != (int(lens.sum()), self.feature_dim)
                                        or feats.dtype != torch.float32 or not feats.is_contiguous())):
@@ -115,7 +117,8 @@ class NativeBlockDrafter:
         args = c_api.DraftArgs(n=n, sent=sent.ctypes.data, row_len=lens.ctypes.data, tokens=flat.ctypes.data, k=k,
                                causal=int(self.causal), out=out.ctypes.data,
                                feats=None if feats is None else feats.data_ptr(),
-                               autoregressive=int(self.autoregressive))
+                               autoregressive=int(self.autoregressive), min_prob=float(min_prob),
+                               lens=drafted.ctypes.data)
         rc = self.lib.fa_draft(self.engine.handle, self.state.handle, ctypes.byref(args))
         if rc == -2:
             raise self.engine.failure("a drafter pass")
@@ -124,4 +127,4 @@ class NativeBlockDrafter:
         if self.causal:
             for s, row in zip(sents, rows):
                 self.cached[s] = len(row)
-        return out.reshape(n, k).tolist()
+        return [row[:length] for row, length in zip(out.reshape(n, k).tolist(), drafted.tolist())]

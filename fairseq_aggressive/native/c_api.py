@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 12
+API_VERSION = 13
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -65,7 +65,7 @@ class DraftArgs(ctypes.Structure):
 
     P, I = ctypes.c_void_p, ctypes.c_int32
     _fields_ = [("n", I), ("sent", P), ("row_len", P), ("tokens", P), ("k", I), ("causal", I), ("out", P),
-                ("feats", P), ("autoregressive", I)]
+                ("feats", P), ("autoregressive", I), ("min_prob", ctypes.c_float), ("lens", P)]
     del P, I
 
 
@@ -75,7 +75,8 @@ class FeatureLoopArgs(ctypes.Structure):
 
     I = ctypes.c_int32
     _anonymous_ = ("rules", "output")
-    _fields_ = [("n", I), ("first", I), ("bos", I), ("k", I), ("max_draft", I), ("room", I), ("rules", LoopRules),
+    _fields_ = [("n", I), ("first", I), ("bos", I), ("k", I), ("max_draft", I), ("room", I),
+                ("min_prob", ctypes.c_float), ("rules", LoopRules),
                 ("output", LoopOutput)]
     del I
 

@@ -76,6 +76,14 @@ class AggressiveTranslationConfig(TranslationConfig):
             "argparse_const": "auto",
         },
     )
+    draft_confidence: float = field(
+        default=0.0,
+        metadata={
+            "help": "feature-ar: a draft ends after its first token whose probability under the drafter "
+            "is below this (0 = off: drafts of --block-size tokens); shorter drafts where the drafter is "
+            "unsure, fewer drafting steps and verified positions; the output stays greedy's"
+        },
+    )
     drafter_precision: INFERENCE_PRECISION = field(
         default="float32",
         metadata={

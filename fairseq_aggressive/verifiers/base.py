@@ -106,15 +106,17 @@ class Verifier:
         scores and passes, and the loop's counters."""
         raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
 
-    def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int):
+    def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int,
+                       min_prob: float = 0.0):
         """(:attr:`runs_engine_loops`) Decodes the batch begun last with the
         drafts of a native ``--feature-ar`` drafter ``drafter`` (a
         :class:`~fairseq_aggressive.native.block_drafter.NativeBlockDrafter`
         begun on this batch's encoder output) as
         :class:`~fairseq_aggressive.drafters.FeatureARDrafter` drafts: ``k``
         tokens per pass, at most ``max_draft`` (-1: no cap), while the drafter's
-        row (``bos``, the output, the draft) fits ``room`` positions; ``first``:
-        the token before the output.  Per sentence its tokens, their scores and
+        row (``bos``, the output, the draft) fits ``room`` positions, each draft
+        ending after its first token below ``min_prob``; ``first``: the token
+        before the output.  Per sentence its tokens, their scores and
         passes, and the loop's counters."""
         raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
 

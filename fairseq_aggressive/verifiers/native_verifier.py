@@ -69,12 +69,14 @@ class NativeVerifier(Verifier):
         return self.batch.decode_copy(src, src_len, first, max_draft, ngram_min, ngram_max, self.max_len, r.min_len,
                                       r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau)
 
-    def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int):
+    def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int,
+                       min_prob: float = 0.0):
         """The batch begun last, decoded in the engine with a feature drafter's drafts
         (:meth:`~fairseq_aggressive.native.NativeBatch.decode_feature`)."""
         r = self.rules
         return self.batch.decode_feature(drafter.engine, drafter.state, first, bos, k, max_draft, room, self.max_len,
-                                         r.min_len, r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau)
+                                         r.min_len, r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau,
+                                         min_prob=min_prob)
 
     def decode_blockwise(self, first: int, max_draft: int):
         """The batch begun last, decoded in the engine by blockwise parallel decoding

@@ -2,6 +2,7 @@
 #include "block_drafter.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -22,6 +23,14 @@ void choose_rows(Model& m, State& st, const float* h, int n, const int32_t* sent
 }
 
 namespace {
+
+// The probability of the argmax `best` of logits lg[0..W) under their softmax.
+float top_probability(const float* lg, int W, int best) {
+  const float top = lg[best];
+  double sum = 0.0;
+  for (int i = 0; i < W; ++i) sum += std::exp((double)(lg[i] - top));
+  return (float)(1.0 / sum);
+}
 
 // A --feature-ar drafter's pass (DraftArgs.autoregressive)
 int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
@@ -47,21 +56,47 @@ int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
     s.len += a.row_len[r];
     base[r] = s.len;
   }
-  // k drafted tokens, one row position per sentence and step
+  // k drafted tokens, one row position per sentence still drafting and step; act[i]: the row of
+  // h's i-th row (rows that ended are dropped from h, act and the step's arguments)
   std::vector<int> one(n, 1), step_off(n + 1);
   for (int r = 0; r <= n; ++r) step_off[r] = r;
-  std::vector<int32_t> toks(n);
+  std::vector<int32_t> act(n), act_sent(n), toks(n), chosen(n);
+  for (int r = 0; r < n; ++r) act[r] = r, act_sent[r] = a.sent[r];
+  std::vector<int32_t> lens(n, k);
+  const int V = m.cfg.tgt_vocab;
   for (int j = 0;; ++j) {
-    choose_rows(m, st, h.data(), n, a.sent, a.out + j, k);
-    if (j + 1 == k) break;
-    for (int r = 0; r < n; ++r) toks[r] = a.out[(size_t)r * k + j];
-    add.resize((size_t)n * C);
-    linear(m.pool, own, h.data(), C, n, add.data(), C);
-    decoder_rows(m, st, n, a.sent, one.data(), toks.data(), step_off, max_keys, nullptr, nullptr, add.data());
-    std::copy(m.x.data(), m.x.data() + (size_t)n * C, h.data());
-    for (int r = 0; r < n; ++r) st.sents[a.sent[r]].len += 1;
+    const int na = (int)act.size();
+    choose_rows(m, st, h.data(), na, act_sent.data(), chosen.data(), 1);
+    int kept = 0;
+    for (int i = 0; i < na; ++i) {
+      const int r = act[i];
+      a.out[(size_t)r * k + j] = chosen[i];
+      bool ends = chosen[i] == m.cfg.eos;
+      if (!ends && a.min_prob > 0.f) {
+        const Sentence& s = st.sents[a.sent[r]];
+        const int W = columns(m, st, s);
+        const float* lg = m.logits.data() + (size_t)i * V;  // choose_rows' logits of this row
+        ends = top_probability(lg, W, argmax_first(lg, W)) < a.min_prob;
+      }
+      if (ends || j + 1 == k) {
+        lens[r] = j + 1;
+        continue;
+      }
+      if (kept != i) std::copy(h.data() + (size_t)i * C, h.data() + (size_t)(i + 1) * C, h.data() + (size_t)kept * C);
+      act[kept] = r, act_sent[kept] = a.sent[r], toks[kept] = chosen[i];
+      ++kept;
+    }
+    act.resize(kept), act_sent.resize(kept);
+    if (kept == 0) break;
+    add.resize((size_t)kept * C);
+    linear(m.pool, own, h.data(), C, kept, add.data(), C);
+    decoder_rows(m, st, kept, act_sent.data(), one.data(), toks.data(), step_off, max_keys, nullptr, nullptr,
+                 add.data());
+    std::copy(m.x.data(), m.x.data() + (size_t)kept * C, h.data());
+    for (int i = 0; i < kept; ++i) st.sents[act_sent[i]].len += 1;
   }
   for (int r = 0; r < n; ++r) st.sents[a.sent[r]].len = base[r];  // the drafts leave the cache
+  if (a.lens != nullptr) std::copy(lens.begin(), lens.end(), a.lens);
   return 0;
 }
 

@@ -31,6 +31,11 @@ namespace fa {
 // chosen token is read with the projection of that output in place of the
 // verifier's features (own_feat_proj where the drafter is narrower than the
 // verifier, else feat_proj); the drafted tokens leave the cache afterwards.
+// A row's draft ends early at its first EOS and, with min_prob > 0, at its first
+// token whose probability under the drafter (softmax over the row's columns) is
+// below min_prob (that token kept); lens[r] (or null) gets each row's length
+// (k where neither happened), out[r * k + i] for i >= lens[r] is undefined.
+// Rows that ended leave the later steps (no work for them).
 struct DraftArgs {
   int32_t n;
   const int32_t* sent;
@@ -41,6 +46,8 @@ struct DraftArgs {
   int32_t* out;
   const float* feats;  // or null
   int32_t autoregressive;
+  float min_prob;  // autoregressive only: 0 = off
+  int32_t* lens;   // autoregressive only: or null
 };
 
 // The drafter's token for each of n feature rows h (C floats each): the argmax

@@ -28,7 +28,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 12;
+constexpr int kApiVersion = 13;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 

@@ -22,7 +22,7 @@ int decode_feature(Model& vm, State& vs, Model& dm, State& ds, const FeatureLoop
   // per sentence, the tokens the drafter has not read yet and the verifier's features that chose them
   std::vector<std::vector<int32_t>> fresh(B, std::vector<int32_t>{a.bos});
   std::vector<std::vector<float>> fresh_feats(B, std::vector<float>(FC, 0.f));
-  std::vector<int32_t> cap, new_len, new_tokens, proposed;
+  std::vector<int32_t> cap, new_len, new_tokens, proposed, drafted;
   std::vector<float> new_feats;
 
   using Clock = std::chrono::steady_clock;
@@ -53,6 +53,7 @@ int decode_feature(Model& vm, State& vs, Model& dm, State& ds, const FeatureLoop
         fresh_feats[b].clear();
       }
       proposed.resize((size_t)n * K);
+      drafted.assign(n, 0);
       DraftArgs d{};
       d.n = n;
       d.sent = active.data();
@@ -63,15 +64,16 @@ int decode_feature(Model& vm, State& vs, Model& dm, State& ds, const FeatureLoop
       d.autoregressive = 1;
       d.out = proposed.data();
       d.feats = new_feats.data();
+      d.min_prob = a.min_prob;
+      d.lens = drafted.data();
       // (rows fit: the drafter's caches hold max_len + k + 2 positions)
       if (draft_pass(dm, ds, d) != 0) throw std::logic_error("a draft does not fit the drafter's cache");
     }
-    // the rows: the last token, then the draft up to its cap and an EOS (nothing follows the end)
+    // the rows: the last token, then the draft up to its cap (it ends at an EOS or a token below
+    // min_prob)
     for (int i = 0; i < n; ++i) {
       const int32_t* draft = proposed.data() + (size_t)i * K;
-      int L = 0;
-      while (L < cap[i] && (L == 0 || draft[L - 1] != vm.cfg.eos)) ++L;
-      batch.add_row(active[i], draft, L);
+      batch.add_row(active[i], draft, K > 0 ? std::min(cap[i], (int)drafted[i]) : 0);
     }
     stats.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
     batch.verify(vm, vs, stats, true);

@@ -26,12 +26,15 @@ namespace fa {
 // that chose it).  A pass drafts for every sentence still decoding, unless
 // none may draft: sentence b may draft d_b = min(k, max_len - its length,
 // max_draft (if >= 0), room - its length) tokens, and a pass drafts
-// max_b d_b tokens for each and keeps d_b of them (at most up to an EOS)
-// (max_len: rules.max_len).  The passes' rules and the outputs as CopyLoopArgs'.
+// max_b d_b tokens for each and keeps d_b of them (at most up to an EOS, and
+// with min_prob > 0 up to the first token below that probability under the
+// drafter: DraftArgs) (max_len: rules.max_len).  The passes' rules and the
+// outputs as CopyLoopArgs'.
 struct FeatureLoopArgs {
   int32_t n;
   int32_t first, bos;
   int32_t k, max_draft, room;
+  float min_prob;
   LoopRules rules;
   LoopOutput output;
 };
