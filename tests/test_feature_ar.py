@@ -27,6 +27,19 @@ def verifier_and_feature_drafter(task, tmp_path, **extra):
     return verifier_and_drafter(task, tmp_path, **dict(dict(feature_ar=True, decoder_layers=1), **extra))
 
 
+def saved_feature_drafter(dr, tmp_path):
+    """``dr`` saved as training saves it (the encoder in the checkpoint): its path."""
+    dargs = argparse.Namespace(
+        arch="block_nat", encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4,
+        encoder_layers=2, decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_attention_heads=4,
+        decoder_layers=1, dropout=0.0, max_source_positions=256, max_target_positions=256, shared_encoder=True,
+        encoder_initialized_from=str(tmp_path / "verifier.pt"), verifier_features=True, block_causal_prefix=True,
+        feature_ar=True, **AR_OPTS)
+    path = tmp_path / "drafter.pt"
+    save_full_checkpoint(dr, dargs, path)
+    return path
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("drafter_engine", ENGINES)
 def test_feature_ar_decoding_equals_greedy(engine, drafter_engine, tmp_path):
@@ -161,14 +174,7 @@ def test_decoding_feature_ar_through_the_task(tmp_path):
     task = make_task()
     d = task.target_dictionary
     ar, dr = verifier_and_feature_drafter(task, tmp_path)
-    dargs = argparse.Namespace(  # what training saves: the encoder is in the checkpoint
-        arch="block_nat", encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4,
-        encoder_layers=2, decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_attention_heads=4,
-        decoder_layers=1, dropout=0.0, max_source_positions=256, max_target_positions=256, shared_encoder=True,
-        encoder_initialized_from=str(tmp_path / "verifier.pt"), verifier_features=True, block_causal_prefix=True,
-        feature_ar=True, **AR_OPTS)
-    path = tmp_path / "drafter.pt"
-    save_full_checkpoint(dr, dargs, path)
+    path = saved_feature_drafter(dr, tmp_path)
     args = argparse.Namespace(decoding="feature-ar", drafter_path=str(path), block_size=3, beam=1, nbest=1,
                               max_len_b=30)
     gen = task.build_generator([ar], args)
@@ -212,14 +218,7 @@ def test_int8_drafter_through_the_task(tmp_path):
     task = make_task()
     d = task.target_dictionary
     ar, dr = verifier_and_feature_drafter(task, tmp_path)
-    dargs = argparse.Namespace(
-        arch="block_nat", encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4,
-        encoder_layers=2, decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_attention_heads=4,
-        decoder_layers=1, dropout=0.0, max_source_positions=256, max_target_positions=256, shared_encoder=True,
-        encoder_initialized_from=str(tmp_path / "verifier.pt"), verifier_features=True, block_causal_prefix=True,
-        feature_ar=True, **AR_OPTS)
-    path = tmp_path / "drafter.pt"
-    save_full_checkpoint(dr, dargs, path)
+    path = saved_feature_drafter(dr, tmp_path)
 
     def build(**kw):
         return task.build_generator([ar], argparse.Namespace(decoding="feature-ar", drafter_path=str(path),

@@ -30,6 +30,17 @@ def _decode(ar, dr, d, k, engine_loop, gen_kw, cls=FeatureARDrafter, **drafter_k
     return outs, passes, gen.stats
 
 
+def _assert_greedy(ar, d, outs, **gen_kw):
+    """``outs`` (every batch of BATCHES, in order) are fairseq's greedy outputs."""
+    gen_kw = gen_kw or dict(max_len_b=30)
+    cmp, o = None, 0
+    for bsz, (lo, hi), seed in BATCHES:
+        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
+        cmp = compare(ar, sample, greedy(ar, d, sample, **gen_kw), outs[o: o + bsz], cmp)
+        o += bsz
+    assert cmp.ok() and cmp.identical == cmp.total == 15, cmp
+
+
 def _counting_steps(monkeypatch):
     steps = []
     real = NativeBatch.step
@@ -58,14 +69,7 @@ def test_engine_loop_equals_the_generators_loop(narrow, k, gen_kw, tmp_path, mon
     assert _counters(a[2]) == _counters(b[2])
     assert a[2].drafted > a[2].accepted and a[2].draft_seconds > 0
     assert a[2].accepted > 0 or gen_kw.get("max_len_b") == 5  # (5 tokens leave a random drafter little to hit)
-    greedy_kw = {key: v for key, v in gen_kw.items() if key != "max_draft_len"}
-    cmp = None
-    o = 0
-    for bsz, (lo, hi), seed in BATCHES:
-        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
-        cmp = compare(ar, sample, greedy(ar, d, sample, **greedy_kw), a[0][o: o + bsz], cmp)
-        o += bsz
-    assert cmp.ok() and cmp.identical == cmp.total == 15, cmp
+    _assert_greedy(ar, d, a[0], **{key: v for key, v in gen_kw.items() if key != "max_draft_len"})
 
 
 def test_engine_loop_on_an_int8_verifier_equals_the_generators_loop(tmp_path, monkeypatch):
@@ -166,12 +170,7 @@ def test_engine_loop_with_an_int8_drafter_equals_the_generators_loop(int8_verifi
     assert _bits(a[0]) == _bits(b[0]) and a[1] == b[1] and _counters(a[2]) == _counters(b[2])
     assert a[2].accepted > 0
     if not int8_verifier:
-        cmp, o = None, 0
-        for bsz, (lo, hi), seed in BATCHES:
-            sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
-            cmp = compare(ar, sample, greedy(ar, d, sample, max_len_b=30), a[0][o: o + bsz], cmp)
-            o += bsz
-        assert cmp.ok() and cmp.identical == cmp.total == 15, cmp
+        _assert_greedy(ar, d, a[0])
 
 
 @pytest.mark.parametrize("narrow", [False, True])
@@ -188,9 +187,4 @@ def test_engine_loop_with_draft_confidence_equals_the_generators_loop(narrow, tm
     b = _decode(ar, dr, d, 6, False, dict(max_len_b=30), min_prob=0.45)
     assert _bits(a[0]) == _bits(b[0]) and a[1] == b[1] and _counters(a[2]) == _counters(b[2])
     assert 0 < a[2].drafted < full[2].drafted
-    cmp, o = None, 0
-    for bsz, (lo, hi), seed in BATCHES:
-        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
-        cmp = compare(ar, sample, greedy(ar, d, sample, max_len_b=30), a[0][o: o + bsz], cmp)
-        o += bsz
-    assert cmp.ok() and cmp.identical == cmp.total == 15, cmp
+    _assert_greedy(ar, d, a[0])
