@@ -7,7 +7,8 @@ Decodes the 300 English sentences of the bundled sample (data/debian-ende-sample
 training) with the shipped distilled student (models/ende-student-6x1: 6 encoder layers, 1
 decoder layer, d=128), first with ``fairseq-generate --decoding feature-ar`` and its shipped
 feature drafter, then side by side at batch 1 with ``fairseq-aggressive-bench``: fairseq's
-greedy, the native engine's greedy, the feature drafter (k=4 and 8), GAD's block drafter and,
+greedy, the native engine's greedy, the feature drafter (k=4 and 8; k=8 also as an int8 copy,
+``--drafter-precision int8``), GAD's block drafter and,
 where it is installed, CTranslate2 at its fastest configuration on the machine; and checks that
 every drafted mode's output is greedy's on every sentence.
 
@@ -33,7 +34,7 @@ GAD_DRAFTER = ROOT / "models" / "ende-student-6x1-gad-drafter"
 USER_DIR = str(ROOT / "fairseq_aggressive")
 LEN = ["--max-len-a", "1.2", "--max-len-b", "10"]
 MIN_TOKENS_PER_PASS = 2.0  # the feature drafter accepts ~5 on this sample; a broken one ~1
-DRAFTED = ("feature-ar@4", "feature-ar@8", "gad@8")
+DRAFTED = ("feature-ar@4", "feature-ar@8", "feature-ar@8-dint8", "gad@8")
 
 
 def sample_data(work: Path) -> Path:

@@ -83,7 +83,7 @@ def test_translation_demo_end_to_end(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "aggressive decoding (feature-ar): 300 sentences" in out
-    for mode in ("feature-ar@4", "feature-ar@8", "gad@8"):
+    for mode in ("feature-ar@4", "feature-ar@8", "feature-ar@8-dint8", "gad@8"):
         assert f"{mode}: output identical to greedy on 30/30 sentences" in out, out[-3000:]
     tpp = float(re.search(r"feature-ar@8: .*?, ([\d.]+) tokens per pass", out).group(1))
     assert tpp > 3.0, out[-3000:]  # 4.75 on all 300 sentences
