@@ -99,3 +99,46 @@ def test_ct2_bad_checkpoint_leaves_nothing(tmp_path, trained):
     with pytest.raises(ct2_bench.CT2Error, match="could not convert"):
         ct2_bench.converted_model(str(bad), str(data))
     assert sorted(os.listdir(tmp_path)) == ["broken.pt"]
+
+
+def test_a_blockwise_checkpoint_converts_as_its_base(tmp_path):
+    """CTranslate2 converts stock architectures: a transformer_blockwise checkpoint goes to it
+    as its base Transformer (heads dropped, the architecture renamed), the original untouched."""
+    import argparse
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from fairseq_aggressive.bench.ct2_worker import base_checkpoint
+    from helpers import make_model, make_task
+
+    task = make_task()
+    model = make_model(task, arch="transformer_blockwise", blockwise_k=3)
+    path = tmp_path / "bw.pt"
+    torch.save({"args": None, "cfg": {"model": argparse.Namespace(arch="transformer_blockwise",
+                                                                  _name="transformer_blockwise")},
+                "model": model.state_dict(), "last_optimizer_state": {"x": 1}}, path)
+    base = base_checkpoint(str(path), str(tmp_path / "tmp"))
+    assert base != str(path)
+    state = torch.load(base, map_location="cpu", weights_only=False)
+    assert state["cfg"]["model"].arch == state["cfg"]["model"]._name == "transformer"
+    assert not any(k.startswith("blockwise_heads.") for k in state["model"]) and "last_optimizer_state" not in state
+    assert set(state["model"]) == {k for k in model.state_dict() if not k.startswith("blockwise_heads.")}
+    original = torch.load(path, map_location="cpu", weights_only=False)
+    assert any(k.startswith("blockwise_heads.") for k in original["model"])
+    plain = tmp_path / "ar.pt"
+    torch.save({"args": argparse.Namespace(arch="transformer"), "cfg": OmegaConf.create({"model": None}),
+                "model": make_model(task).state_dict()}, plain)
+    assert base_checkpoint(str(plain), str(tmp_path / "tmp2")) == str(plain)
+    assert not (tmp_path / "tmp2").exists()
+
+
+@pytest.mark.slow
+def test_bench_ct2_on_a_blockwise_model(trained, trained_blockwise, tmp_path):
+    """The benchmark's CTranslate2 modes run on a blockwise model's base: its greedy."""
+    data, ckpt = trained[0], trained_blockwise[0]
+    js = tmp_path / "bw.json"
+    bench(data, ckpt, js, "greedy,blockwise,ct2", 20, 1)
+    res = json.loads(js.read_text())["modes"]
+    assert res["blockwise"]["identical_to_greedy"] == 20
+    assert res["ct2"]["identical_to_greedy"] >= 19, res["ct2"]

@@ -34,13 +34,15 @@ def student():
     return models[0].eval(), task
 
 
-@pytest.mark.parametrize("decoding,drafter", [("feature-ar", "ende-student-6x1-feature-drafter"),
-                                              ("gad", "ende-student-6x1-gad-drafter")])
-def test_shipped_drafters_give_the_students_greedy(student, decoding, drafter):
+@pytest.mark.parametrize("decoding,drafter,precision", [
+    ("feature-ar", "ende-student-6x1-feature-drafter", "float32"),
+    ("feature-ar", "ende-student-6x1-feature-drafter", "int8"),  # --drafter-precision int8
+    ("gad", "ende-student-6x1-gad-drafter", "float32")])
+def test_shipped_drafters_give_the_students_greedy(student, decoding, drafter, precision):
     model, task = student
     d = task.target_dictionary
     args = argparse.Namespace(decoding=decoding, drafter_path=str(MODELS / drafter / "model.pt"), block_size=8,
-                              beam=1, nbest=1, max_len_a=1.2, max_len_b=10)
+                              beam=1, nbest=1, max_len_a=1.2, max_len_b=10, drafter_precision=precision)
     gen = task.build_generator([model], args)
     rows = _sources(task.source_dictionary, 12, seed=3)
     cmp = None

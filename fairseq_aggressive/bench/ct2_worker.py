@@ -9,7 +9,8 @@ by 14-34x when both live in one process).
 
 ``convert`` writes a CTranslate2 model with CTranslate2's own fairseq
 converter (float32 weights; int8 is chosen at load time with
-``compute_type``).  ``decode`` reads ``{"compute_type", "threads", "warmup",
+``compute_type``); of a ``transformer_blockwise`` checkpoint, its base
+Transformer (the model its greedy search decodes; the heads are proposals).  ``decode`` reads ``{"compute_type", "threads", "warmup",
 "batches": [{"tokens": [[str]], "max_len": int}]}``, decodes every batch
 greedily (beam 1), first ``warmup`` batches untimed, then all batches timed one
 by one, and writes ``{"batches": [{"seconds": float, "hyps": [[str]]}],
@@ -31,13 +32,45 @@ import sys
 import time
 
 
+BASE_ARCHS = {"transformer_blockwise": "transformer", "transformer_blockwise_big": "transformer_vaswani_wmt_en_de_big"}
+
+
+def base_checkpoint(ckpt, tmp_dir):
+    """``ckpt``, or for a blockwise model a copy in ``tmp_dir`` without its heads as its base
+    Transformer's architecture (CTranslate2 converts stock architectures only)."""
+    import os
+
+    import torch
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    holders = [h for h in (state.get("args"), (state.get("cfg") or {}).get("model")) if h is not None]
+    archs = {getattr(h, "arch", None) for h in holders}
+    if not archs & set(BASE_ARCHS):
+        return ckpt
+    for h in holders:
+        for key in ("arch", "_name"):
+            if getattr(h, key, None) in BASE_ARCHS:
+                setattr(h, key, BASE_ARCHS[getattr(h, key)])
+    state["model"] = {k: v for k, v in state["model"].items() if not k.startswith("blockwise_heads.")}
+    state.pop("last_optimizer_state", None)
+    os.makedirs(tmp_dir, exist_ok=True)
+    path = os.path.join(tmp_dir, "base.pt")
+    torch.save(state, path)
+    return path
+
+
 def convert(ckpt, data_dir, user_dir, out_dir):
+    import shutil
+
     from ctranslate2.converters import FairseqConverter
 
-    # our own checkpoints carry an argparse Namespace: trusted, so unpickled in full
-    FairseqConverter(ckpt, data_dir, user_dir=user_dir, unsafe_deserialization=True).convert(
-        out_dir, quantization=None, force=True
-    )
+    tmp = out_dir.rstrip("/") + ".base"
+    try:
+        # our own checkpoints carry an argparse Namespace: trusted, so unpickled in full
+        FairseqConverter(base_checkpoint(ckpt, tmp), data_dir, user_dir=user_dir,
+                         unsafe_deserialization=True).convert(out_dir, quantization=None, force=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def translate(translator, batch):

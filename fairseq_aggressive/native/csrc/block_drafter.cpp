@@ -25,12 +25,7 @@ void choose_rows(Model& m, State& st, const float* h, int n, const int32_t* sent
 namespace {
 
 // The probability of the argmax `best` of logits lg[0..W) under their softmax.
-float top_probability(const float* lg, int W, int best) {
-  const float top = lg[best];
-  double sum = 0.0;
-  for (int i = 0; i < W; ++i) sum += std::exp((double)(lg[i] - top));
-  return (float)(1.0 / sum);
-}
+float top_probability(const float* lg, int W, int best) { return std::exp(lg[best] - logsumexp(lg, W)); }
 
 // A --feature-ar drafter's pass (DraftArgs.autoregressive)
 int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
