@@ -112,7 +112,7 @@ def test_drafter_bf16_auto_falls_back(monkeypatch, fresh_warnings, tmp_path):
     class Loaded(Exception):
         pass
 
-    def load_drafter(self, path, like=None, dtype=None):
+    def load_drafter(self, path, like=None, dtype=None, precision="float32"):
         calls.append(dtype)
         raise Loaded
 

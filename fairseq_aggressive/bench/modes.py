@@ -112,8 +112,10 @@ def mode_overrides(name: str, args) -> Dict:
         path = getattr(args, "bench_feature_drafter", None) or getattr(args, "drafter_path", None)
         if not path:
             raise SystemExit(f"benchmark mode {name} needs --bench-feature-drafter or --drafter-path DRAFTER.pt")
-        return dict(beam=1, decoding="feature-ar", drafter_path=path, block_size=int(m.group(1) or 8),
-                    draft_confidence=float(m.group(2) or 0.0))
+        ov = dict(beam=1, decoding="feature-ar", drafter_path=path, block_size=int(m.group(1) or 8))
+        if m.group(2):
+            ov["draft_confidence"] = float(m.group(2))
+        return ov
     m = re.fullmatch(r"blockwise(?:-top(\d+))?(?:-min(\d+))?", name)
     if m:  # blockwise, blockwise-top3, blockwise-min2, blockwise-top3-min2
         return dict(beam=1, decoding="blockwise", blockwise_topk=int(m.group(1) or 1),
