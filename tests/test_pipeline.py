@@ -264,7 +264,8 @@ def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
     """`make ende-cpu` (wmt14_ende.yaml --scale cpu) trains what docs/results-debian-ende.md
     describes: teacher 6+6 d=128 for 4000 updates, self-distillation (greedy), drafter K=8 with 2
     causal-prefix layers on the teacher's frozen encoder and decoder features for 1500, heads k=2,4,8 on the teacher (frozen lr 1e-3, fine-tuned 1e-4) for 150 each, the
-    6+1 student on the teacher's greedy outputs for 3000 and its drafter on the student's own, and
+    6+1 student on the teacher's greedy outputs for 3000 and its drafters on the student's own, its
+    heads k=8 on the frozen student for 1000 and then trained together with it for 400, and
     benchmarks every head set and GAD at batch 1 on 400 sentences."""
     cfg, pipe = dry_run(os.path.join(ROOT, "configs", "translation", "wmt14_ende.yaml"), "cpu", tmp_path, monkeypatch)
     train = {}
@@ -300,6 +301,16 @@ def test_cpu_scale_ende_is_the_documented_run(tmp_path, monkeypatch):
     assert trained_on["student"].endswith("/distill/bin") and trained_on["student-drafter"].endswith(
         "/distill-student/bin") and trained_on["teacher"].endswith("/data/bin")
     assert drafter.init_encoder_from.endswith("models/teacher/checkpoint_best.pt")
+    # the student's heads k=8: on the frozen student, then trained together from there
+    heads_frozen, heads_both = train.pop("student-blockwise-frozen"), train.pop("student-blockwise")
+    for a in (heads_frozen, heads_both):
+        assert (a.arch, a.blockwise_k, a.blockwise_loss, a.encoder_layers, a.decoder_layers) == (
+            "transformer_blockwise", 8, "per-position", 6, 1)
+        assert trained_on[a.save_dir.rstrip("/").split("/")[-1]].endswith("/distill-student/bin")
+    assert heads_frozen.freeze_base and not getattr(heads_both, "freeze_base", False)
+    assert heads_frozen.init_from_ar.endswith("models/student/checkpoint_best.pt")
+    assert heads_both.init_from_ar.endswith("models/student-blockwise-frozen/checkpoint_last.pt")
+    assert (heads_frozen.max_update, heads_both.max_update) == (1000, 400)
     assert sorted(train) == [f"blockwise-k{k}{s}" for k in (2, 4, 8) for s in ("", "-frozen")]
     for name, a in train.items():
         assert a.init_from_ar.endswith("models/teacher/checkpoint_best.pt"), name
