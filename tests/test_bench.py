@@ -163,3 +163,46 @@ def test_a_draft_counts_as_its_runs_of_ones():
         a.add_draft(n_draft, n_match)
         b.add_positions([1] * n_draft, [1] * n_match)
         assert (a.position_drafted, a.position_accepted) == (b.position_drafted, b.position_accepted), n_draft
+
+
+def _cfg(fp16=False):
+    return argparse.Namespace(common=argparse.Namespace(fp16=fp16))
+
+
+def test_bench_device_choices_and_refusals(monkeypatch):
+    """--bench-device: the CPU by default; CUDA only where torch sees a device, and then only
+    for the torch modes; --fp16 only on the GPU. Each refusal names what to change."""
+    import torch
+
+    from fairseq_aggressive.bench.run import bench_device
+
+    modes = ["greedy", "iad", "greedy-native", "iad-int8", "iad:avx2", "feature-ar@8-dint8", "ct2-best"]
+    ov = {m: mode_overrides(m, args()) for m in modes}
+    assert bench_device(args(bench_device="cpu"), _cfg(), ov) == torch.device("cpu")
+    assert bench_device(args(), _cfg(), ov) == torch.device("cpu")  # an older caller's namespace
+    with pytest.raises(SystemExit, match="--fp16 decodes a float16 copy on the GPU: add --bench-device cuda"):
+        bench_device(args(bench_device="cpu"), _cfg(fp16=True), ov)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="sees no CUDA device here"):
+        bench_device(args(bench_device="cuda"), _cfg(), ov)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    with pytest.raises(SystemExit) as e:
+        bench_device(args(bench_device="cuda"), _cfg(), ov)
+    refused = str(e.value).split(": ")[2].split(" run on")[0].split(", ")
+    assert refused == ["greedy-native", "iad-int8", "iad:avx2", "feature-ar@8-dint8", "ct2-best"]
+    torch_only = {m: ov[m] for m in ("greedy", "iad")}
+    assert bench_device(args(bench_device="cuda"), _cfg(fp16=True), torch_only) == torch.device("cuda", 0)
+
+
+def test_bench_synchronizes_only_a_gpu(monkeypatch):
+    import torch
+
+    from fairseq_aggressive.bench import run as bench_run
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    bench_run.synchronize(torch.device("cpu"))
+    assert calls == []
+    bench_run.synchronize(torch.device("cuda", 0))
+    assert calls == [torch.device("cuda", 0)]

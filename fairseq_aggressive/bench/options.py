@@ -9,6 +9,10 @@ def add_bench_args(parser):
                    help="comma-separated modes: " + GRAMMAR)
     g.add_argument("--bench-shortlist", type=int, default=SHORTLIST_DEFAULT,
                    help="frequent tokens of the -sl modes' shortlist (plus each sentence's source tokens)")
+    g.add_argument("--bench-device", choices=("cpu", "cuda"), default="cpu",
+                   help="where the torch modes decode: cpu, or cuda (the first GPU; timing synchronises the "
+                   "device after every batch; fairseq's --fp16 decodes a float16 copy there); the native "
+                   "engine's and CTranslate2's modes run on the CPU only")
     g.add_argument("--threads", type=int, default=None,
                    help="threads of every engine (torch, the native engine, CTranslate2); default: each "
                    "engine's own default (the native engine: --native-threads auto; CTranslate2: the "

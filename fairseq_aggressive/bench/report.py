@@ -137,6 +137,9 @@ def print_table(res, file=sys.stdout):
     cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy"] + (
         ["x greedy-native"] if has_native else []) + ([f"x {ct2}"] if ct2 else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
     print(f"machine: {describe_machine(res['machine'])}", file=file)
+    if res.get("device"):
+        dev = res["device"]
+        print(f"torch modes on {dev['name']} (CUDA {dev['cuda']}), {dev['dtype']}", file=file)
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, threads: {describe_threads(res['threads'])}; "
           f"{describe_load(res.get('load', 0))}", file=file)
     print("| " + " | ".join(cols) + " |", file=file)

@@ -41,9 +41,10 @@ def run(cfg, bench) -> Dict:
     overrides = {m: mode_overrides(m, bench) for m in modes}
     if bench.threads is not None:
         overrides = {m: dict(ov, native_threads=bench.threads) for m, ov in overrides.items()}
+    device = bench_device(bench, cfg, overrides)
     task = tasks.setup_task(cfg.task)
     models, _ = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path), task=task)
-    model = models[0].eval()
+    model = on_device(models[0].eval(), device, cfg)
     ct2_modes = [m for m in modes if m in COMPUTE_TYPES]
     ct2_dir = None
     if ct2_modes:
@@ -63,7 +64,7 @@ def run(cfg, bench) -> Dict:
              for m in modes if m not in COMPUTE_TYPES]
     if bench.baseline_path:
         base, _ = checkpoint_utils.load_model_ensemble([bench.baseline_path], task=task)
-        specs.insert(0, ("base_beam5", base[0].eval(), MODES["beam5"]))
+        specs.insert(0, ("base_beam5", on_device(base[0].eval(), device, cfg), MODES["beam5"]))
         modes = ["base_beam5"] + modes
     task.load_dataset(cfg.dataset.gen_subset)
     dataset = task.dataset(cfg.dataset.gen_subset)
@@ -77,6 +78,8 @@ def run(cfg, bench) -> Dict:
     if bsz > 1:  # batch similar lengths together, as fairseq-generate does
         ids.sort(key=lambda i: dataset.src_sizes[i])
     batches = [dataset.collater([dataset[i] for i in ids[j : j + bsz]]) for j in range(0, n, bsz)]
+    if device.type == "cuda":
+        batches = [utils.move_to_cuda(b, device) for b in batches]
 
     # modes run in blocks, one engine at a time: the torch modes interleaved batch by batch,
     # then the native-engine modes interleaved (torch's idle OpenMP threads and the native
@@ -102,11 +105,45 @@ def run(cfg, bench) -> Dict:
                "engine": sorted({g.native.threads for _, g in gens.values() if getattr(g, "native", None)}),
                "ctranslate2": ct2_threads(bench) if ct2_modes else None}
     res = summarize(modes, per_sent, totals, steps, gens, bsz, threads, bench.bench_load)
+    if device.type == "cuda":
+        res["device"] = {"name": torch.cuda.get_device_name(device), "dtype": str(next(model.parameters()).dtype),
+                         "cuda": torch.version.cuda}
     for m, config in ct2_configs.items():  # CTranslate2's compute type and threads per mode
         res["modes"][m]["ct2_config"] = config
     for m, n_ties in ties.items():
         res["modes"][m]["near_ties_with_greedy"] = n_ties
     return res
+
+
+def bench_device(bench, cfg, overrides) -> torch.device:
+    """Where the run's torch modes decode (``--bench-device``); refuses what cannot run there."""
+    device = getattr(bench, "bench_device", "cpu")
+    fp16 = bool(getattr(cfg.common, "fp16", False))
+    if device == "cpu":
+        if fp16:
+            raise SystemExit("error: --fp16 decodes a float16 copy on the GPU: add --bench-device cuda")
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise SystemExit(f"error: --bench-device cuda: torch {torch.__version__} sees no CUDA device here")
+    cpu_only = [m for m, ov in overrides.items()
+                if m in COMPUTE_TYPES or ov.get("engine") == "native" or ov.get("inference_precision") == "int8"
+                or ov.get("native_isa") or ov.get("drafter_precision") == "int8"]
+    if cpu_only:
+        raise SystemExit(f"error: --bench-device cuda: {', '.join(cpu_only)} run on the CPU only (the native "
+                         "engine, int8 copies and CTranslate2); run them in a CPU benchmark")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def on_device(model, device, cfg):
+    """``model`` where the run decodes, in float16 with ``--fp16``."""
+    model = model.to(device)
+    return model.half() if device.type == "cuda" and getattr(cfg.common, "fp16", False) else model
+
+
+def synchronize(device) -> None:
+    """Wait for the device's queued work, so that a timer read after it covers that work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 # A token that differs from greedy's is a near-tie when greedy's model gives the
@@ -119,6 +156,12 @@ NEAR_TIE = 1e-4
 INT8_NEAR_TIE = 0.2
 
 
+# float16 models (--fp16 on a GPU): the log-probabilities of a pass over several positions and of
+# a one-token step come from different kernels, each rounding its outputs to float16 (a relative
+# step of 2^-11, about 0.01 on a logit of 20)
+HALF_NEAR_TIE = 0.05
+
+
 def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
     """Per mode with a greedy reference decoded in this process: how many of
     its outputs that differ from greedy's first differ at a near-tie."""
@@ -129,7 +172,8 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
         int8 = base.endswith("-int8")
         if m == ref or ref not in models or base.endswith("-sl") or int8 != ref.endswith("-int8"):
             continue  # no greedy of the same arithmetic to compare with
-        tol = INT8_NEAR_TIE if ref.endswith("-int8") else NEAR_TIE
+        half = next(models[ref].parameters()).dtype == torch.float16
+        tol = INT8_NEAR_TIE if ref.endswith("-int8") else HALF_NEAR_TIE if half else NEAR_TIE
         n = 0
         for rec in per_sent.values():
             a, b = rec[ref]["tokens"], rec[m]["tokens"]
@@ -138,10 +182,11 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
             k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             if k >= min(len(a), len(b)):
                 continue  # one output is a prefix of the other: no choice between two tokens
-            src = torch.tensor([rec["src_tokens"]])
+            mdl = models[ref]
+            dev = next(mdl.parameters()).device
+            src = torch.tensor([rec["src_tokens"]], device=dev)
             with torch.no_grad():
-                mdl = models[ref]
-                net = mdl(src, torch.tensor([src.size(1)]), torch.tensor([[eos] + a[:k]]))
+                net = mdl(src, torch.tensor([src.size(1)], device=dev), torch.tensor([[eos] + a[:k]], device=dev))
                 lp = mdl.get_normalized_probs(net, log_probs=True)[0, -1]
             n += abs(float(lp[a[k]] - lp[b[k]])) < tol
         out[m] = n
@@ -168,10 +213,13 @@ def decode_blocks(blocks, gens, batches, bench, per_sent, totals, steps, tgt_dic
                 gens[m][1].stats.__init__()
         for sample in progress_bar.progress_bar(batches, log_format="tqdm", prefix="bench"):
             sids = sample["id"].tolist()
+            device = sample["net_input"]["src_tokens"].device
             for m in block:
+                synchronize(device)
                 t0 = time.perf_counter()
                 mdl, gen = gens[m]
                 hypos = gen.generate([mdl], sample)
+                synchronize(device)
                 dt = time.perf_counter() - t0
                 totals[m] += dt
                 steps[m] += max(len(h[0]["tokens"]) for h in hypos)

@@ -1,0 +1,89 @@
+"""Where a decoder pass's time goes on a GPU: fairseq's greedy (one step per token) against IAD
+(one pass per draft) on a checkpoint, batch 1, the first N test sentences. Per pass: wall time
+(the device synchronised around each sentence), CUDA kernels launched and the GPU's busy time
+(the kernels' summed durations, torch.profiler). Busy time far below wall time: the pass is
+bound by launching kernels from Python, not by the GPU.
+
+    python scripts/diagnostics/gpu_launches.py MODEL_DIR DATA_BIN [--sentences 30] [--fp16]
+
+MODEL_DIR holds model.pt and its dictionaries; DATA_BIN a binarized test split with the same
+dictionaries."""
+import argparse
+import time
+
+import torch
+
+
+def decode(gen, model, batches):
+    for sample in batches:
+        gen.generate([model], sample)
+
+
+def timed(gen, model, batches):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for sample in batches:
+        gen.generate([model], sample)
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def kernels(gen, model, batches):
+    """(kernel launches, summed kernel microseconds) while decoding ``batches``."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        decode(gen, model, batches)
+        torch.cuda.synchronize()
+    evs = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    return len(evs), sum(getattr(e, "device_time", None) or e.cuda_time for e in evs)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("data_bin")
+    ap.add_argument("--sentences", type=int, default=30)
+    ap.add_argument("--fp16", action="store_true")
+    args = ap.parse_args(argv)
+    from fairseq import checkpoint_utils, utils
+    from fairseq.sequence_generator import SequenceGenerator
+
+    import fairseq_aggressive  # noqa: F401
+    from fairseq_aggressive.drafters import InputCopyDrafter
+    from fairseq_aggressive.generator import AggressiveGenerator
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [f"{args.model_dir}/model.pt"], arg_overrides={"data": args.data_bin})
+    model = models[0].cuda().eval()
+    if args.fp16:
+        model = model.half()
+    task.load_dataset("test")
+    ds = task.dataset("test")
+    batches = [utils.move_to_cuda(ds.collater([ds[i]])) for i in range(min(args.sentences, len(ds)))]
+    src_d, tgt_d = task.source_dictionary, task.target_dictionary
+    lens = dict(max_len_a=1.2, max_len_b=10)
+    greedy = SequenceGenerator([model], tgt_d, beam_size=1, **lens)
+    iad = AggressiveGenerator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="torch", **lens)
+    with torch.no_grad():
+        decode(greedy, model, batches[:5])
+        decode(iad, model, batches[:5])
+        steps = sum(len(greedy.generate([model], b)[0][0]["tokens"]) for b in batches)
+        iad.stats.__init__()
+        decode(iad, model, batches)
+        passes = iad.stats.passes
+        rows = []
+        for name, gen, n in (("greedy (fairseq)", greedy, steps), ("iad (torch verifier)", iad, passes)):
+            wall = timed(gen, model, batches)
+            k, busy_us = kernels(gen, model, batches)
+            rows.append((name, n, 1000 * wall / len(batches), 1000 * wall / n, k / n, busy_us / 1000 / n))
+    print(f"{torch.cuda.get_device_name(0)}, {next(model.parameters()).dtype}, {len(batches)} sentences, batch 1")
+    print("| decoding | passes | ms/sentence | ms/pass | kernels/pass | GPU busy ms/pass |")
+    print("|---|---|---|---|---|---|")
+    for name, n, ms_sent, ms_pass, k, busy in rows:
+        print(f"| {name} | {n} | {ms_sent:.1f} | {ms_pass:.2f} | {k:.0f} | {busy:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
