@@ -206,3 +206,32 @@ def test_bench_synchronizes_only_a_gpu(monkeypatch):
     assert calls == []
     bench_run.synchronize(torch.device("cuda", 0))
     assert calls == [torch.device("cuda", 0)]
+
+
+def test_near_ties_counted_for_drafter_settings_on_an_int8_verifier():
+    """A mode whose drafter settings follow an int8 verifier (feature-ar@8-int8-dint8) has its
+    differences from greedy-int8 checked as near-ties with the int8 tolerance."""
+    import torch
+
+    from fairseq_aggressive.bench.run import count_near_ties, verifier_mode
+
+    assert verifier_mode("feature-ar@8-int8-dint8:avx2") == "feature-ar@8-int8"
+
+    class Scores(torch.nn.Module):  # tokens 5 and 6 within 0.1 of each other at every position
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1))
+
+        def forward(self, src, lengths, prev):
+            lp = torch.full((1, prev.size(1), 8), -9.0)
+            lp[..., 5], lp[..., 6] = -0.6, -0.7
+            return lp
+
+        def get_normalized_probs(self, net, log_probs):
+            return net
+
+    recs = {0: {"src_tokens": [4, 2], "greedy-int8": {"tokens": [5, 2]},
+                "feature-ar@8-int8-dint8": {"tokens": [6, 2]}}}
+    modes = ["greedy-int8", "feature-ar@8-int8-dint8"]
+    ties = count_near_ties(modes, recs, {"greedy-int8": Scores()}, eos=2)
+    assert ties == {"feature-ar@8-int8-dint8": 1}

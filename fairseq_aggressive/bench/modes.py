@@ -141,13 +141,20 @@ def without_target(mode: str) -> str:
     return mode.rsplit(":", 1)[0]
 
 
+def verifier_mode(mode: str) -> str:
+    """``mode`` without what leaves its verifier's model as it is: the build target, the
+    drafter's settings and the loop's (``feature-ar@8-int8-dint8`` -> ``feature-ar@8-int8``)."""
+    mode = without_target(mode)
+    drafter_only = ("-pyloop", "-dsl", "-dint8")
+    while mode.endswith(drafter_only):
+        mode = mode.rsplit("-", 1)[0]
+    return mode
+
+
 def reference_mode(mode: str, modes) -> str:
     """The mode whose outputs ``mode`` must equal: greedy of the same model
     (int8: ``greedy-int8``; shortlist: ``greedy-sl`` / ``greedy-int8-sl``)."""
-    mode = without_target(mode)
-    drafter_only = ("-pyloop", "-dsl", "-dint8")  # the drafter's and the loop's settings: the same verifier
-    while mode.endswith(drafter_only):
-        mode = mode.rsplit("-", 1)[0]
+    mode = verifier_mode(mode)
     sl = mode.endswith("-sl")
     base = mode[: -len("-sl")] if sl else mode
     int8 = base.endswith("-int8") and base not in COMPUTE_TYPES

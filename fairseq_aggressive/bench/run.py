@@ -18,7 +18,7 @@ from ..runtime.threads import usable_cpus
 from . import ct2
 from .ct2 import COMPUTE_TYPES
 from .load import cpu_load
-from .modes import MODES, mode_overrides, reference_mode, without_target
+from .modes import MODES, mode_overrides, reference_mode, verifier_mode
 from .report import summarize
 
 
@@ -168,7 +168,7 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
     out = {}
     for m in modes:
         ref = reference_mode(m, modes)
-        base = without_target(m)
+        base = verifier_mode(m)  # the verifier's model decides which greedy it must equal
         int8 = base.endswith("-int8")
         if m == ref or ref not in models or base.endswith("-sl") or int8 != ref.endswith("-int8"):
             continue  # no greedy of the same arithmetic to compare with
