@@ -330,10 +330,11 @@ def test_blockwise_criterion_mean_and_sampled(freeze):
     assert float(loss) / n_tok == pytest.approx(sum(heads) / k, rel=1e-4)
 
 
-@pytest.mark.parametrize("freeze", [False, True])
-def test_blockwise_criterion_per_position(freeze):
+@pytest.mark.parametrize("freeze,base_weight", [(False, None), (True, None), (False, 0.5)])
+def test_blockwise_criterion_per_position(freeze, base_weight):
     """per-position: the base's loss at every position plus one of heads 2..k drawn per position,
-    (base + (k-1) x drawn) / k per token (drawn only with a frozen base); each drawn head's
+    (base + (k-1) x drawn) / k per token, W x base + (1 - W) x drawn with --blockwise-base-weight W
+    (drawn only with a frozen base); each drawn head's
     accuracy counts the positions that drew it; validation reports the mean of every head."""
     from fairseq_aggressive.criterions.blockwise_cross_entropy import BlockwiseCrossEntropy
 
@@ -344,7 +345,7 @@ def test_blockwise_criterion_per_position(freeze):
     sample = criterion_sample(d)
     target, pad, T = sample["target"], d.pad(), sample["target"].size(1)
     n_tok = sample["ntokens"]
-    crit = BlockwiseCrossEntropy(task, 0.1, "per-position")
+    crit = BlockwiseCrossEntropy(task, 0.1, "per-position", base_weight)
     enc = model.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
     feats, _ = model.decoder(sample["net_input"]["prev_output_tokens"], encoder_out=enc, features_only=True)
     lprobs = [model.decoder.output_layer(feats).log_softmax(-1)]
@@ -369,7 +370,8 @@ def test_blockwise_criterion_per_position(freeze):
         drawn_mean = total / nll_n
         base_keep = target.ne(pad)
         base_mean = float(crit_loss(lprobs[0][base_keep], target[base_keep], crit.eps)[0]) / n_tok
-        want = drawn_mean if freeze else (base_mean + (k - 1) * drawn_mean) / k
+        w = 1 / k if base_weight is None else base_weight
+        want = drawn_mean if freeze else w * base_mean + (1 - w) * drawn_mean
         assert size == n_tok
         assert float(loss) / n_tok == pytest.approx(want, rel=1e-4)
         assert ("head1_n" in log) == (not freeze)
@@ -384,3 +386,14 @@ def test_blockwise_criterion_per_position(freeze):
     heads = [float(x) for x in per_head_losses(model, crit, sample)]
     loss, _, _ = crit(model, sample)
     assert float(loss) / n_tok == pytest.approx(sum(heads) / k, rel=1e-4)
+
+
+def test_blockwise_base_weight_refusals():
+    from fairseq_aggressive.criterions.blockwise_cross_entropy import BlockwiseCrossEntropy
+
+    task = make_task()
+    with pytest.raises(ValueError, match="per-position, not of mean"):
+        BlockwiseCrossEntropy(task, 0.1, "mean", 0.5)
+    for w in (0.0, 1.0, 1.5):
+        with pytest.raises(ValueError, match="strictly between 0 and 1"):
+            BlockwiseCrossEntropy(task, 0.1, "per-position", w)

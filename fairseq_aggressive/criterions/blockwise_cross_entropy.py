@@ -10,12 +10,15 @@ factor k).  ``--blockwise-loss per-position`` keeps the base's loss at every
 position and draws one of heads 2..k per position: ``(base + (k-1) x drawn
 head) / k`` is the mean's value in expectation at two vocabulary projections per
 position instead of k, and the base is trained on every batch (with
-``--freeze-base``: the drawn heads only).  Validation always reports the mean
-and every head's accuracy.
+``--freeze-base``: the drawn heads only); ``--blockwise-base-weight W`` makes it
+``W x base + (1 - W) x drawn head`` (the mean's weights are W = 1/k): a larger W
+keeps a base trained together with its heads closer to what it was.  Validation
+always reports the mean and every head's accuracy.
 """
 import math
 import random
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from fairseq import metrics, utils
@@ -34,14 +37,27 @@ class BlockwiseCrossEntropyConfig(FairseqDataclass):
         metadata={"help": "mean of the k head losses; one random head per batch; or the base's loss "
                           "plus one random head 2..k per position (the mean in expectation)"},
     )
+    blockwise_base_weight: Optional[float] = field(
+        default=None,
+        metadata={"help": "with --blockwise-loss per-position and a base that trains: the base's share W of "
+                          "each token's loss, the drawn head's 1 - W (default 1/k, the mean's)"},
+    )
 
 
 @register_criterion("blockwise_cross_entropy", dataclass=BlockwiseCrossEntropyConfig)
 class BlockwiseCrossEntropy(FairseqCriterion):
-    def __init__(self, task, label_smoothing=0.1, blockwise_loss="mean"):
+    def __init__(self, task, label_smoothing=0.1, blockwise_loss="mean", blockwise_base_weight=None):
         super().__init__(task)
         self.eps = label_smoothing
         self.mode = str(blockwise_loss)
+        self.base_weight = blockwise_base_weight
+        if blockwise_base_weight is not None:
+            if self.mode != "per-position":
+                raise ValueError("--blockwise-base-weight weighs the base against the drawn head of "
+                                 f"--blockwise-loss per-position, not of {self.mode}")
+            if not 0.0 < blockwise_base_weight < 1.0:
+                raise ValueError(f"--blockwise-base-weight must lie strictly between 0 and 1, got "
+                                 f"{blockwise_base_weight}")
 
     def head_loss(self, logits, target, hits=False):
         """Summed label-smoothed loss, nll and correct count of one head over non-pad targets
@@ -138,9 +154,10 @@ class BlockwiseCrossEntropy(FairseqCriterion):
             base_loss, base_nll, n_base, base_correct = self.head_loss(model.decoder.output_layer(feats), target)
             logs["head1_correct"], logs["head1_n"] = int(base_correct), n_base
             per_tok_base = base_loss / max(n_base, 1)
-            loss = (per_tok_base + (k - 1) * per_tok_drawn) / k * n_tok
-            shown = (per_tok_base + (k - 1) * per_tok_drawn) / k
-            shown_nll = (base_nll / max(n_base, 1) + (k - 1) * drawn_nll / max(n_drawn, 1)) / k
+            w = 1.0 / k if self.base_weight is None else self.base_weight
+            loss = (w * per_tok_base + (1 - w) * per_tok_drawn) * n_tok
+            shown = w * per_tok_base + (1 - w) * per_tok_drawn
+            shown_nll = w * base_nll / max(n_base, 1) + (1 - w) * drawn_nll / max(n_drawn, 1)
         logging_output = {
             "loss": float(shown.detach()) * n_tok,
             "nll_loss": float(shown_nll.detach()) * n_tok,
