@@ -23,6 +23,19 @@ def _sources(d, n, seed):
     return [[rng.randrange(d.nspecial, 400) for _ in range(rng.randint(4, 18))] + [d.eos()] for _ in range(n)]
 
 
+def _equals_greedy(model, task, gen, seed):
+    """``gen`` gives ``model``'s greedy output on 12 sentences, batch 1 and 4, 24 of 24 identical."""
+    d = task.target_dictionary
+    rows = _sources(task.source_dictionary, 12, seed=seed)
+    cmp = None
+    for bsz in (1, 4):
+        for i in range(0, len(rows), bsz):
+            sample = make_sample(rows[i: i + bsz], d.pad())
+            cmp = compare(model, sample, greedy(model, d, sample, max_len_a=1.2, max_len_b=10),
+                          gen.generate([model], sample), cmp)
+    assert cmp.ok() and cmp.identical == cmp.total == 24, cmp
+
+
 @pytest.fixture(scope="module")
 def student():
     import fairseq_aggressive  # noqa: F401  (registers the task and the models)
@@ -40,18 +53,10 @@ def student():
     ("gad", "ende-student-6x1-gad-drafter", "float32")])
 def test_shipped_drafters_give_the_students_greedy(student, decoding, drafter, precision):
     model, task = student
-    d = task.target_dictionary
     args = argparse.Namespace(decoding=decoding, drafter_path=str(MODELS / drafter / "model.pt"), block_size=8,
                               beam=1, nbest=1, max_len_a=1.2, max_len_b=10, drafter_precision=precision)
     gen = task.build_generator([model], args)
-    rows = _sources(task.source_dictionary, 12, seed=3)
-    cmp = None
-    for bsz in (1, 4):
-        for i in range(0, len(rows), bsz):
-            sample = make_sample(rows[i: i + bsz], d.pad())
-            cmp = compare(model, sample, greedy(model, d, sample, max_len_a=1.2, max_len_b=10),
-                          gen.generate([model], sample), cmp)
-    assert cmp.ok() and cmp.identical == cmp.total == 24, cmp
+    _equals_greedy(model, task, gen, seed=3)
     tokens_per_pass = gen.stats.as_dict()["mean_tokens_per_pass"]
     if decoding == "feature-ar":  # 4.98 on the test set (docs/results-debian-ende.md); 1 means no drafting
         assert tokens_per_pass >= 2.5, gen.stats.summary()
@@ -99,19 +104,11 @@ def test_shipped_blockwise_both_gives_its_own_greedy(engine):
         [str(BOTH / "model.pt")], arg_overrides={"data": str(BOTH)})
     model = models[0].eval()
     assert model.blockwise_k == 8
-    d = task.target_dictionary
     args = argparse.Namespace(decoding="blockwise", beam=1, nbest=1, max_len_a=1.2, max_len_b=10, engine=engine)
     gen = task.build_generator([model], args)
     if engine == "torch" or NATIVE_REASON is not None:
         assert gen.native is None
     else:
         assert gen.native is not None
-    rows = _sources(task.source_dictionary, 12, seed=7)
-    cmp = None
-    for bsz in (1, 4):
-        for i in range(0, len(rows), bsz):
-            sample = make_sample(rows[i: i + bsz], d.pad())
-            cmp = compare(model, sample, greedy(model, d, sample, max_len_a=1.2, max_len_b=10),
-                          gen.generate([model], sample), cmp)
-    assert cmp.ok() and cmp.identical == cmp.total == 24, cmp
+    _equals_greedy(model, task, gen, seed=7)
     assert gen.stats.accepted > 0, gen.stats.summary()  # 1.81 tokens per pass on the test set
