@@ -59,14 +59,16 @@ step "bench 9+3 (shipped) batch 1 float32" 60 gec models/uagec-9x3/model.pt 1 be
 step "bench 9+3 (shipped) batch 32 float32" 45 gec models/uagec-9x3/model.pt 32 beam5,greedy,iad
 step "bench en-de student 6+1 batch 1 float32" 60 ende 1 beam5,greedy,gad@8,feature-ar@8 "${one[@]}"
 step "bench en-de student 6+1 batch 32 float32" 45 ende 32 beam5,greedy,gad@8,feature-ar@8
-step "kernel launches per pass, 9+3, float32" 45 $py scripts/diagnostics/gpu_launches.py models/uagec-9x3 "$data/uagec"
+step "kernel launches per pass, 9+3, float32" 45 $py scripts/diagnostics/gpu_launches.py models/uagec-9x3 "$data/uagec" \
+    --sentences 8
 
 # Transformer-base width: the 9+3 at d=512, 8 heads, ffn 2048 (the same function as the 9+3)
 step "widen 9+3 to d=512" 40 $py scripts/experiments/widen_model.py models/uagec-9x3/model.pt /tmp/d512.pt \
     --dim 512 --ffn 2048 --heads 8
 step "bench 9+3 at d=512 batch 1 float32" 60 gec /tmp/d512.pt 1 beam5,greedy,iad "${one[@]}"
 step "bench 9+3 at d=512 batch 32 float32" 45 gec /tmp/d512.pt 32 beam5,greedy,iad
-step "bench 9+3 (shipped) batch 1 float16" 60 gec models/uagec-9x3/model.pt 1 beam5,greedy,iad --fp16 "${one[@]}"
-step "bench 9+3 (shipped) batch 32 float16" 45 gec models/uagec-9x3/model.pt 32 beam5,greedy,iad --fp16
-step "kernel launches per pass, 9+3, float16" 45 $py scripts/diagnostics/gpu_launches.py models/uagec-9x3 \
-    "$data/uagec" --fp16
+step "kernel launches per pass and attention backends, 9+3, float16" 90 $py scripts/diagnostics/gpu_launches.py \
+    models/uagec-9x3 "$data/uagec" --fp16 --sentences 8 --sdpa-backends
+half=(--fp16 --bench-max-sentences 40)
+step "bench 9+3 (shipped) batch 1 float16" 90 gec models/uagec-9x3/model.pt 1 greedy,iad "${half[@]}"
+step "bench 9+3 (shipped) batch 32 float16" 60 gec models/uagec-9x3/model.pt 32 greedy,iad "${half[@]}"

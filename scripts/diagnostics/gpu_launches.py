@@ -4,7 +4,11 @@
 (the kernels' summed durations, torch.profiler). Busy time far below wall time: the pass is
 bound by launching kernels from Python, not by the GPU.
 
-    python scripts/diagnostics/gpu_launches.py MODEL_DIR DATA_BIN [--sentences 30] [--fp16]
+    python scripts/diagnostics/gpu_launches.py MODEL_DIR DATA_BIN [--sentences 30] [--fp16] [--sdpa-backends]
+
+``--sdpa-backends`` also times IAD with the verifier's attention held to each of torch's
+scaled-dot-product-attention backends in turn (default choice, flash, memory-efficient, cuDNN,
+math), those that cannot run the call reported as such.
 
 MODEL_DIR holds model.pt and its dictionaries; DATA_BIN a binarized test split with the same
 dictionaries."""
@@ -46,6 +50,7 @@ def main(argv=None):
     ap.add_argument("data_bin")
     ap.add_argument("--sentences", type=int, default=30)
     ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--sdpa-backends", action="store_true")
     args = ap.parse_args(argv)
     from fairseq import checkpoint_utils, utils
     from fairseq.sequence_generator import SequenceGenerator
@@ -83,6 +88,36 @@ def main(argv=None):
     print("|---|---|---|---|---|---|")
     for name, n, ms_sent, ms_pass, k, busy in rows:
         print(f"| {name} | {n} | {ms_sent:.1f} | {ms_pass:.2f} | {k:.0f} | {busy:.3f} |")
+    if args.sdpa_backends:
+        print_backends(iad, model, batches, passes)
+
+
+def print_backends(gen, model, batches, passes):
+    """IAD's time per pass with the attention held to each SDPA backend (warm-up first)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    print("| attention backend | ms/pass (warm) |")
+    print("|---|---|")
+    for name in ("default", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
+        backend = getattr(SDPBackend, name, None) if name != "default" else None
+        if name != "default" and backend is None:
+            print(f"| {name} | not in this torch |")
+            continue
+        try:
+            with torch.no_grad(), (sdpa_kernel([backend]) if backend is not None else _nothing()):
+                decode(gen, model, batches[:5])
+                wall = timed(gen, model, batches)
+            print(f"| {name} | {1000 * wall / passes:.2f} |")
+        except RuntimeError as e:  # the backend cannot run this call (dtype, mask, head size)
+            print(f"| {name} | cannot run it: {str(e).splitlines()[0][:80]} |")
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 if __name__ == "__main__":
