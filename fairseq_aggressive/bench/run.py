@@ -172,8 +172,10 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
         int8 = base.endswith("-int8")
         if m == ref or ref not in models or base.endswith("-sl") or int8 != ref.endswith("-int8"):
             continue  # no greedy of the same arithmetic to compare with
-        half = next(models[ref].parameters()).dtype == torch.float16
-        tol = INT8_NEAR_TIE if ref.endswith("-int8") else HALF_NEAR_TIE if half else NEAR_TIE
+        mdl = models[ref]
+        param = next(mdl.parameters())
+        dev = param.device
+        tol = INT8_NEAR_TIE if ref.endswith("-int8") else HALF_NEAR_TIE if param.dtype == torch.float16 else NEAR_TIE
         n = 0
         for rec in per_sent.values():
             a, b = rec[ref]["tokens"], rec[m]["tokens"]
@@ -182,8 +184,6 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
             k = next((j for j, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             if k >= min(len(a), len(b)):
                 continue  # one output is a prefix of the other: no choice between two tokens
-            mdl = models[ref]
-            dev = next(mdl.parameters()).device
             src = torch.tensor([rec["src_tokens"]], device=dev)
             with torch.no_grad():
                 net = mdl(src, torch.tensor([src.size(1)], device=dev), torch.tensor([[eos] + a[:k]], device=dev))

@@ -13,6 +13,7 @@ math), those that cannot run the call reported as such.
 MODEL_DIR holds model.pt and its dictionaries; DATA_BIN a binarized test split with the same
 dictionaries."""
 import argparse
+import contextlib
 import time
 
 import torch
@@ -104,20 +105,12 @@ def print_backends(gen, model, batches, passes):
             print(f"| {name} | not in this torch |")
             continue
         try:
-            with torch.no_grad(), (sdpa_kernel([backend]) if backend is not None else _nothing()):
+            with torch.no_grad(), (sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext()):
                 decode(gen, model, batches[:5])
                 wall = timed(gen, model, batches)
             print(f"| {name} | {1000 * wall / passes:.2f} |")
         except RuntimeError as e:  # the backend cannot run this call (dtype, mask, head size)
             print(f"| {name} | cannot run it: {str(e).splitlines()[0][:80]} |")
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 if __name__ == "__main__":
