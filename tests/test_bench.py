@@ -105,13 +105,14 @@ class _Gen:
         self.stats, self.native, self.drafter = stats, None, None
 
 
-def _fake_run():
+def _fake_run(edit_ratio=0.1):
     """A run of 3 sentences with greedy (stock), an aggressive mode and CTranslate2."""
     modes = ["greedy", "iad", "ct2"]
     per_sent = {}
     for i in range(3):
         toks = [4 + i, 5, 2]
         per_sent[i] = {"id": i, "src_text": "a b c d e", "ref_text": "a b c d e", "edit_spans": i, "pass_bound": 1 + i,
+                       "edit_ratio": edit_ratio,
                        **{m: {"ms": 1.0, "tokens": toks, "text": "a b c d e", **({"passes": 1 + i} if m == "iad" else {})}
                           for m in modes}}
     st = DecodingStats()
@@ -141,6 +142,17 @@ def test_result_schema_and_tables():
     assert "| iad |" in text and "| ct2 |" in text
     assert "passes per sentence against E" in text
     assert "by position in the draft" in text and "| iad | 0.33 | 0.50 |" in text
+
+
+def test_edit_span_table_only_where_outputs_copy_their_sources():
+    """Translation (outputs far from their sources): no passes-against-edit-spans
+    table; the JSON keeps the numbers and the mean edit ratio."""
+    for ratio, shown in ((0.1, True), (0.5, True), (0.9, False)):
+        res = json.loads(json.dumps(_fake_run(edit_ratio=ratio)))
+        assert res["mean_edit_ratio"] == pytest.approx(ratio) and res["passes_by_edit_spans"]
+        out = io.StringIO()
+        print_edit_table(res, out)
+        assert ("passes per sentence against E" in out.getvalue()) == shown, ratio
 
 
 def test_positions_counted_one_by_one_up_to_a_cap():

@@ -69,11 +69,18 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
             row["exact_match"] = sum(h == r for h, r in zip(hyps, refs)) / max(len(recs), 1)
         out["modes"][m] = row
     out["passes_by_edit_spans"] = passes_by_edit_spans(modes, recs)
+    ratios = [r["edit_ratio"] for r in recs if "edit_ratio" in r]
+    if ratios:
+        out["mean_edit_ratio"] = statistics.mean(ratios)
     out["per_sentence"] = recs
     return out
 
 
 EDIT_BUCKETS = [0, 1, 2, 3, 4, 5]  # E = 0 .. 4, then 5 or more
+# The passes-against-edit-spans table is printed when outputs mostly copy their
+# sources (the mean edit ratio between source and greedy's output at most this,
+# as in error correction); a translation's edit spans say nothing about its drafts.
+COPY_TASK_EDIT_RATIO = 0.5
 
 
 def passes_by_edit_spans(modes, recs) -> Dict:
@@ -169,7 +176,10 @@ def print_edit_table(res, file=sys.stdout):
     """Mean passes per sentence against E, the edit spans between source and
     greedy output, with the reference line 1 + 1.3E (one pass, plus 1.3 per
     edit span) and the fewest passes any drafter that
-    copies the source can need (one per output token inside a span)."""
+    copies the source can need (one per output token inside a span).  Only
+    where outputs mostly copy their sources (``COPY_TASK_EDIT_RATIO``)."""
+    if res.get("mean_edit_ratio", 0.0) > COPY_TASK_EDIT_RATIO:
+        return
     pe = res.get("passes_by_edit_spans") or {}
     modes = [m for m in pe if m in res["modes"]]
     if not modes:
