@@ -51,3 +51,33 @@ def test_pass_cost(trained):
                           out, re.M)
         assert [r[0] for r in rows] == ["1", "2", "4"], out
         assert all(int(n) > 0 and float(ms) > 0 for _, n, ms, _ in rows) and rows[0][3] == "1.00", out
+
+
+def test_linear_rate():
+    """scripts/diagnostics/linear_rate.py: the engine's linear kernels timed by rows
+    per call beside the float32 peak, float32 and int8, each shape's row counts
+    against one row's."""
+    from helpers import NATIVE_REASON
+
+    if NATIVE_REASON is not None:
+        pytest.skip(NATIVE_REASON)
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
+                           "--dim", "64", "--ffn", "96", "--vocab", "300", "--rows", "3,7", "--threads", "1",
+                           "--precision", "float32", "int8"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    for precision in ("float32", "int8"):
+        block = out.split(f"{precision}, 1 thread(s)")[1].split("\n\n")[0]
+        peak = re.match(r": float32 fused multiply-add peak (\d+) GFLOP/s", block)
+        assert peak and int(peak.group(1)) > 0, out
+        rows = re.findall(r"^\| (q\+k\+v|out|fc1|fc2|vocab) \((\d+) x (\d+)\) \| (.*) \|$", block, re.M)
+        assert [(r[0], r[1], r[2]) for r in rows] == [("q+k+v", "192", "64"), ("out", "64", "64"),
+                                                     ("fc1", "96", "64"), ("fc2", "64", "96"),
+                                                     ("vocab", "300", "64")], out
+        for r in rows:
+            cells = r[3].split(" | ")
+            assert len(cells) == 3 and cells[0].endswith(", 1.00x"), out  # M = 1, 3, 7
+            assert all(float(c.split(" us")[0]) > 0 for c in cells), out
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
+                          "--rows", "1,x"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "row counts >= 1" in bad.stderr, bad.stderr

@@ -1,0 +1,116 @@
+// The rate of the engine's linear kernels (csrc/linear.cpp) by rows per call,
+// beside the rate of independent float32 fused multiply-adds on the same
+// threads: how far a pass over M positions is from the core's arithmetic.
+//
+//   linear_rate THREADS PRECISION(float32|int8) M1,M2,... N:K [N:K ...]
+//
+// Prints "peak GFLOPS" (2 flops per fused multiply-add lane) and one line per
+// shape and M: "N K M us GFLOPS" (int8: 2 operations per product), the median
+// of 7 timed rounds, each repeated to take about 20 ms.  The weights are the
+// same for every call, so they stay in the caches as far as their size allows.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "linear.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// 16 independent accumulators: more than the fused multiply-adds in flight
+// (latency x units) on current cores
+double fma_rate(long iters) {
+  fa::VP acc[16];
+  const fa::VP a = fa::VP::bcast(0.999f), b = fa::VP::bcast(1e-7f);
+  for (int i = 0; i < 16; ++i) acc[i] = fa::VP::bcast((float)i);
+  const auto t0 = Clock::now();
+  for (long n = 0; n < iters; ++n)
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = fa::VP::fma(acc[i], a, b);
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  alignas(64) float out[fa::PANEL];
+  float s = 0.f;
+  for (int i = 0; i < 16; ++i) {
+    acc[i].store(out);
+    s += out[0];
+  }
+  if (s == 1234.5f) std::printf(" ");  // keeps the loop
+  return 16.0 * fa::PANEL * 2.0 * iters / dt / 1e9;
+}
+
+double peak(int threads) {
+  const long iters = 100000000;
+  std::vector<double> r(threads);
+  std::vector<std::thread> ts;
+  for (int t = 1; t < threads; ++t) ts.emplace_back([&, t] { r[t] = fma_rate(iters); });
+  r[0] = fma_rate(iters);
+  for (auto& t : ts) t.join();
+  double s = 0;
+  for (double v : r) s += v;
+  return s;
+}
+
+std::vector<int> parse_list(const char* s) {
+  std::vector<int> out;
+  for (const char* p = s; *p;) {
+    out.push_back(std::atoi(p));
+    while (*p && *p != ',') ++p;
+    if (*p == ',') ++p;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5) {
+    std::fprintf(stderr, "usage: linear_rate THREADS float32|int8 M1,M2,... N:K [N:K ...]\n");
+    return 2;
+  }
+  const int threads = std::atoi(argv[1]);
+  const bool q8 = std::strcmp(argv[2], "int8") == 0;
+  const std::vector<int> Ms = parse_list(argv[3]);
+  std::printf("peak %.1f\n", peak(threads));
+  fa::Pool pool(threads);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  for (int a = 4; a < argc; ++a) {
+    const int N = std::atoi(argv[a]), K = std::atoi(std::strchr(argv[a], ':') + 1);
+    std::vector<float> bias(N, 0.01f);
+    fa::Linear L;
+    if (q8) {
+      std::vector<int8_t> w((size_t)N * K);
+      std::vector<float> scale(N, 0.01f);
+      for (auto& v : w) v = (int8_t)((int)(rng() % 255) - 127);
+      L.pack_q8(w.data(), scale.data(), bias.data(), N, K);
+    } else {
+      std::vector<float> w((size_t)N * K);
+      for (auto& v : w) v = nd(rng);
+      L.pack(w.data(), nullptr, bias.data(), N, K);
+    }
+    for (int M : Ms) {
+      std::vector<float> x((size_t)M * K), y((size_t)M * N);
+      for (auto& v : x) v = nd(rng);
+      const double flops = 2.0 * M * N * K;
+      const int reps = std::max(5, (int)(4e9 * 0.02 / flops));
+      for (int r = 0; r < reps; ++r) fa::linear(pool, L, x.data(), K, M, y.data(), N);
+      std::vector<double> t;
+      for (int round = 0; round < 7; ++round) {
+        const auto t0 = Clock::now();
+        for (int r = 0; r < reps; ++r) fa::linear(pool, L, x.data(), K, M, y.data(), N);
+        t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
+      }
+      std::sort(t.begin(), t.end());
+      std::printf("%d %d %d %.2f %.1f\n", N, K, M, t[3] * 1e6, flops / t[3] / 1e9);
+    }
+  }
+  return 0;
+}

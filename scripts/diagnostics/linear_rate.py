@@ -1,0 +1,102 @@
+#!/usr/bin/env python
+"""How fast the engine's linear kernels run by rows per call, against the
+core's own float32 arithmetic.
+
+    python scripts/diagnostics/linear_rate.py [--dim 512] [--ffn 2048] [--vocab 10288]
+        [--rows 1,2,4,5,6,8,9,12,16,20] [--threads 1 2] [--precision float32 int8] [--isa TARGET]
+
+Builds ``linear_rate.cpp`` (beside this script) against ``csrc/linear.cpp``
+with the flags of the engine's target for this CPU (or ``--isa``) and times
+``fa::linear`` on a decoder layer's shapes (self-attention q+k+v, an output
+projection, the feed-forward pair, the vocabulary projection) at each row
+count M, one call at a time, weights kept hot as far as the caches hold them.
+Beside it, independent fused multiply-adds on the same threads give the peak
+float32 rate.  Per shape and M: microseconds per call, GFLOP/s (int8: two
+operations per product), the share of the float32 peak, and the call's time
+against one row's: what a pass over M positions costs in its linear layers
+against a one-token step.  (An int8 product counts as two operations, as a
+float32 one does; with VNNI int8 can pass 100% of the float32 peak.)
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+from fairseq_aggressive.native.build import _compiler, choose_target
+from fairseq_aggressive.native.machine import describe_machine
+from fairseq_aggressive.native.targets import CSRC
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def build(isa, out_dir: str):
+    target = choose_target(isa)
+    exe = os.path.join(out_dir, f"linear_rate-{target.name}")
+    cmd = [_compiler(), "-O3", "-std=c++17", "-pthread", "-ffp-contract=off", "-fno-math-errno", *target.cflags,
+           f"-I{CSRC}", os.path.join(HERE, "linear_rate.cpp"), os.path.join(CSRC, "linear.cpp"), "-o", exe]
+    subprocess.run(cmd, check=True)
+    return target.name, exe
+
+
+def report(exe: str, precision: str, threads: int, rows, shapes) -> None:
+    out = subprocess.run([exe, str(threads), precision, ",".join(map(str, rows)),
+                          *[f"{n}:{k}" for n, k in shapes.values()]],
+                         capture_output=True, text=True, check=True).stdout.split("\n")
+    peak = float(out[0].split()[1])
+    times = {}
+    for line in out[1:]:
+        if line.strip():
+            n, k, m, us, gf = line.split()
+            times[(int(n), int(k), int(m))] = (float(us), float(gf))
+    print(f"\n{precision}, {threads} thread(s): float32 fused multiply-add peak {peak:.0f} GFLOP/s")
+    print("| layer (N x K) | " + " | ".join(f"M={m}" for m in rows) + " |")
+    print("|---|" + "---|" * len(rows))
+    total = {m: 0.0 for m in rows}
+    for name, (n, k) in shapes.items():
+        one = times[(n, k, 1)][0]
+        cells = []
+        for m in rows:
+            us, gf = times[(n, k, m)]
+            total[m] += us
+            cells.append(f"{us:.{1 if us < 10 else 0}f} us, {gf:.0f} GF ({100 * gf / peak:.0f}%), {us / one:.2f}x")
+        print(f"| {name} ({n} x {k}) | " + " | ".join(cells) + " |")
+    print("| all five, against M=1 | " + " | ".join(f"{total[m]:.{1 if total[m] < 10 else 0}f} us, {total[m] / total[1]:.2f}x" for m in rows)
+          + " |")
+
+
+def row_counts(text: str):
+    """``--rows``: positive row counts, comma-separated."""
+    try:
+        rows = [int(m) for m in text.split(",")]
+    except ValueError:
+        rows = []
+    if not rows or min(rows) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: row counts >= 1, comma-separated (e.g. 1,5,9)")
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dim", type=int, default=512)
+    ap.add_argument("--ffn", type=int, default=None, help="default: 4 x --dim")
+    ap.add_argument("--vocab", type=int, default=10288)
+    ap.add_argument("--rows", type=row_counts, default="1,2,4,5,6,8,9,12,16,20")
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--precision", choices=["float32", "int8"], nargs="+", default=["float32"])
+    ap.add_argument("--isa", default=None, help="an engine target (default: the best this CPU runs)")
+    args = ap.parse_args(argv)
+    C, F, V = args.dim, args.ffn or 4 * args.dim, args.vocab
+    shapes = {"q+k+v": (3 * C, C), "out": (C, C), "fc1": (F, C), "fc2": (C, F), "vocab": (V, C)}
+    rows = sorted(set([1] + args.rows))
+    with tempfile.TemporaryDirectory() as tmp:
+        isa, exe = build(args.isa, tmp)
+        print(f"machine: {describe_machine()}; engine target {isa}; d={C}, ffn {F}, vocab {V}")
+        for precision in args.precision:
+            for threads in args.threads:
+                report(exe, precision, threads, rows, shapes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
