@@ -409,13 +409,52 @@ def test_a_library_of_another_api_is_refused(monkeypatch):
 
 
 @needs_native
+@pytest.mark.parametrize("kind", ["float32", "float16", "int8"])
+def test_linear_rows_give_the_same_bits_in_any_block(kind):
+    """The linear kernels split M rows into register tiles of up to 9 rows (one
+    block up to 9 with AVX-512, else blocks of at most 6) and outputs into
+    panels across threads: every row's outputs are the bits that row alone gets,
+    for every M, thread count and a width that ends in a partial panel."""
+    import ctypes
+    import numpy as np
+
+    lib = build.test_library()
+    rng = np.random.default_rng(5)
+    N, K = 203, 72  # 12 full 16-output panels and a partial one; K not a multiple of the int8 groups
+    if kind == "int8":
+        W = rng.integers(-127, 128, size=(N, K), dtype=np.int8)
+    else:
+        W = rng.standard_normal((N, K)).astype(np.float16 if kind == "float16" else np.float32)
+    W = np.ascontiguousarray(W.view(np.uint16) if kind == "float16" else W)
+    scale = (rng.random(N) * 0.01 + 0.001).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    code = {"float32": 0, "float16": 1, "int8": 2}[kind]
+    x = rng.standard_normal((24, K)).astype(np.float32)
+
+    def linear(rows, threads):
+        rows = np.ascontiguousarray(rows)
+        y = np.empty((rows.shape[0], N), dtype=np.float32)
+        rc = lib.fa_test_linear(threads, code, N, K, rows.shape[0], W.ctypes.data, scale.ctypes.data,
+                                bias.ctypes.data, rows.ctypes.data, y.ctypes.data)
+        assert rc == 0
+        return y
+
+    alone = np.concatenate([linear(x[i:i + 1], 1) for i in range(len(x))])
+    for threads in (1, 2, 3):
+        for M in list(range(1, 21)) + [24]:
+            y = linear(x[:M], threads)
+            assert np.array_equal(y.view(np.uint32), alone[:M].view(np.uint32)), (kind, threads, M)
+    assert not np.array_equal(alone[0], alone[1])  # the rows differ: a mixed-up row would show
+
+
+@needs_native
 def test_test_entry_points_are_only_in_the_test_library():
     """The pool's self-test and its lost-completion hook are built into the test
     library (csrc/testing/), not into the engine decoding loads."""
     from fairseq_aggressive.native import build, library
 
     lib = library()
-    for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes"):
+    for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes", "fa_test_linear"):
         with pytest.raises(AttributeError):
             getattr(lib, name)
         assert getattr(build.test_library(), name) is not None

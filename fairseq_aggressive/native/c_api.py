@@ -164,6 +164,9 @@ def declare_testing(lib) -> None:
     lib.fa_pool_lose_next_count.argtypes = [ctypes.c_void_p]
     lib.fa_set_eager_projection_bytes.restype = None
     lib.fa_set_eager_projection_bytes.argtypes = [ctypes.c_void_p, I64]
+    P = ctypes.c_void_p
+    lib.fa_test_linear.restype = I
+    lib.fa_test_linear.argtypes = [I, I, I, I, I, P, P, P, P, P]
 
 
 def mismatch(lib):

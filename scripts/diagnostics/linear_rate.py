@@ -4,6 +4,7 @@ core's own float32 arithmetic.
 
     python scripts/diagnostics/linear_rate.py [--dim 512] [--ffn 2048] [--vocab 10288]
         [--rows 1,2,4,5,6,8,9,12,16,20] [--threads 1 2] [--precision float32 int8] [--isa TARGET]
+        [--load N]
 
 Builds ``linear_rate.cpp`` (beside this script) against ``csrc/linear.cpp``
 with the flags of the engine's target for this CPU (or ``--isa``) and times
@@ -14,7 +15,7 @@ Beside it, independent fused multiply-adds on the same threads give the peak
 float32 rate.  Per shape and M: microseconds per call, GFLOP/s (int8: two
 operations per product), the share of the float32 peak, and the call's time
 against one row's: what a pass over M positions costs in its linear layers
-against a one-token step.  (An int8 product counts as two operations, as a
+against a one-token step.  ``--load N`` runs it beside N CPU-bound processes.  (An int8 product counts as two operations, as a
 float32 one does; with VNNI int8 can pass 100% of the float32 peak.)
 """
 import argparse
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 
+from fairseq_aggressive.bench.load import cpu_load
 from fairseq_aggressive.native.build import _compiler, choose_target
 from fairseq_aggressive.native.machine import describe_machine
 from fairseq_aggressive.native.targets import CSRC
@@ -85,16 +87,19 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--precision", choices=["float32", "int8"], nargs="+", default=["float32"])
     ap.add_argument("--isa", default=None, help="an engine target (default: the best this CPU runs)")
+    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
     args = ap.parse_args(argv)
     C, F, V = args.dim, args.ffn or 4 * args.dim, args.vocab
     shapes = {"q+k+v": (3 * C, C), "out": (C, C), "fc1": (F, C), "fc2": (C, F), "vocab": (V, C)}
     rows = sorted(set([1] + args.rows))
     with tempfile.TemporaryDirectory() as tmp:
         isa, exe = build(args.isa, tmp)
-        print(f"machine: {describe_machine()}; engine target {isa}; d={C}, ffn {F}, vocab {V}")
-        for precision in args.precision:
-            for threads in args.threads:
-                report(exe, precision, threads, rows, shapes)
+        print(f"machine: {describe_machine()}; engine target {isa}; d={C}, ffn {F}, vocab {V}; "
+              f"{args.load} CPU-bound processes beside it")
+        with cpu_load(args.load):
+            for precision in args.precision:
+                for threads in args.threads:
+                    report(exe, precision, threads, rows, shapes)
     return 0
 
 

@@ -16,7 +16,8 @@ struct VecF<16> {
   __m512 v;
   static VecF zero() { return {_mm512_setzero_ps()}; }
   static VecF load(const float* p) { return {_mm512_loadu_ps(p)}; }
-  // (the zero-masked form: GCC 12 warns about the unmasked one's undefined source)
+  // (the zero-masked forms here and in to_float: GCC 12 warns about the
+  // unmasked ones' undefined source; every lane is converted either way)
   static VecF load(const uint16_t* p) {
     return {_mm512_maskz_cvtph_ps((__mmask16)0xffff, _mm256_loadu_si256((const __m256i*)p))};
   }
@@ -49,7 +50,7 @@ struct Q8<16, 2> {
   static Acc madd(Group a, Weights w, Acc acc) { return {_mm512_add_epi32(acc.v, _mm512_madd_epi16(a.v, w.v))}; }
   static void store(int32_t* p, Acc a) { _mm512_storeu_si512((void*)p, a.v); }
   static VecF<16> to_float(const int32_t* sums, const int32_t*) {  // offset 0
-    return {_mm512_cvtepi32_ps(_mm512_loadu_si512((const void*)sums))};
+    return {_mm512_maskz_cvtepi32_ps((__mmask16)0xffff, _mm512_loadu_si512((const void*)sums))};
   }
 };
 
@@ -77,8 +78,8 @@ struct Q8<16, 4> {
   static void store(int32_t* p, Acc a) { _mm512_storeu_si512((void*)p, a.v); }
   // float(acc - 128 * wsum): the uint8 activations' offset removed exactly, then one rounding
   static VecF<16> to_float(const int32_t* sums, const int32_t* wsum) {
-    const __m512i off = _mm512_slli_epi32(_mm512_loadu_si512((const void*)wsum), 7);
-    return {_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512((const void*)sums), off))};
+    const __m512i off = _mm512_maskz_slli_epi32((__mmask16)0xffff, _mm512_loadu_si512((const void*)wsum), 7);
+    return {_mm512_maskz_cvtepi32_ps((__mmask16)0xffff, _mm512_sub_epi32(_mm512_loadu_si512((const void*)sums), off))};
   }
 };
 #endif

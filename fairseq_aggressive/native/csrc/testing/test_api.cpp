@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../linear.h"
 #include "../model.h"
 #include "../parallel.h"
 
@@ -89,6 +90,27 @@ void fa_pool_lose_next_count(void* mp) { static_cast<fa::Model*>(mp)->pool.lose_
 // whole path in one round (0: always, -1: never); results never depend on it.
 void fa_set_eager_projection_bytes(void* mp, int64_t bytes) {
   static_cast<fa::Model*>(mp)->eager_projection_bytes = bytes < 0 ? SIZE_MAX : (size_t)bytes;
+}
+
+// y (M x N) = x (M x K) W^T + b on a pool of `threads`, through the engine's
+// linear kernels: W float32 (kind 0), float16 bits (kind 1) or int8 with per
+// row scales (kind 2); bias may be null.  Returns 0, or -1 on an exception (the
+// message on stderr).
+int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, const float* scale,
+                   const float* bias, const float* x, float* y) try {
+  fa::Pool pool(threads);
+  fa::Linear L;
+  if (kind == 2)
+    L.pack_q8(static_cast<const int8_t*>(W), scale, bias, N, K);
+  else if (kind == 1)
+    L.pack(nullptr, static_cast<const uint16_t*>(W), bias, N, K);
+  else
+    L.pack(static_cast<const float*>(W), nullptr, bias, N, K);
+  fa::linear(pool, L, x, K, M, y, N);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_test_linear: %s\n", e.what());
+  return -1;
 }
 
 }  // extern "C"
