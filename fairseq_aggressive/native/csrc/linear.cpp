@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "ops.h"
+
 namespace fa {
 
 namespace {
@@ -179,8 +181,7 @@ constexpr int Q8_OFFSET = Q8Input<Q8_GROUP>::offset;
 void quantize_rows(const float* x, int ldx, int M, int K, Q8In* q, int ldq, float* sx) {
   for (int m = 0; m < M; ++m) {
     const float* r = x + (size_t)m * ldx;
-    float amax = 0.f;
-    for (int k = 0; k < K; ++k) amax = std::max(amax, std::fabs(r[k]));
+    const float amax = abs_max_of(r, K);  // vectorized: a scalar max chain cost more than the tiles of a pass
     const float inv = 127.f / (amax == 0.f ? 1.f : amax);
     Q8In* qr = q + (size_t)m * ldq;
     for (int k = 0; k < K; ++k) {

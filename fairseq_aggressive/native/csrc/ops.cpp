@@ -43,6 +43,22 @@ float max_of(const float* x, int n) {
   return mx;
 }
 
+float abs_max_of(const float* x, int n) {
+  const V8 neg1 = V8::bcast(-1.f);
+  V8 m = V8::zero();
+  int v = 0;
+  for (; v + LANES <= n; v += LANES) {
+    const V8 a = V8::load(x + v);
+    m = V8::max(m, V8::max(a, V8::mul(a, neg1)));  // |a|: -a is exact
+  }
+  float t[LANES];
+  m.store(t);
+  float mx = t[0];
+  for (int l = 1; l < LANES; ++l) mx = std::max(mx, t[l]);
+  for (; v < n; ++v) mx = std::max(mx, std::fabs(x[v]));
+  return mx;
+}
+
 // 8 partial sums combined in a fixed order
 float logsumexp(const float* x, int n) {
   const float mx = max_of(x, n);

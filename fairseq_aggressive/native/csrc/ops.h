@@ -14,6 +14,9 @@ namespace fa {
 
 // max of x[0..n) (exact in any order)
 float max_of(const float* x, int n);
+
+// max of |x[0..n)| (exact in any order)
+float abs_max_of(const float* x, int n);
 // log(sum(exp(x))) over n values
 float logsumexp(const float* x, int n);
 // index of the first maximum of x[0..n) (0 if every value is NaN)
