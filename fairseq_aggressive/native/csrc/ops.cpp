@@ -82,15 +82,29 @@ int argmax_first(const float* x, int n) {
   return 0;  // all NaN
 }
 
+// The mean and the variance as 8 lane partial sums combined in a fixed order,
+// then the tail (as dot): the same bits on every target, and no chain of C
+// dependent additions per row
 void layer_norm(const float* x, float* y, int C, const float* w, const float* b, float eps) {
+  float t[LANES];
+  V8 acc = V8::zero();
+  int c = 0;
+  for (; c + LANES <= C; c += LANES) acc = V8::add(acc, V8::load(x + c));
+  acc.store(t);
   float mean = 0.f;
-  for (int c = 0; c < C; ++c) mean += x[c];
+  for (int l = 0; l < LANES; ++l) mean = mean + t[l];
+  for (; c < C; ++c) mean = mean + x[c];
   mean /= (float)C;
-  float var = 0.f;
-  for (int c = 0; c < C; ++c) {
-    float d = x[c] - mean;
-    var += d * d;
+  const V8 mv = V8::bcast(mean);
+  acc = V8::zero();
+  for (c = 0; c + LANES <= C; c += LANES) {
+    const V8 d = V8::add(V8::load(x + c), V8::mul(mv, V8::bcast(-1.f)));
+    acc = V8::fma(d, d, acc);
   }
+  acc.store(t);
+  float var = 0.f;
+  for (int l = 0; l < LANES; ++l) var = var + t[l];
+  for (; c < C; ++c) var = std::fma(x[c] - mean, x[c] - mean, var);
   var /= (float)C;
   float inv = 1.f / std::sqrt(var + eps);
   for (int c = 0; c < C; ++c) y[c] = (x[c] - mean) * inv * w[c] + b[c];
