@@ -108,7 +108,7 @@ TileFn<WT> tile_fn(int mr, int nr) {
 // The most rows of one call that run as one block: AVX-512's 32 vector
 // registers hold 9 rows x 3 panels of accumulators beside the 3 weight vectors,
 // so a pass over 7-9 positions reads each weight once instead of twice (on a
-// 2-core Zen 5 guest, d=512 layer shapes: 7 rows 30% and 9 rows 13-15% faster,
+// 2-core Zen 5 guest, d=512 layer shapes: 7 rows 23-30% and 8-9 rows up to 15% faster,
 // float32 and int8).  More rows run in blocks of at most 6 (4 panels each),
 // which was a few percent faster for 16-40 rows (an encoder's) than blocks of
 // 7-9; 16 registers elsewhere: blocks of at most 6.

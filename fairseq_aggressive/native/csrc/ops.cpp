@@ -11,6 +11,24 @@ namespace fa {
 
 namespace {
 
+// the 8 lanes of v summed in lane order, from 0 (every row sum's fixed order)
+inline float lane_sum(V8 v) {
+  float t[LANES];
+  v.store(t);
+  float s = 0.f;
+  for (int l = 0; l < LANES; ++l) s = s + t[l];
+  return s;
+}
+
+// the largest of the 8 lanes of v
+inline float lane_max(V8 v) {
+  float t[LANES];
+  v.store(t);
+  float m = t[0];
+  for (int l = 1; l < LANES; ++l) m = std::max(m, t[l]);
+  return m;
+}
+
 // q . k over D values: 8 partial sums (d mod 8) combined in a fixed order
 inline float dot(const float* q, const float* k, int D) {
   int d = 0;
@@ -18,9 +36,7 @@ inline float dot(const float* q, const float* k, int D) {
   if (D >= LANES) {
     V8 acc = V8::zero();
     for (; d + LANES <= D; d += LANES) acc = V8::fma(V8::load(q + d), V8::load(k + d), acc);
-    float t[LANES];
-    acc.store(t);
-    for (int l = 0; l < LANES; ++l) s = s + t[l];
+    s = lane_sum(acc);
   }
   for (; d < D; ++d) s = std::fma(q[d], k[d], s);
   return s;
@@ -35,10 +51,7 @@ float max_of(const float* x, int n) {
   V8 m = V8::bcast(-std::numeric_limits<float>::infinity());
   int v = 0;
   for (; v + LANES <= n; v += LANES) m = V8::max(m, V8::load(x + v));
-  float t[LANES];
-  m.store(t);
-  float mx = t[0];
-  for (int l = 1; l < LANES; ++l) mx = std::max(mx, t[l]);
+  float mx = lane_max(m);
   for (; v < n; ++v) mx = std::max(mx, x[v]);
   return mx;
 }
@@ -51,10 +64,7 @@ float abs_max_of(const float* x, int n) {
     const V8 a = V8::load(x + v);
     m = V8::max(m, V8::max(a, V8::mul(a, neg1)));  // |a|: -a is exact
   }
-  float t[LANES];
-  m.store(t);
-  float mx = t[0];
-  for (int l = 1; l < LANES; ++l) mx = std::max(mx, t[l]);
+  float mx = lane_max(m);
   for (; v < n; ++v) mx = std::max(mx, std::fabs(x[v]));
   return mx;
 }
@@ -67,10 +77,7 @@ float logsumexp(const float* x, int n) {
   V8 s8 = V8::zero();
   int v = 0;
   for (; v + LANES <= n; v += LANES) s8 = V8::add(s8, V8::exp(V8::fma(mv, neg1, V8::load(x + v))));
-  float t[LANES];
-  s8.store(t);
-  float sum = 0.f;
-  for (int l = 0; l < LANES; ++l) sum = sum + t[l];
+  float sum = lane_sum(s8);
   for (; v < n; ++v) sum = sum + fexp(x[v] - mx);
   return mx + std::log(sum);
 }
@@ -86,25 +93,23 @@ int argmax_first(const float* x, int n) {
 // then the tail (as dot): the same bits on every target, and no chain of C
 // dependent additions per row
 void layer_norm(const float* x, float* y, int C, const float* w, const float* b, float eps) {
-  float t[LANES];
   V8 acc = V8::zero();
   int c = 0;
   for (; c + LANES <= C; c += LANES) acc = V8::add(acc, V8::load(x + c));
-  acc.store(t);
-  float mean = 0.f;
-  for (int l = 0; l < LANES; ++l) mean = mean + t[l];
+  float mean = lane_sum(acc);
   for (; c < C; ++c) mean = mean + x[c];
   mean /= (float)C;
-  const V8 mv = V8::bcast(mean);
+  const V8 neg_mean = V8::mul(V8::bcast(mean), V8::bcast(-1.f));  // x + (-mean) is x - mean exactly
   acc = V8::zero();
   for (c = 0; c + LANES <= C; c += LANES) {
-    const V8 d = V8::add(V8::load(x + c), V8::mul(mv, V8::bcast(-1.f)));
+    const V8 d = V8::add(V8::load(x + c), neg_mean);
     acc = V8::fma(d, d, acc);
   }
-  acc.store(t);
-  float var = 0.f;
-  for (int l = 0; l < LANES; ++l) var = var + t[l];
-  for (; c < C; ++c) var = std::fma(x[c] - mean, x[c] - mean, var);
+  float var = lane_sum(acc);
+  for (; c < C; ++c) {
+    const float d = x[c] - mean;
+    var = std::fma(d, d, var);
+  }
   var /= (float)C;
   float inv = 1.f / std::sqrt(var + eps);
   for (int c = 0; c < C; ++c) y[c] = (x[c] - mean) * inv * w[c] + b[c];
@@ -145,10 +150,7 @@ void attend(const float* q, const float* k, const float* v, size_t ld, int n, in
     e.store(scratch + j);
     s8 = V8::add(s8, e);
   }
-  float t[LANES];
-  s8.store(t);
-  float sum = 0.f;
-  for (int l = 0; l < LANES; ++l) sum = sum + t[l];
+  float sum = lane_sum(s8);
   for (; j < N; ++j) {
     scratch[j] = fexp(scratch[j] - mx);
     sum = sum + scratch[j];
