@@ -3,8 +3,9 @@
 Building a wheel (``pip wheel .``, ``python -m build``, ``pip install .``)
 compiles the native engine, a plain C shared library (no Python or torch
 headers), once per instruction-set target of the machine's architecture
-(fairseq_aggressive/native/targets.py: AVX-512 + VNNI, AVX-512, AVX2 and
-generic on x86-64; generic on aarch64); at run time the package loads the
+(fairseq_aggressive/native/targets.py: AMX, AVX-512 + VNNI, AVX-512, AVX2
+and generic on x86-64; generic on aarch64; AMX only where the compiler has
+its instructions); at run time the package loads the
 best one the CPU runs.  It needs a C++17 compiler (g++ or clang++).
 ``FAIRSEQ_AGGRESSIVE_BUILD_NATIVE=0`` builds the package without them (it then
 compiles the engine at first use where a compiler exists, else decodes on the
@@ -72,6 +73,10 @@ class BuildNative(build_ext):
                 objects, path, extra_postargs=[f for f in TARGETS.LINK_FLAGS if f != "-shared"] + ext.target.cflags,
                 target_lang="c++")
         except Exception as e:  # CompileError, LinkError, a compiler that is not there
+            if ext.target.optional:  # a compiler without its instructions: the package loads the next target
+                self.warn(f"the native engine's optional {ext.target.name} target was not built ({e}); "
+                          "CPUs with it run the next target (the same results)")
+                return
             raise SystemExit(
                 f"error: compiling fairseq-aggressive's native engine ({ext.target.name}) failed: {e}\n"
                 "It needs a C++17 compiler (g++ or clang++; e.g. apt-get install g++). To install without it "

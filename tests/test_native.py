@@ -454,7 +454,8 @@ def test_test_entry_points_are_only_in_the_test_library():
     from fairseq_aggressive.native import build, library
 
     lib = library()
-    for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes", "fa_test_linear"):
+    for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes", "fa_test_linear",
+                 "fa_set_amx_min_rows", "fa_amx_products"):
         with pytest.raises(AttributeError):
             getattr(lib, name)
         assert getattr(build.test_library(), name) is not None

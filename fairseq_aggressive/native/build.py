@@ -267,20 +267,43 @@ def _locate(target: Target) -> str:
     return path
 
 
+def _load_target(target: Target) -> ctypes.CDLL:
+    try:
+        return _load(_locate(target))
+    except NativeUnavailable:
+        raise
+    except Exception as e:  # anything else the file system or loader raises
+        raise NativeUnavailable(f"the native engine ({target.name}) cannot load: {type(e).__name__}: {e}",
+                                setup=True) from e
+
+
 def library(isa: Optional[str] = None) -> ctypes.CDLL:
-    """The native engine for ``isa`` (see :func:`choose_target`), loaded once per process."""
+    """The native engine for ``isa`` (see :func:`choose_target`), loaded once per
+    process.  Where the best target this CPU runs is an optional one (AMX) that
+    this installation lacks and cannot build, the next one loads, after one
+    warning."""
     target = choose_target(isa)
+    automatic = isa in (None, "", "auto") and not os.environ.get(ISA_ENV, "").strip()
+    key = "auto" if automatic else target.name
     with _LOCK:
-        if target.name in _LOADED:
-            return _LOADED[target.name]
-        try:
-            lib = _load(_locate(target))
-        except NativeUnavailable:
-            raise
-        except Exception as e:  # anything else the file system or loader raises
-            raise NativeUnavailable(f"the native engine ({target.name}) cannot load: {type(e).__name__}: {e}",
-                                    setup=True) from e
-        _LOADED[target.name] = lib
+        if key in _LOADED:
+            return _LOADED[key]
+        runs = cpu_targets() if automatic and target.optional else [target]
+        for candidate in runs[runs.index(target):]:
+            try:
+                lib = _LOADED.get(candidate.name) or _load_target(candidate)
+                break
+            except NativeUnavailable as e:
+                if not candidate.optional or candidate is runs[-1]:
+                    raise
+                logger.warning(f"the native engine's {candidate.name} target is not available here ({e}); "
+                               f"the next one this CPU runs loads (the same results)")
+        _LOADED[key] = _LOADED[candidate.name] = lib
+        state = lib.fa_amx_state()
+        if state < 0:
+            logger.warning(f"the native engine {lib.fa_isa().decode()}: AMX tiles "
+                           f"{'are refused to this process by the OS' if state == -2 else 'are off in this CPU or OS'}"
+                           f"; its int8 products run on VNNI tiles (the same results)")
         return lib
 
 

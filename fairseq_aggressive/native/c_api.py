@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 13
+API_VERSION = 14
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -119,6 +119,7 @@ def declare(lib) -> None:
         "fa_sizeof": (I, [ctypes.c_char_p]),
         "fa_isa": (ctypes.c_char_p, []),
         "fa_layout": (I, [I]),
+        "fa_amx_state": (I, []),
         "fa_source_key": (ctypes.c_char_p, []),
         "fa_model_new": (P, [ctypes.POINTER(Config)]),
         "fa_set_weight": (I, [P, ctypes.c_char_p, I, I, P, I, I]),
@@ -166,6 +167,10 @@ def declare_testing(lib) -> None:
     lib.fa_set_eager_projection_bytes.argtypes = [ctypes.c_void_p, I64]
     P = ctypes.c_void_p
     lib.fa_test_linear.restype = I
+    lib.fa_set_amx_min_rows.restype = I
+    lib.fa_set_amx_min_rows.argtypes = [I]
+    lib.fa_amx_products.restype = I64
+    lib.fa_amx_products.argtypes = []
     lib.fa_test_linear.argtypes = [I, I, I, I, I, P, P, P, P, P]
 
 

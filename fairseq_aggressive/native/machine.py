@@ -35,9 +35,13 @@ def native_engine_target() -> str:
     """The native engine's build target that loads here (``avx2``, ``avx512vnni``
     ...; ``FAIRSEQ_AGGRESSIVE_ISA`` respected), or why none does."""
     try:
-        return library().fa_isa().decode()
+        lib = library()
     except NativeUnavailable as e:
         return f"none ({e})"
+    isa, amx = lib.fa_isa().decode(), lib.fa_amx_state()
+    if amx == 0:
+        return isa
+    return f"{isa} ({'AMX tiles' if amx == 1 else 'AMX tiles off: VNNI tiles'})"
 
 
 def describe_machine(info=None) -> str:

@@ -28,11 +28,20 @@ class Target(NamedTuple):
     name: str
     cpu_flags: FrozenSet[str]  # /proc/cpuinfo flags a CPU needs to run it
     cflags: List[str]
+    # a compiler may lack its instructions: a wheel is built without it and
+    # the loader goes on to the next target (after one warning)
+    optional: bool = False
 
 
 _AVX512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx2", "-mfma", "-mf16c"]
+_VNNI_FLAGS = frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx2", "fma", "f16c"})
 X86_64 = [  # best first
-    Target("avx512vnni", frozenset({"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx2", "fma", "f16c"}),
+    # int8 products of several rows on AMX tiles (Xeon 4th generation on; GCC 11+, Linux 5.16+): the
+    # same bits as avx512vnni, which also runs where the OS does not grant the tiles
+    Target("avx512amx", _VNNI_FLAGS | {"amx_tile", "amx_int8"},
+           ["-DFA_ISA_AVX512", "-DFA_VNNI", "-DFA_AMX", *_AVX512, "-mavx512vnni", "-mamx-tile", "-mamx-int8"],
+           optional=True),
+    Target("avx512vnni", _VNNI_FLAGS,
            ["-DFA_ISA_AVX512", "-DFA_VNNI", *_AVX512, "-mavx512vnni"]),
     Target("avx512", frozenset({"avx512f", "avx512bw", "avx512vl", "avx2", "fma", "f16c"}),
            ["-DFA_ISA_AVX512", *_AVX512]),
@@ -44,10 +53,15 @@ AARCH64 = [Target("generic", frozenset(), [])]
 
 # Built only on demand from a source checkout, for the tests: the portable
 # code with the AVX-512 + VNNI layout (16-output panels, int8 in groups of 4),
-# so that layout is checked on CPUs without AVX-512
+# so that layout is checked on CPUs without AVX-512; and that code with the
+# AMX tile kernels on tiles emulated in software (csrc/amx.h), so the AMX
+# target's tiling is checked on CPUs without AMX
+_WIDE = ["-DFA_PANEL=16", "-DFA_Q8_GROUP=4"]
+_AMX_EMULATED = [*_WIDE, "-DFA_AMX", "-DFA_AMX_EMULATE"]
 EXTRA = {
-    "x86_64": [Target("generic-wide", frozenset({"fma"}), ["-mfma", "-DFA_PANEL=16", "-DFA_Q8_GROUP=4"])],
-    "aarch64": [Target("generic-wide", frozenset(), ["-DFA_PANEL=16", "-DFA_Q8_GROUP=4"])],
+    "x86_64": [Target("generic-wide", frozenset({"fma"}), ["-mfma", *_WIDE]),
+               Target("generic-amx", frozenset({"fma"}), ["-mfma", *_AMX_EMULATED])],
+    "aarch64": [Target("generic-wide", frozenset(), _WIDE), Target("generic-amx", frozenset(), _AMX_EMULATED)],
 }
 
 

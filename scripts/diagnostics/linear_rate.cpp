@@ -19,7 +19,9 @@
 #include <thread>
 #include <vector>
 
+#include "amx.h"
 #include "linear.h"
+#include "linear_int8.h"
 
 namespace {
 
@@ -79,6 +81,12 @@ int main(int argc, char** argv) {
   const bool q8 = std::strcmp(argv[2], "int8") == 0;
   const std::vector<int> Ms = parse_list(argv[3]);
   std::printf("peak %.1f\n", peak(threads));
+#if defined(FA_AMX)
+  if (const char* r = std::getenv("LINEAR_RATE_AMX_MIN_ROWS")) fa::set_amx_min_rows(std::atoi(r));
+  std::printf("amx %s\n", fa::amx::state() != 1 ? "off" : ("from-" + std::to_string(fa::amx_min_rows()) + "-rows").c_str());
+#else
+  std::printf("amx none\n");
+#endif
   fa::Pool pool(threads);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 0.05f);

@@ -4,7 +4,7 @@ core's own float32 arithmetic.
 
     python scripts/diagnostics/linear_rate.py [--dim 512] [--ffn 2048] [--vocab 10288]
         [--rows 1,2,4,5,6,8,9,12,16,20] [--threads 1 2] [--precision float32 int8] [--isa TARGET]
-        [--load N]
+        [--load N] [--amx-min-rows R]
 
 Builds ``linear_rate.cpp`` (beside this script) against ``csrc/linear.cpp`` (and ``ops.cpp``)
 with the flags of the engine's target for this CPU (or ``--isa``) and times
@@ -16,7 +16,10 @@ float32 rate.  Per shape and M: microseconds per call, GFLOP/s (int8: two
 operations per product), the share of the float32 peak, and the call's time
 against one row's: what a pass over M positions costs in its linear layers
 against a one-token step.  ``--load N`` runs it beside N CPU-bound processes.  (An int8 product counts as two operations, as a
-float32 one does; with VNNI int8 can pass 100% of the float32 peak.)
+float32 one does; with VNNI int8 can pass 100% of the float32 peak.)  On an AMX
+target, ``--amx-min-rows R`` sets the fewest rows an int8 product runs on AMX
+tiles (fewer: VNNI tiles): run it with 1 and with a number above every
+``--rows`` to see where the tiles pay.
 """
 import argparse
 import os
@@ -37,22 +40,27 @@ def build(isa, out_dir: str):
     exe = os.path.join(out_dir, f"linear_rate-{target.name}")
     cmd = [_compiler(), "-O3", "-std=c++17", "-pthread", "-ffp-contract=off", "-fno-math-errno", *target.cflags,
            f"-I{CSRC}", os.path.join(HERE, "linear_rate.cpp"), os.path.join(CSRC, "linear.cpp"),
-           os.path.join(CSRC, "ops.cpp"), "-o", exe]
+           os.path.join(CSRC, "linear_amx.cpp"), os.path.join(CSRC, "ops.cpp"), "-o", exe]
     subprocess.run(cmd, check=True)
     return target.name, exe
 
 
-def report(exe: str, precision: str, threads: int, rows, shapes) -> None:
+def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=None) -> None:
+    env = dict(os.environ)
+    if amx_min_rows is not None:
+        env["LINEAR_RATE_AMX_MIN_ROWS"] = str(amx_min_rows)
     out = subprocess.run([exe, str(threads), precision, ",".join(map(str, rows)),
                           *[f"{n}:{k}" for n, k in shapes.values()]],
-                         capture_output=True, text=True, check=True).stdout.split("\n")
+                         capture_output=True, text=True, check=True, env=env).stdout.split("\n")
     peak = float(out[0].split()[1])
     times = {}
-    for line in out[1:]:
+    for line in out[2:]:
         if line.strip():
             n, k, m, us, gf = line.split()
             times[(int(n), int(k), int(m))] = (float(us), float(gf))
-    print(f"\n{precision}, {threads} thread(s): float32 fused multiply-add peak {peak:.0f} GFLOP/s")
+    amx = out[1].split()[1]
+    print(f"\n{precision}, {threads} thread(s): float32 fused multiply-add peak {peak:.0f} GFLOP/s; "
+          f"AMX tiles: {amx}")
     print("| layer (N x K) | " + " | ".join(f"M={m}" for m in rows) + " |")
     print("|---|" + "---|" * len(rows))
     total = {m: 0.0 for m in rows}
@@ -89,6 +97,8 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", choices=["float32", "int8"], nargs="+", default=["float32"])
     ap.add_argument("--isa", default=None, help="an engine target (default: the best this CPU runs)")
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
+    ap.add_argument("--amx-min-rows", type=int, default=None,
+                    help="AMX targets: the fewest rows an int8 product runs on AMX tiles")
     args = ap.parse_args(argv)
     C, F, V = args.dim, args.ffn or 4 * args.dim, args.vocab
     shapes = {"q+k+v": (3 * C, C), "out": (C, C), "fc1": (F, C), "fc2": (C, F), "vocab": (V, C)}
@@ -100,7 +110,7 @@ def main(argv=None) -> int:
         with cpu_load(args.load):
             for precision in args.precision:
                 for threads in args.threads:
-                    report(exe, precision, threads, rows, shapes)
+                    report(exe, precision, threads, rows, shapes, args.amx_min_rows)
     return 0
 
 

@@ -15,6 +15,7 @@
 #include "block_drafter.h"
 #include "blockwise_loop.h"
 #include "copy_loop.h"
+#include "amx.h"
 #include "feature_loop.h"
 #include "model.h"
 #include "parallel.h"
@@ -28,7 +29,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 13;
+constexpr int kApiVersion = 14;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -80,8 +81,20 @@ int fa_sizeof(const char* name) {
   return -1;
 }
 
-// The build target: "generic", "avx2", "avx512" or "avx512vnni" (vec.h)
+// The build target: "generic", "avx2", "avx512", "avx512vnni" or "avx512amx"
+// (vec.h; "generic-wide" and "generic-amx" report "generic" and "generic-amx")
 const char* fa_isa() { return FA_ISA_NAME; }
+
+// AMX tiles for the int8 products of several rows: 1 in use, 0 not in this
+// build, -1 the CPU or OS lacks them, -2 the OS refused them to this process
+// (the last two run the VNNI tiles: the same results)
+int fa_amx_state() {
+#if defined(FA_AMX)
+  return fa::amx::state();
+#else
+  return 0;
+#endif
+}
 
 // Outputs per weight panel (8 or 16) and k per int8 group (2 or 4): the layout
 // of the target's kernels, which does not change any result

@@ -1,13 +1,16 @@
 // The linear-layer kernels: weight packing, register tiles of up to 6 rows x
 // 8 panels, or 9 rows x 3 (float32 / float16 weights, and int8), and their split across the
 // pool's threads.  Written once over vec.h's VecF<PANEL> and Q8 types; the
-// target decides their width and instructions, never the result.
+// target decides their width and instructions, never the result.  On AMX
+// builds int8 products of several rows go to linear_amx.cpp's tiles.
 #include "linear.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "amx.h"
+#include "linear_int8.h"
 #include "ops.h"
 
 namespace fa {
@@ -143,8 +146,7 @@ void for_tiles(Pool& pool, const Linear& L, int M, const TileCall& tile) {
   const int nb = M <= kOneBlockRows ? 1 : (M + 5) / 6;
   const int group = panels_for((M + nb - 1) / nb);  // the largest block's
   const int n_groups = (L.P + group - 1) / group;
-  const double flops = 2.0 * M * L.N * L.K;
-  const int chunks = (pool.size() > 1 && flops > 4e5) ? std::min(n_groups, pool.size() * 4) : 1;
+  const int chunks = product_chunks(pool, L, M, n_groups);
   auto body = [&](int c) {
     int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
     for (int g = g0; g < g1; ++g) {
@@ -175,8 +177,7 @@ void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, in
 // y = float(acc) * (sx * sw[n]) + b[n].  The same definition as
 // fairseq_aggressive/runtime/quantization.py, which the tests compare bit for bit.
 // Activations are stored as Q8In: int16 qx, or uint8 qx + 128 for VNNI's
-// unsigned x signed products (the tile then subtracts 128 * wsum[n]).
-constexpr int Q8_OFFSET = Q8Input<Q8_GROUP>::offset;
+// unsigned x signed products (the outputs then subtract 128 * wsum[n]).
 
 void quantize_rows(const float* x, int ldx, int M, int K, Q8In* q, int ldq, float* sx) {
   for (int m = 0; m < M; ++m) {
@@ -218,26 +219,7 @@ void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstrid
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 64
     for (int j = 0; j < NR; ++j) Q8P::store(res[i][j], acc[i][j]);
-  // the epilogue: y = float(sum) * (sx * sw) (+ b), per output, whole panels
-  // as vectors with the same operations (the build never fuses a multiply-add)
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) {
-      const int c0 = n0 + j * PANEL, c1 = std::min(c0 + PANEL, N);
-      float* out = y + (size_t)i * ldy;
-      if (c1 - c0 == PANEL) {
-        const VP comb = VP::mul(VP::bcast(sx[i]), VP::load(ws + c0));
-        const VP v = VP::mul(Q8P::to_float(res[i][j], wsum + c0), comb);
-        (has_bias ? VP::add(v, VP::load(bias + c0)) : v).store(out + c0);
-        continue;
-      }
-      for (int c = c0; c < c1; ++c) {
-        const float comb = sx[i] * ws[c];
-        const int32_t sum = res[i][j][c - c0] - Q8_OFFSET * wsum[c];
-        float v = (float)sum * comb;
-        if (has_bias) v = v + bias[c];
-        out[c] = v;
-      }
-    }
+  q8_outputs(&res[0][0][0], (size_t)NR * PANEL, PANEL, MR, NR, sx, y, ldy, n0, N, ws, wsum, bias, has_bias);
 }
 
 using TileQ8Fn = void (*)(const Q8In*, int, int, const int8_t*, size_t, const float*, float*, int, int, int,
@@ -284,6 +266,9 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
   quantize_rows(x, ldx, M, L.K, xq.data(), ldq, sx.data());
   const Q8In* q = xq.data();
   const float* s = sx.data();
+#if defined(FA_AMX)
+  if (M >= amx_min_rows() && amx::state() == 1) return linear_q8_amx(pool, L, q, ldq, s, M, y, ldy);
+#endif
   const size_t pstride = (size_t)KG * Q8_GROUP * PANEL;
   for_tiles(pool, L, M, [&](int mr, int m0, int p, int cnt) {
     tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, KG, L.wq.data() + (size_t)p * pstride, pstride, s + m0,

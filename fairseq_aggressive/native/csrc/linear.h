@@ -14,6 +14,12 @@
 
 namespace fa {
 
+#if defined(FA_AMX)
+constexpr int kQ8GroupAlign = 16;  // an AMX tile's k groups (amx.h)
+#else
+constexpr int kQ8GroupAlign = 1;
+#endif
+
 // W (N x K) row-major, packed once as panels of PANEL outputs (8 or 16, by
 // target): panel p holds W[PANEL * p + l][k] at [k * PANEL + l].
 struct Linear {
@@ -32,7 +38,8 @@ struct Linear {
   // int8 tiles of several rows prefetch the weights (set for every layer of a
   // model whose int8 weights outgrow the caches: see linear.cpp)
   bool prefetch = false;
-  int KG() const { return (K + Q8_GROUP - 1) / Q8_GROUP; }
+  // k groups per row: AMX builds pad them to whole tiles (16 groups), with zero weights
+  int KG() const { return (K + Q8_GROUP * kQ8GroupAlign - 1) / (Q8_GROUP * kQ8GroupAlign) * kQ8GroupAlign; }
   // bytes of weights one product reads
   size_t bytes() const { return w.size() * sizeof(float) + wh.size() * sizeof(uint16_t) + wq.size(); }
   size_t q8_index(int r, int c) const {

@@ -15,6 +15,8 @@
 //   FA_ISA_AVX512 [+ FA_VNNI]  vec_avx512.h over vec_avx.h: 16-lane panels,
 //                              int8 with vpdpbusd (VNNI) or vpmaddwd
 //   FA_ISA_AVX2                vec_avx.h: 8-lane panels, int8 with vpmaddwd
+//   FA_AMX (+ the above)       the int8 products of several rows on AMX tiles
+//                              (amx.h, linear_amx.cpp)
 //   neither                    vec_generic.h only: the same IEEE operations one
 //                              lane at a time (std::fma), on any CPU with FMA;
 //                              FA_PANEL / FA_Q8_GROUP choose its layout (the
@@ -127,6 +129,19 @@ constexpr int Q8_GROUP = FA_Q8_GROUP;
 #endif
 static_assert(PANEL == 8 || PANEL == 16, "PANEL: 8 or 16 outputs");
 static_assert(Q8_GROUP == 2 || Q8_GROUP == 4, "Q8_GROUP: 2 (int16 pairs) or 4 (uint8 quads)");
+
+// FA_AMX: int8 products of several rows on AMX tiles (amx.h), over the VNNI
+// layout (a panel's k groups are the rows of a B tile); FA_AMX_EMULATE: the
+// tiles in software over the portable code (a test-only target)
+#if defined(FA_AMX)
+static_assert(PANEL == 16 && Q8_GROUP == 4, "FA_AMX needs 16-output panels and int8 groups of 4");
+#undef FA_ISA_NAME
+#if defined(FA_AMX_EMULATE)
+#define FA_ISA_NAME "generic-amx"
+#else
+#define FA_ISA_NAME "avx512amx"
+#endif
+#endif
 
 using V8 = VecF<LANES>;
 using VP = VecF<PANEL>;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../linear.h"
+#include "../linear_int8.h"
 #include "../model.h"
 #include "../parallel.h"
 
@@ -111,6 +112,30 @@ int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, co
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fa_test_linear: %s\n", e.what());
   return -1;
+}
+
+// Test hook: the fewest rows an int8 product runs on AMX tiles (process-wide;
+// results never depend on it).  Returns the previous value, or -1 in a build
+// without AMX tiles.
+int fa_set_amx_min_rows(int rows) {
+#if defined(FA_AMX)
+  const int previous = fa::amx_min_rows();
+  fa::set_amx_min_rows(rows);
+  return previous;
+#else
+  (void)rows;
+  return -1;
+#endif
+}
+
+// Test hook: the int8 products run on AMX tiles so far in this process (-1 in
+// a build without them)
+int64_t fa_amx_products() {
+#if defined(FA_AMX)
+  return fa::amx_products();
+#else
+  return -1;
+#endif
 }
 
 }  // extern "C"

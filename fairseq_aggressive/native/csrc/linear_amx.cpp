@@ -1,0 +1,179 @@
+// int8 products on AMX tiles (FA_AMX builds; the emulated ones too).
+//
+// The VNNI weight layout is already AMX's: a panel's k group j holds its 16
+// outputs' 4 weights each in 64 bytes, so 16 consecutive groups are one B tile
+// (16 rows x 64 bytes, stride 64).  The rows of a product (up to 16 at a time)
+// are an A tile (their quantized inputs, 64 k per tile) and four C tiles hold
+// the int32 sums of 4 panels (64 outputs):
+//   tiles 0-3  C: rows x 16 int32   tile 4  A: rows x 64 uint8
+//   tiles 5-7  B: 16 k groups x 16 outputs x 4 int8 (a panel's, in turn)
+// Every k group of a row runs through TDPBUSD once, in exact int32 sums, so
+// the outputs are the vector tiles' bits (linear_int8.h's q8_outputs turns
+// both into floats).  Rows are padded to whole tiles of k: on FA_AMX builds a
+// layer's k groups are a multiple of 16 (Linear::KG), with zero weights and
+// zero-valued activations (the offset) beyond K.
+#if defined(FA_AMX)
+
+#include <atomic>
+
+#include "amx.h"
+#include "linear_int8.h"
+
+#if !defined(FA_AMX_EMULATE) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+namespace fa {
+
+namespace amx {
+
+#if defined(FA_AMX_EMULATE)
+int state() { return 1; }
+#else
+namespace {
+int detect() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  // CPUID.(7,0):EDX bit 24 AMX-TILE, bit 25 AMX-INT8
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return -1;
+  // the OS saves tile state: OSXSAVE, then XCR0 bits 17 (TILECFG) and 18 (TILEDATA)
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return -1;
+  uint32_t lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & (3u << 17)) != (3u << 17)) return -1;
+#if defined(__linux__)
+  // Linux (5.16+) hands tile data to a process that asks: ARCH_REQ_XCOMP_PERM
+  // (0x1023) for XFEATURE_XTILEDATA (18).  Refused (an older kernel, or a
+  // signal stack too small for the larger frames): the vector tiles run.
+  if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return -2;
+#endif
+  return 1;
+}
+}  // namespace
+int state() {
+  static const int s = detect();  // once per process (thread-safe initialization)
+  return s;
+}
+#endif
+
+}  // namespace amx
+
+namespace {
+
+std::atomic<int> g_amx_min_rows{2};
+#if defined(FA_TEST_HOOKS)
+std::atomic<int64_t> g_amx_products{0};
+#endif
+
+constexpr int kGroupsPerTile = amx::kRowBytes / Q8_GROUP;  // k groups in an A or B tile: 16
+constexpr int kPanelsPerTile = 4;                          // C tiles
+constexpr int kTileA = 4;
+
+// The shapes of a block of `rows` rows.  A thread loads them before its first
+// tile of a block of another size and at the start of each product
+// (`call`): between products the calling thread may run other code that
+// configures tiles (torch's own AMX kernels).
+void configure(int rows, uint64_t call) {
+  struct Loaded {
+    uint64_t call = 0;
+    int rows = 0;
+  };
+  thread_local Loaded loaded;
+  if (loaded.call == call && loaded.rows == rows) return;
+  amx::Config c;
+  for (int t = 0; t < 8; ++t) {
+    c.rows[t] = (uint8_t)(t < 5 ? rows : kGroupsPerTile);
+    c.colsb[t] = amx::kRowBytes;
+  }
+  amx::configure(c);
+  loaded.call = call;
+  loaded.rows = rows;
+}
+
+// rows x NR panels (NR <= 4) of outputs from n0
+template <int NR>
+void amx_tile(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstride, int rows, const float* sx,
+              float* y, int ldy, int n0, const Linear& L) {
+  amx::zero<0>();
+  if constexpr (NR > 1) amx::zero<1>();
+  if constexpr (NR > 2) amx::zero<2>();
+  if constexpr (NR > 3) amx::zero<3>();
+  constexpr size_t kB = (size_t)Q8_GROUP * PANEL;  // bytes of one k group of a panel: a B tile's row
+  for (int g = 0; g < KG; g += kGroupsPerTile) {
+    const int8_t* b = panel + (size_t)g * kB;
+    amx::load<kTileA>(xq + (size_t)g * Q8_GROUP, ldq);
+    amx::load<5>(b, kB);
+    amx::dpbusd<0, kTileA, 5>();
+    if constexpr (NR > 1) {
+      amx::load<6>(b + pstride, kB);
+      amx::dpbusd<1, kTileA, 6>();
+    }
+    if constexpr (NR > 2) {
+      amx::load<7>(b + 2 * pstride, kB);
+      amx::dpbusd<2, kTileA, 7>();
+    }
+    if constexpr (NR > 3) {
+      amx::load<5>(b + 3 * pstride, kB);
+      amx::dpbusd<3, kTileA, 5>();
+    }
+  }
+  alignas(64) int32_t sums[kPanelsPerTile][amx::kMaxRows][PANEL];
+  amx::store<0>(sums[0], sizeof(sums[0][0]));
+  if constexpr (NR > 1) amx::store<1>(sums[1], sizeof(sums[0][0]));
+  if constexpr (NR > 2) amx::store<2>(sums[2], sizeof(sums[0][0]));
+  if constexpr (NR > 3) amx::store<3>(sums[3], sizeof(sums[0][0]));
+  q8_outputs(&sums[0][0][0], PANEL, (size_t)amx::kMaxRows * PANEL, rows, NR, sx, y, ldy, n0, L.N, L.ws.data(),
+             L.wsum.data(), L.b.data(), L.has_bias);
+}
+
+using AmxTileFn = void (*)(const Q8In*, int, int, const int8_t*, size_t, int, const float*, float*, int, int,
+                           const Linear&);
+AmxTileFn amx_tile_fn(int nr) {
+  switch (nr) {
+    case 1: return amx_tile<1>;
+    case 2: return amx_tile<2>;
+    case 3: return amx_tile<3>;
+    default: return amx_tile<4>;
+  }
+}
+
+}  // namespace
+
+int amx_min_rows() { return g_amx_min_rows.load(std::memory_order_relaxed); }
+void set_amx_min_rows(int rows) { g_amx_min_rows.store(std::max(rows, 1), std::memory_order_relaxed); }
+#if defined(FA_TEST_HOOKS)
+int64_t amx_products() { return g_amx_products.load(std::memory_order_relaxed); }
+#endif
+
+void linear_q8_amx(Pool& pool, const Linear& L, const Q8In* q, int ldq, const float* sx, int M, float* y, int ldy) {
+  if (M <= 0) return;
+#if defined(FA_TEST_HOOKS)
+  g_amx_products.fetch_add(1, std::memory_order_relaxed);
+#endif
+  static std::atomic<uint64_t> calls{0};
+  const uint64_t call = calls.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int KG = L.KG();
+  const size_t pstride = (size_t)KG * Q8_GROUP * PANEL;
+  // row blocks of at most 16, as even as possible (one or two tile shapes)
+  const int nb = (M + amx::kMaxRows - 1) / amx::kMaxRows;
+  const int n_groups = (L.P + kPanelsPerTile - 1) / kPanelsPerTile;
+  const int chunks = product_chunks(pool, L, M, n_groups);
+  auto body = [&](int c) {
+    const int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
+    for (int bi = 0; bi < nb; ++bi) {  // blocks outermost: a thread loads a block's shapes once
+      const int m0 = (M * bi) / nb, rows = (M * (bi + 1)) / nb - m0;
+      configure(rows, call);
+      for (int g = g0; g < g1; ++g) {
+        const int p0 = g * kPanelsPerTile, np = std::min(kPanelsPerTile, L.P - p0);
+        amx_tile_fn(np)(q + (size_t)m0 * ldq, ldq, KG, L.wq.data() + (size_t)p0 * pstride, pstride, rows, sx + m0,
+                        y + (size_t)m0 * ldy, ldy, p0 * PANEL, L);
+      }
+    }
+  };
+  pool.run(body, chunks);
+}
+
+}  // namespace fa
+
+#endif  // FA_AMX

@@ -1,0 +1,66 @@
+// The int8 product's parts shared by its vector tiles (linear.cpp) and its AMX
+// tiles (linear_amx.cpp): the activations' offset, the outputs from the int32
+// sums, and how a product is split across the pool's threads.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "linear.h"
+
+namespace fa {
+
+// uint8 activations hold qx + 128 (VNNI's and AMX's unsigned x signed
+// products); the sums then carry 128 * wsum[n], removed exactly
+constexpr int Q8_OFFSET = Q8Input<Q8_GROUP>::offset;
+
+// y = float(sum - Q8_OFFSET * wsum[n]) * (sx[i] * ws[n]) (+ b[n]) for rows i <
+// MR and panels j < NR starting at output n0, the sum of row i, panel j at
+// sums + i * rstride + j * pstride.  Whole panels as vectors with the same
+// operations as a single output (the build never fuses a multiply-add).
+inline void q8_outputs(const int32_t* sums, size_t rstride, size_t pstride, int MR, int NR, const float* sx,
+                       float* y, int ldy, int n0, int N, const float* ws, const int32_t* wsum, const float* bias,
+                       bool has_bias) {
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      const int32_t* s = sums + i * rstride + j * pstride;
+      const int c0 = n0 + j * PANEL, c1 = std::min(c0 + PANEL, N);
+      float* out = y + (size_t)i * ldy;
+      if (c1 - c0 == PANEL) {
+        const VP comb = VP::mul(VP::bcast(sx[i]), VP::load(ws + c0));
+        const VP v = VP::mul(Q8P::to_float(s, wsum + c0), comb);
+        (has_bias ? VP::add(v, VP::load(bias + c0)) : v).store(out + c0);
+        continue;
+      }
+      for (int c = c0; c < c1; ++c) {
+        const float comb = sx[i] * ws[c];
+        const int32_t sum = s[c - c0] - Q8_OFFSET * wsum[c];
+        float v = (float)sum * comb;
+        if (has_bias) v = v + bias[c];
+        out[c] = v;
+      }
+    }
+}
+
+// The pieces an M-row product over n_groups groups of output panels is cut
+// into for the pool: one where the product is too small to share
+inline int product_chunks(const Pool& pool, const Linear& L, int M, int n_groups) {
+  const double flops = 2.0 * M * L.N * L.K;
+  return (pool.size() > 1 && flops > 4e5) ? std::min(n_groups, pool.size() * 4) : 1;
+}
+
+#if defined(FA_AMX)
+// The fewest rows an int8 product runs on AMX tiles (fewer: the vector tiles,
+// the same bits).  Tests and diagnostics change it.
+int amx_min_rows();
+void set_amx_min_rows(int rows);
+#if defined(FA_TEST_HOOKS)
+int64_t amx_products();  // products run on AMX tiles in this process
+#endif
+
+// y (M x N) from the quantized rows q (M x ldq, ldq = Q8_GROUP * L.KG()) and
+// their scales sx, on AMX tiles; needs amx::state() == 1
+void linear_q8_amx(Pool& pool, const Linear& L, const Q8In* q, int ldq, const float* sx, int M, float* y, int ldy);
+#endif
+
+}  // namespace fa
