@@ -62,12 +62,28 @@ def test_amx_tiles_give_the_vector_tiles_bits(isa):
 
 
 @needs_native
+@pytest.mark.parametrize("isa", AMX_TARGETS)
+def test_a_product_leaves_the_calling_threads_tile_shapes_as_it_found_them(isa):
+    """The calling thread is the application's: other code on it (torch's own
+    AMX kernels) may hold tile shapes between its calls.  After a product on
+    the tiles the thread has its shapes back, or none if it had none, on a
+    pool of 1 or 3 threads."""
+    lib = build.test_library(isa)
+    if lib.fa_amx_state() != 1:
+        pytest.skip("AMX tiles are not usable in this process")
+    for shaped in (1, 0):
+        for threads in (1, 3):
+            assert lib.fa_test_amx_caller_shapes(shaped, 5, threads) == 1, (shaped, threads)
+
+
+@needs_native
 def test_targets_without_amx_tiles_say_so():
     """The vector targets report no tiles; the test-only hooks are refused there."""
     lib = build.library()
     if lib.fa_isa().decode() != "avx512amx":
         assert lib.fa_amx_state() == 0
-    assert build.test_library("generic-wide").fa_set_amx_min_rows(3) == -1
+    wide = build.test_library("generic-wide")
+    assert wide.fa_set_amx_min_rows(3) == -1 and wide.fa_test_amx_caller_shapes(1, 5, 1) == -1
 
 
 @pytest.fixture

@@ -171,6 +171,8 @@ def declare_testing(lib) -> None:
     lib.fa_set_amx_min_rows.argtypes = [I]
     lib.fa_amx_products.restype = I64
     lib.fa_amx_products.argtypes = []
+    lib.fa_test_amx_caller_shapes.restype = I
+    lib.fa_test_amx_caller_shapes.argtypes = [I, I, I]
     lib.fa_test_linear.argtypes = [I, I, I, I, I, P, P, P, P, P]
 
 

@@ -70,6 +70,14 @@ inline void configure(const Config& c) {
   s.configured = true;
   std::memset(s.t, 0, sizeof(s.t));  // LDTILECFG zeroes every tile
 }
+// STTILECFG: the loaded shapes (palette 0 where none are)
+inline void save(Config& c) {
+  const Tiles& s = tiles();
+  c = s.configured ? s.cfg : Config{};
+  if (!s.configured) c.palette = 0;
+}
+// TILERELEASE: back to no shapes
+inline void release() { tiles().configured = false; }
 inline void check(int i) {
   const Tiles& s = tiles();
   if (!s.configured || s.cfg.rows[i] == 0) fault("a tile used without a shape");
@@ -120,6 +128,8 @@ void dpbusd() {
 // (GCC's _tile_* name their tile in the assembly text: a literal number, so
 // one specialization per tile, and per product the kernels use)
 inline void configure(const Config& c) { _tile_loadconfig(&c); }
+inline void save(Config& c) { _tile_storeconfig(&c); }
+inline void release() { _tile_release(); }
 template <int T>
 void load(const void* p, size_t stride);
 template <int T>

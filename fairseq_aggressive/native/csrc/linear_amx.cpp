@@ -91,6 +91,25 @@ void configure(int rows, uint64_t call) {
   loaded.rows = rows;
 }
 
+// The calling thread's tile shapes, put back when a product ends (as the
+// product found them, or none): the caller's thread is the application's, and
+// other code on it may hold shapes of its own between its calls
+class CallerShapes {
+ public:
+  CallerShapes() { amx::save(saved_); }
+  ~CallerShapes() {
+    if (saved_.palette != 0)
+      amx::configure(saved_);
+    else
+      amx::release();
+  }
+  CallerShapes(const CallerShapes&) = delete;
+  CallerShapes& operator=(const CallerShapes&) = delete;
+
+ private:
+  amx::Config saved_;
+};
+
 // rows x NR panels (NR <= 4) of outputs from n0
 template <int NR>
 void amx_tile(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstride, int rows, const float* sx,
@@ -171,6 +190,7 @@ void linear_q8_amx(Pool& pool, const Linear& L, const Q8In* q, int ldq, const fl
       }
     }
   };
+  CallerShapes keep;  // (the pool's own threads keep the last shapes they loaded)
   pool.run(body, chunks);
 }
 

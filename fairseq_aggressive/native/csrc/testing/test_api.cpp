@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../amx.h"
 #include "../linear.h"
 #include "../linear_int8.h"
 #include "../model.h"
@@ -136,6 +137,42 @@ int64_t fa_amx_products() {
 #else
   return -1;
 #endif
+}
+
+// Test hook: the calling thread loads tile shapes of its own (`shaped`) or
+// none, runs an int8 product of `rows` rows on a pool of `threads`, and says
+// whether its shapes are then what they were: 1 yes, 0 no, -1 where this
+// build or process has no tiles (or the product would not use them).
+int fa_test_amx_caller_shapes(int shaped, int rows, int threads) try {
+#if defined(FA_AMX)
+  if (fa::amx::state() != 1 || rows < fa::amx_min_rows()) return -1;
+  fa::amx::Config mine;
+  if (shaped) {
+    mine.rows[0] = 3;
+    mine.colsb[0] = 12;
+    fa::amx::configure(mine);
+  } else {
+    mine.palette = 0;
+    fa::amx::release();
+  }
+  const int N = 40, K = 70;
+  std::vector<int8_t> w((size_t)N * K);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = (int8_t)((int)(i * 37 % 255) - 127);
+  std::vector<float> scale(N, 0.01f), x((size_t)rows * K, 0.5f), y((size_t)rows * N);
+  fa::Pool pool(threads);
+  fa::Linear L;
+  L.pack_q8(w.data(), scale.data(), nullptr, N, K);
+  fa::linear(pool, L, x.data(), K, rows, y.data(), N);
+  fa::amx::Config after;
+  fa::amx::save(after);
+  return std::memcmp(&after, &mine, sizeof(mine)) == 0 ? 1 : 0;
+#else
+  (void)shaped, (void)rows, (void)threads;
+  return -1;
+#endif
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_test_amx_caller_shapes: %s\n", e.what());
+  return -1;
 }
 
 }  // extern "C"
