@@ -290,20 +290,24 @@ def library(isa: Optional[str] = None) -> ctypes.CDLL:
             return _LOADED[key]
         runs = cpu_targets() if automatic and target.optional else [target]
         for candidate in runs[runs.index(target):]:
-            try:
-                lib = _LOADED.get(candidate.name) or _load_target(candidate)
+            lib = _LOADED.get(candidate.name)
+            if lib is not None:
                 break
+            try:
+                lib = _load_target(candidate)
             except NativeUnavailable as e:
                 if not candidate.optional or candidate is runs[-1]:
                     raise
                 logger.warning(f"the native engine's {candidate.name} target is not available here ({e}); "
                                f"the next one this CPU runs loads (the same results)")
+                continue
+            state = lib.fa_amx_state()
+            if state < 0:
+                logger.warning(f"the native engine {lib.fa_isa().decode()}: AMX tiles "
+                               f"{'are refused to this process by the OS' if state == -2 else 'are off in this CPU or OS'}"
+                               f"; its int8 products run on VNNI tiles (the same results)")
+            break
         _LOADED[key] = _LOADED[candidate.name] = lib
-        state = lib.fa_amx_state()
-        if state < 0:
-            logger.warning(f"the native engine {lib.fa_isa().decode()}: AMX tiles "
-                           f"{'are refused to this process by the OS' if state == -2 else 'are off in this CPU or OS'}"
-                           f"; its int8 products run on VNNI tiles (the same results)")
         return lib
 
 
