@@ -19,10 +19,12 @@
 #include "amx.h"
 #include "linear_int8.h"
 
-#if !defined(FA_AMX_EMULATE) && defined(__linux__)
+#if !defined(FA_AMX_EMULATE)
 #include <cpuid.h>
+#if defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
+#endif
 #endif
 
 namespace fa {
