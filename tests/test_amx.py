@@ -82,8 +82,39 @@ def test_targets_without_amx_tiles_say_so():
     lib = build.library()
     if lib.fa_isa().decode() != "avx512amx":
         assert lib.fa_amx_state() == 0
-    wide = build.test_library("generic-wide")
-    assert wide.fa_set_amx_min_rows(3) == -1 and wide.fa_test_amx_caller_shapes(1, 5, 1) == -1
+    plain = build.test_library()
+    if plain.fa_isa().decode() != "avx512amx":
+        assert plain.fa_set_amx_min_rows(3) == -1 and plain.fa_test_amx_caller_shapes(1, 5, 1) == -1
+
+
+@needs_native
+@pytest.mark.parametrize("isa", AMX_TARGETS)
+def test_an_int8_model_decodes_on_the_tiles_with_the_vector_tiles_bits(isa, monkeypatch):
+    """An int8 model (its encoder's and passes' products of several rows on the
+    tiles) decodes with the default target's bits: IAD and greedy, batch 1
+    and 4."""
+    import random
+
+    from fairseq_aggressive.native import engine as native_engine
+    from fairseq_aggressive.runtime.quantization import quantize_int8
+    from helpers import make_model, make_task
+    from test_equivalence import random_sources
+    from test_native import _decode, _same_bits
+
+    monkeypatch.setattr(native_engine, "library", build.test_library)  # its counter of tile products
+    task = make_task()
+    d = task.target_dictionary
+    model = quantize_int8(make_model(task, seed=5, encoder_attention_heads=2, decoder_attention_heads=2))
+    rows = random_sources(random.Random(7), 16, len(d), d.eos(), repeat=True)
+    amx = NativeEngine(model, d, isa=isa)
+    if amx.lib.fa_amx_state() != 1:
+        pytest.skip("AMX tiles are not usable in this process")
+    before = amx.lib.fa_amx_products()
+    for bsz, cap in ((1, None), (4, 0)):
+        ref, _ = _decode(model, task, rows, bsz, max_len_b=30, max_draft_len=cap)
+        out, _ = _decode(model, task, rows, bsz, native=amx, max_len_b=30, max_draft_len=cap)
+        _same_bits(ref, out)
+    assert amx.lib.fa_amx_products() > before
 
 
 @pytest.fixture
