@@ -38,11 +38,11 @@ ende-cpu: setup
 	    --scale cpu --work $(WORK)/ende-cpu
 
 test: setup
-	$(BIN)/python -m pytest -q --durations=15 tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15 tests
 
 # everything but the tests that train models or run whole pipelines (a few minutes)
 test-fast: setup
-	$(BIN)/python -m pytest -q --durations=10 -m "not slow" tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10 -m "not slow" tests
 
 clean:
 	rm -rf $(WORK)

@@ -119,7 +119,8 @@ setup(
         "data": ["ua-gec"],
         "bench": ["matplotlib"],
         # pytest-timeout: a per-test time limit (pytest.ini) that fails a hung test with every thread's stack
-        "test": ["pytest", "pytest-timeout"],
+        # pytest-xdist: make test runs a worker per CPU; filelock: those workers train the shared test models once
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "filelock"],
         # CTranslate2 as a benchmark baseline (bench modes ct2, ct2-int8)
         "ct2": ["ctranslate2>=4.0"],
         # ERRANT (BEA-19 evaluation); pulls in spaCy. The English model must be

@@ -1,26 +1,54 @@
+import json
 import os
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
-torch_threads = int(os.environ.get("TEST_THREADS", "2"))
+# torch's threads per test process: 2, or under pytest-xdist (make test runs one worker per CPU)
+# the workers' share of the CPUs: OpenMP threads that outnumber the cores spin-wait for each other
+# on every small product. The fairseq tools the tests start get the same count.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch_threads = int(os.environ.get("TEST_THREADS", max(1, min(2, (os.cpu_count() or 1) // _workers))))
+if _workers > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch_threads))
 
 import torch  # noqa: E402
 
 torch.set_num_threads(torch_threads)
-# the native engine on the same count: its thread pool takes part in every exactness test
-# (the default policy gives small test models one thread; tests/test_threads.py checks it)
-os.environ.setdefault("FAIRSEQ_AGGRESSIVE_NATIVE_THREADS", str(torch_threads))
+# the native engine on 2 threads: its thread pool takes part in every exactness test (the
+# default policy gives small test models one thread; tests/test_threads.py checks it)
+os.environ.setdefault("FAIRSEQ_AGGRESSIVE_NATIVE_THREADS", os.environ.get("TEST_THREADS", "2"))
+
+
+def _comparison_totals():
+    from helpers import ALL_COMPARISONS
+
+    return [sum(c.total for c in ALL_COMPARISONS), sum(c.identical for c in ALL_COMPARISONS),
+            sum(c.near_ties for c in ALL_COMPARISONS), sum(len(c.failures) for c in ALL_COMPARISONS)]
+
+
+# With pytest-xdist (make test runs one worker per CPU, each test file on one worker) every
+# worker counts its own comparisons and hands them to the controller, which prints the sum.
+_WORKER_TOTALS = []
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workeroutput"):  # an xdist worker
+        session.config.workeroutput["comparisons"] = _comparison_totals()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    totals = getattr(node, "workeroutput", {}).get("comparisons")
+    if totals:
+        _WORKER_TOTALS.append(totals)
 
 
 def pytest_terminal_summary(terminalreporter):
-    from helpers import ALL_COMPARISONS
-
-    if ALL_COMPARISONS:
-        tot = sum(c.total for c in ALL_COMPARISONS)
-        ident = sum(c.identical for c in ALL_COMPARISONS)
-        ties = sum(c.near_ties for c in ALL_COMPARISONS)
-        bad = sum(len(c.failures) for c in ALL_COMPARISONS)
+    tot, ident, ties, bad = [sum(col) for col in zip(_comparison_totals(), *_WORKER_TOTALS)]
+    if tot:
         terminalreporter.write_line(
             f"equivalence with stock greedy: {tot} hypotheses compared, {ident} identical "
             f"(tokens and scores), {ties} genuine near-ties, {bad} other differences"
@@ -42,53 +70,82 @@ COMMON = ["--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt
           "--seed", "1"]
 
 
+def _once(tmp_path_factory, name, build):
+    """``build(directory)`` run once per test session, its (JSON) result kept:
+    under pytest-xdist the workers share the directory and the first one
+    builds while the others wait for it (a file lock), so the session's
+    models are trained once however many workers use them."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the session's directory, above the workers' own
+    work = root / f"shared-{name}"
+    result = work / "result.json"
+    with FileLock(str(work) + ".lock"):
+        if not result.exists():
+            shutil.rmtree(work, ignore_errors=True)  # an earlier worker's attempt that failed
+            work.mkdir()
+            value = build(work)
+            result.write_text(json.dumps(value))
+    return json.loads(result.read_text())
+
+
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):
     """A tiny deep/shallow model trained for a few hundred updates on the sample."""
     from helpers import USER_DIR, run, tool
 
-    work = tmp_path_factory.mktemp("cli")
-    data = work / "data"
-    run([sys.executable, "scripts/data/prepare_uagec.py", "--from-text", "data/uagec-sample",
-         "--out", str(data), "--bpe-ops", "1000"])
-    save = work / "ckpt"
-    run([tool("fairseq-train"), str(data / "bin"), "--user-dir", USER_DIR,
-         "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
-         "--arch", "transformer_deep_shallow", *TINY, *COMMON,
-         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-         "--max-update", "600", "--save-dir", str(save)])
-    return data / "bin", save / "checkpoint_last.pt"
+    def build(work):
+        data = work / "data"
+        run([sys.executable, "scripts/data/prepare_uagec.py", "--from-text", "data/uagec-sample",
+             "--out", str(data), "--bpe-ops", "1000"])
+        save = work / "ckpt"
+        run([tool("fairseq-train"), str(data / "bin"), "--user-dir", USER_DIR,
+             "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+             "--arch", "transformer_deep_shallow", *TINY, *COMMON,
+             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+             "--max-update", "600", "--save-dir", str(save)])
+        return [str(data / "bin"), str(save / "checkpoint_last.pt")]
+
+    return tuple(Path(p) for p in _once(tmp_path_factory, "cli", build))
 
 
 @pytest.fixture(scope="session")
-def trained_drafter(trained):
+def trained_drafter(trained, tmp_path_factory):
     """A block_nat drafter (k=4) trained with glat_block_loss on the same data,
     its encoder initialised from the AR model's.  Returns (checkpoint, log)."""
     from helpers import USER_DIR, run, tool
 
-    data, ar_ckpt = trained
-    save = ar_ckpt.parent.parent / "drafter"
-    proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
-                "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
-                "--arch", "block_nat", *TINY, *COMMON, "--criterion", "glat_block_loss",
-                "--block-size", "4", "--glat-anneal-updates", "200", "--max-update", "200",
-                "--log-interval", "20", "--init-encoder-from", str(ar_ckpt),
-                "--save-dir", str(save)])
-    return save / "checkpoint_last.pt", proc.stdout + proc.stderr
+    def build(save):
+        data, ar_ckpt = trained
+        proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
+                    "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+                    "--arch", "block_nat", *TINY, *COMMON, "--criterion", "glat_block_loss",
+                    "--block-size", "4", "--glat-anneal-updates", "200", "--max-update", "200",
+                    "--log-interval", "20", "--init-encoder-from", str(ar_ckpt),
+                    "--save-dir", str(save)])
+        return [str(save / "checkpoint_last.pt"), proc.stdout + proc.stderr]
+
+    ckpt, log = _once(tmp_path_factory, "drafter", build)
+    return Path(ckpt), log
 
 
 @pytest.fixture(scope="session")
-def trained_blockwise(trained):
+def trained_blockwise(trained, tmp_path_factory):
     """Proposal heads (k=4) trained on top of the frozen AR model of ``trained``
     (the paper's 'regular' setting: only the new layer trains): decoded exactly,
     the result must be that AR model's greedy output.  Returns (checkpoint, log)."""
     from helpers import USER_DIR, run, tool
 
-    data, ar_ckpt = trained
-    save = ar_ckpt.parent.parent / "blockwise"
-    proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
-                "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
-                "--arch", "transformer_blockwise", "--blockwise-k", "4", *TINY, *COMMON,
-                "--criterion", "blockwise_cross_entropy", "--max-update", "150", "--log-interval", "10",
-                "--init-from-ar", str(ar_ckpt), "--freeze-base", "--save-dir", str(save)])
-    return save / "checkpoint_last.pt", proc.stdout + proc.stderr
+    def build(save):
+        data, ar_ckpt = trained
+        proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
+                    "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
+                    "--arch", "transformer_blockwise", "--blockwise-k", "4", *TINY, *COMMON,
+                    "--criterion", "blockwise_cross_entropy", "--max-update", "150", "--log-interval", "10",
+                    "--init-from-ar", str(ar_ckpt), "--freeze-base", "--save-dir", str(save)])
+        return [str(save / "checkpoint_last.pt"), proc.stdout + proc.stderr]
+
+    ckpt, log = _once(tmp_path_factory, "blockwise", build)
+    return Path(ckpt), log

@@ -101,6 +101,36 @@ def test_ct2_bad_checkpoint_leaves_nothing(tmp_path, trained):
     assert sorted(os.listdir(tmp_path)) == ["broken.pt"]
 
 
+@pytest.mark.slow
+def test_processes_converting_one_checkpoint_at_once(tmp_path, trained):
+    """Two benchmarks that convert the same checkpoint at the same moment both get
+    the one conversion, and no partial directory is left behind."""
+    import shutil
+    import threading
+
+    data, ckpt = trained
+    copy = tmp_path / "model.pt"
+    shutil.copy(ckpt, copy)
+    got, errors = [], []
+
+    def convert():
+        try:
+            got.append(ct2_bench.converted_model(str(copy), str(data)))
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=convert) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert got == [str(copy) + ".ct2"] * 3
+    assert sorted(os.listdir(tmp_path)) == ["model.pt", "model.pt.ct2"]
+    assert os.path.isfile(os.path.join(got[0], "model.bin"))
+    assert ct2_bench.converted_model(str(copy), str(data)) == got[0]  # found, not converted again
+
+
 def test_a_blockwise_checkpoint_converts_as_its_base(tmp_path):
     """CTranslate2 converts stock architectures: a transformer_blockwise checkpoint goes to it
     as its base Transformer (heads dropped, the architecture renamed), the original untouched."""

@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from typing import Dict, List
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
@@ -63,29 +64,47 @@ def _cache_dir(ckpt: str) -> str:
     return os.path.join(os.path.expanduser("~/.cache/fairseq-aggressive/ct2"), key)
 
 
+def _converted_as(out: str, stamp: Dict) -> bool:
+    """Whether ``out`` holds a conversion of the checkpoint ``stamp`` describes."""
+    try:
+        with open(os.path.join(out, "SOURCE.json")) as f:
+            return json.load(f) == stamp
+    except (OSError, ValueError):
+        return False
+
+
 def converted_model(ckpt: str, data_dir: str) -> str:
-    """Directory of the CTranslate2 conversion of ``ckpt`` (converted on first use)."""
+    """Directory of the CTranslate2 conversion of ``ckpt`` (converted on first use).
+
+    Several processes may convert the same checkpoint at once (benchmarks run
+    side by side): each converts into a directory of its own and renames it
+    into place; a process that finds the place taken by a current conversion
+    keeps that one."""
     version = require()
     out = _cache_dir(ckpt)
     stamp = _stamp(ckpt, version)
-    stamp_file = os.path.join(out, "SOURCE.json")
-    if os.path.isfile(stamp_file):
-        with open(stamp_file) as f:
-            if json.load(f) == stamp:
+    if _converted_as(out, stamp):
+        return out
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=os.path.basename(out) + ".tmp-", dir=os.path.dirname(out))
+    try:
+        proc = subprocess.run([sys.executable, WORKER, "convert", ckpt, data_dir, USER_DIR, tmp],
+                              capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.isfile(os.path.join(tmp, "model.bin")):
+            raise CT2Error(f"CTranslate2 could not convert {ckpt}:\n{proc.stderr[-2000:]}")
+        with open(os.path.join(tmp, "SOURCE.json"), "w") as f:
+            json.dump(stamp, f)
+        for _ in range(3):
+            try:
+                os.rename(tmp, out)  # atomic; fails where a directory is in the way
                 return out
-    tmp = out + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.dirname(tmp), exist_ok=True)
-    proc = subprocess.run([sys.executable, WORKER, "convert", ckpt, data_dir, USER_DIR, tmp],
-                          capture_output=True, text=True)
-    if proc.returncode != 0 or not os.path.isfile(os.path.join(tmp, "model.bin")):
+            except OSError:
+                if _converted_as(out, stamp):  # another process's conversion of the same checkpoint
+                    return out
+                shutil.rmtree(out, ignore_errors=True)  # an outdated conversion
+        raise CT2Error(f"could not put the CTranslate2 conversion of {ckpt} in place at {out}")
+    finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CT2Error(f"CTranslate2 could not convert {ckpt}:\n{proc.stderr[-2000:]}")
-    with open(os.path.join(tmp, "SOURCE.json"), "w") as f:
-        json.dump(stamp, f)
-    shutil.rmtree(out, ignore_errors=True)
-    os.rename(tmp, out)
-    return out
 
 
 def compute_types() -> List[str]:
