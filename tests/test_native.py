@@ -450,6 +450,40 @@ def test_linear_rows_give_the_same_bits_in_any_block(kind):
 
 
 @needs_native
+@pytest.mark.parametrize("isa", ["default", "generic-amx"])  # generic-amx: the portable vectors (test_amx.py builds it too)
+def test_attention_gives_the_bits_of_its_definition(isa):
+    """attend computes 8 keys' scores at once (their lanes added as vectors
+    after a transpose), the last few keys with the last one repeated, and the
+    softmax's last exps as a vector: every output is the bits of the plain
+    definition (one key at a time, fixed lane order; fa_test_attend's
+    reference), for head widths with and without a partial 8, key counts
+    around multiples of 8, a second segment (a tree row's branch), rows of
+    stride D (head-major caches) or wider, and peaked and flat scores."""
+    import ctypes
+    import numpy as np
+
+    lib = build.test_library(None if isa == "default" else isa)
+    rng = np.random.default_rng(11)
+    cases = 0
+    for D in (4, 8, 16, 20, 32, 64, 72, 128):
+        for n in (1, 2, 7, 8, 9, 15, 16, 17, 31, 40, 67):
+            for n2 in (0, 1, 5, 9):
+                ld = D if (n + n2) % 2 else 3 * D + 8
+                scale = 4.0 if n % 3 == 0 else 0.3
+                k, v = (rng.standard_normal((n, ld)).astype(np.float32) * scale for _ in range(2))
+                k2, v2 = (rng.standard_normal((max(n2, 1), ld)).astype(np.float32) * scale for _ in range(2))
+                q = rng.standard_normal(D).astype(np.float32) * scale
+                out, ref = np.full(D, np.nan, np.float32), np.full(D, np.nan, np.float32)
+                rc = lib.fa_test_attend(D, n, n2, ld, q.ctypes.data, k.ctypes.data, v.ctypes.data, k2.ctypes.data,
+                                        v2.ctypes.data, out.ctypes.data, ref.ctypes.data)
+                assert rc == 0
+                assert np.isfinite(ref).all()
+                assert np.array_equal(out.view(np.uint32), ref.view(np.uint32)), (D, n, n2, ld)
+                cases += 1
+    assert cases == 8 * 11 * 4
+
+
+@needs_native
 def test_test_entry_points_are_only_in_the_test_library():
     """The pool's self-test and its lost-completion hook are built into the test
     library (csrc/testing/), not into the engine decoding loads."""
@@ -457,7 +491,7 @@ def test_test_entry_points_are_only_in_the_test_library():
 
     lib = library()
     for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes", "fa_test_linear",
-                 "fa_set_amx_min_rows", "fa_amx_products", "fa_test_amx_caller_shapes"):
+                 "fa_test_attend", "fa_set_amx_min_rows", "fa_amx_products", "fa_test_amx_caller_shapes"):
         with pytest.raises(AttributeError):
             getattr(lib, name)
         assert getattr(build.test_library(), name) is not None

@@ -33,7 +33,8 @@ def test_profile_pass(trained):
 
 def test_pass_cost(trained):
     """scripts/diagnostics/pass_cost.py: a pass over T positions after a prefix in the
-    cache, float32 and int8, each width timed and its ratio to a one-token step printed."""
+    cache, float32 and int8, each width timed and its ratio to a one-token step printed;
+    with --stages (int8 here) the time of each stage of the passes by width."""
     from helpers import NATIVE_REASON
 
     if NATIVE_REASON is not None:
@@ -42,7 +43,8 @@ def test_pass_cost(trained):
     for precision in ("float32", "int8"):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
                                "--path", str(ckpt), "--sentences", "12", "--threads", "1", "--positions", "1,2,4",
-                               "--prefix", "2", "--precision", precision, "--rounds", "2"],
+                               "--prefix", "2", "--precision", precision, "--rounds", "2"]
+                              + (["--stages"] if precision == "int8" else []),
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = proc.stdout
@@ -51,6 +53,49 @@ def test_pass_cost(trained):
                           out, re.M)
         assert [r[0] for r in rows] == ["1", "2", "4"], out
         assert all(int(n) > 0 and float(ms) > 0 for _, n, ms, _ in rows) and rows[0][3] == "1.00", out
+        stage_rows = re.findall(r"^\| ([a-z/ ]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| [-+\d.]+ \| [-+\d.]+ \|$",
+                                out, re.M)
+        stages = {m[0]: m[1:] for m in stage_rows}
+        if precision == "float32":
+            assert not stages, out
+            continue
+        for name in ("self q/k/v", "self attention", "cross attention", "ffn", "projection", "choose", "emit",
+                     "bookkeeping", "total"):
+            assert name in stages, out
+        assert all(float(ms) > 0 for name in ("self attention", "ffn", "projection") for ms in stages[name]), out
+        # the stages (with the bookkeeping and the call around the pass) add up to a pass's mean time
+        means = re.findall(r"^T=\s*\d+: \d+ passes, median [\d.]+ ms, mean ([\d.]+) ms per pass", out, re.M)
+        for i, mean in enumerate(means):
+            assert abs(float(stages["total"][i]) - float(mean)) <= 0.002, out
+
+
+def test_compare_builds(trained, tmp_path):
+    """scripts/diagnostics/compare_builds.py: two engine libraries side by side in
+    one process (here the test library against the engine's own), greedy and
+    IAD timed per sentence, outputs compared bit for bit; a file that is not an
+    engine library is a clear error."""
+    from helpers import NATIVE_REASON
+
+    if NATIVE_REASON is not None:
+        pytest.skip(NATIVE_REASON)
+    from fairseq_aggressive.native import build
+
+    data, ckpt = trained
+    script = os.path.join(ROOT, "scripts", "diagnostics", "compare_builds.py")
+    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other", build.test_library()._name,
+                           "--sentences", "8", "--threads", "1", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = re.findall(r"^(greedy|iad): this build ([\d.]+) ms per sentence, the other ([\d.]+): this one "
+                       r"([\d.]+)x as fast; the same bits in (\d+)/(\d+) sentences$", proc.stdout, re.M)
+    assert [f[0] for f in found] == ["greedy", "iad"], proc.stdout
+    for _, this, other, _, same, total in found:
+        assert float(this) > 0 and float(other) > 0 and same == total == "8", proc.stdout
+    bad = tmp_path / "not-a-library.so"
+    bad.write_text("no")
+    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other", str(bad)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "cannot load the native engine" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_linear_rate():
@@ -70,6 +115,8 @@ def test_linear_rate():
         block = out.split(f"{precision}, 1 thread(s)")[1].split("\n\n")[0]
         peak = re.match(r": float32 fused multiply-add peak (\d+) GFLOP/s", block)
         assert peak and int(peak.group(1)) > 0, out
+        peak8 = re.search(r"int8 product peak \(the vector tiles' instructions\) (\d+) GOPS", block)
+        assert (peak8 is not None and int(peak8.group(1)) > 0) == (precision == "int8"), out
         rows = re.findall(r"^\| (q\+k\+v|out|fc1|fc2|vocab) \((\d+) x (\d+)\) \| (.*) \|$", block, re.M)
         assert [(r[0], r[1], r[2]) for r in rows] == [("q+k+v", "192", "64"), ("out", "64", "64"),
                                                      ("fc1", "96", "64"), ("fc2", "64", "96"),

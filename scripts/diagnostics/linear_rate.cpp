@@ -4,7 +4,8 @@
 //
 //   linear_rate THREADS PRECISION(float32|int8) M1,M2,... N:K [N:K ...]
 //
-// Prints "peak GFLOPS" (2 flops per fused multiply-add lane) and one line per
+// Prints "peak GFLOPS GOPS" (2 flops per fused multiply-add lane; int8: the
+// int8 products' rate, 2 operations per product, else 0) and one line per
 // shape and M: "N K M us GFLOPS" (int8: 2 operations per product), the median
 // of 7 timed rounds, each repeated to take about 20 ms.  The weights are the
 // same for every call, so they stay in the caches as far as their size allows.
@@ -22,6 +23,7 @@
 #include "amx.h"
 #include "linear.h"
 #include "linear_int8.h"
+#include "vec.h"
 
 namespace {
 
@@ -48,12 +50,41 @@ double fma_rate(long iters) {
   return 16.0 * fa::PANEL * 2.0 * iters / dt / 1e9;
 }
 
-double peak(int threads) {
+// The same for the int8 products the kernels use (VNNI's vpdpbusd, or
+// vpmaddwd and an addition): 2 operations per int8 product
+double q8_rate(long iters) {
+  typename fa::Q8P::Acc acc[16];
+  alignas(64) int8_t wb[fa::PANEL * fa::Q8_GROUP];
+  alignas(64) fa::Q8In xb[fa::Q8_GROUP];
+  for (int i = 0; i < fa::PANEL * fa::Q8_GROUP; ++i) wb[i] = (int8_t)(i % 7 - 3);
+  for (int i = 0; i < fa::Q8_GROUP; ++i) xb[i] = (fa::Q8In)(i + 1);
+  for (int i = 0; i < 16; ++i) acc[i] = fa::Q8P::zero();
+  const auto t0 = Clock::now();
+  for (long n = 0; n < iters; ++n) {
+    __asm__ volatile("" : : : "memory");  // the operands are read again: no loop-invariant folding
+    const auto w = fa::Q8P::load(wb);
+    const auto g = fa::Q8P::group(xb);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = fa::Q8P::madd(g, w, acc[i]);
+  }
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  alignas(64) int32_t out[fa::PANEL];
+  int64_t s = 0;
+  for (int i = 0; i < 16; ++i) {
+    fa::Q8P::store(out, acc[i]);
+    s += out[0];
+  }
+  if (s == 12345) std::printf(" ");  // keeps the loop
+  return 16.0 * fa::PANEL * fa::Q8_GROUP * 2.0 * iters / dt / 1e9;
+}
+
+double peak(int threads, bool q8) {
   const long iters = 100000000;
   std::vector<double> r(threads);
   std::vector<std::thread> ts;
-  for (int t = 1; t < threads; ++t) ts.emplace_back([&, t] { r[t] = fma_rate(iters); });
-  r[0] = fma_rate(iters);
+  auto rate = [&] { return q8 ? q8_rate(iters) : fma_rate(iters); };
+  for (int t = 1; t < threads; ++t) ts.emplace_back([&, t] { r[t] = rate(); });
+  r[0] = rate();
   for (auto& t : ts) t.join();
   double s = 0;
   for (double v : r) s += v;
@@ -80,7 +111,7 @@ int main(int argc, char** argv) {
   const int threads = std::atoi(argv[1]);
   const bool q8 = std::strcmp(argv[2], "int8") == 0;
   const std::vector<int> Ms = parse_list(argv[3]);
-  std::printf("peak %.1f\n", peak(threads));
+  std::printf("peak %.1f %.1f\n", peak(threads, false), q8 ? peak(threads, true) : 0.0);
 #if defined(FA_AMX)
   if (const char* r = std::getenv("LINEAR_RATE_AMX_MIN_ROWS")) fa::set_amx_min_rows(std::atoi(r));
   std::printf("amx %s\n", fa::amx::state() != 1 ? "off" : ("from-" + std::to_string(fa::amx_min_rows()) + "-rows").c_str());

@@ -12,8 +12,10 @@ with the flags of the engine's target for this CPU (or ``--isa``) and times
 projection, the feed-forward pair, the vocabulary projection) at each row
 count M, one call at a time, weights kept hot as far as the caches hold them.
 Beside it, independent fused multiply-adds on the same threads give the peak
-float32 rate.  Per shape and M: microseconds per call, GFLOP/s (int8: two
-operations per product), the share of the float32 peak, and the call's time
+float32 rate (and, for int8, the rate of the int8 product instructions the
+vector tiles use, two operations per product).  Per shape and M: microseconds
+per call, GFLOP/s (int8: two operations per product), the share of the float32
+peak (int8: and of the int8 peak), and the call's time
 against one row's: what a pass over M positions costs in its linear layers
 against a one-token step.  ``--load N`` runs it beside N CPU-bound processes.  (An int8 product counts as two operations, as a
 float32 one does; with VNNI int8 can pass 100% of the float32 peak.)  On an AMX
@@ -52,7 +54,7 @@ def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=No
     out = subprocess.run([exe, str(threads), precision, ",".join(map(str, rows)),
                           *[f"{n}:{k}" for n, k in shapes.values()]],
                          capture_output=True, text=True, check=True, env=env).stdout.split("\n")
-    peak = float(out[0].split()[1])
+    peak, peak8 = float(out[0].split()[1]), float(out[0].split()[2])
     times = {}
     for line in out[2:]:
         if line.strip():
@@ -60,7 +62,8 @@ def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=No
             times[(int(n), int(k), int(m))] = (float(us), float(gf))
     amx = out[1].split()[1]
     print(f"\n{precision}, {threads} thread(s): float32 fused multiply-add peak {peak:.0f} GFLOP/s; "
-          f"AMX tiles: {amx}")
+          + (f"int8 product peak (the vector tiles' instructions) {peak8:.0f} GOPS; " if peak8 else "")
+          + f"AMX tiles: {amx}")
     print("| layer (N x K) | " + " | ".join(f"M={m}" for m in rows) + " |")
     print("|---|" + "---|" * len(rows))
     total = {m: 0.0 for m in rows}
@@ -70,7 +73,8 @@ def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=No
         for m in rows:
             us, gf = times[(n, k, m)]
             total[m] += us
-            cells.append(f"{us:.{1 if us < 10 else 0}f} us, {gf:.0f} GF ({100 * gf / peak:.0f}%), {us / one:.2f}x")
+            share = f"{100 * gf / peak:.0f}%" + (f", {100 * gf / peak8:.0f}% int8" if peak8 else "")
+            cells.append(f"{us:.{1 if us < 10 else 0}f} us, {gf:.0f} GF ({share}), {us / one:.2f}x")
         print(f"| {name} ({n} x {k}) | " + " | ".join(cells) + " |")
     print("| all five, against M=1 | " + " | ".join(f"{total[m]:.{1 if total[m] < 10 else 0}f} us, {total[m] / total[1]:.2f}x" for m in rows)
           + " |")

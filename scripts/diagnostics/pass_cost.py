@@ -12,6 +12,10 @@ positions are projected (the most a pass of T positions costs; T=1 is a
 greedy step).  The encoder is not included.  Prints the median and mean ms
 per pass for each T and its ratio to T=1, side by side in one run (``--rounds``
 alternating rounds over the widths), and names the machine.
+
+``--stages`` runs the engine's test library, which times the stages of each
+pass (csrc/stages.h), and adds a table: ms per pass in each stage for each T,
+and what each adds to a one-position pass.
 """
 import argparse
 import statistics
@@ -35,7 +39,13 @@ def main(argv=None):
     ap.add_argument("--precision", choices=["float32", "int8"], default="float32",
                     help="int8: the model quantized as --inference-precision int8 does")
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds over the widths")
+    ap.add_argument("--stages", action="store_true",
+                    help="time each stage of the passes (the engine's test library)")
     args = ap.parse_args(argv)
+    if args.stages:
+        from fairseq_aggressive.diagnostics import stages
+
+        stages.use_test_library()
     positions = [int(p) for p in args.positions.split(",")]
 
     torch.set_num_threads(args.threads)
@@ -60,6 +70,7 @@ def main(argv=None):
           f"{args.precision}; prefix {args.prefix}" + (f"; shortlist {args.shortlist}" if shortlist else ""))
     P = args.prefix
     times = {T: [] for T in positions}
+    spent = {T: {} for T in positions}
     for _ in range(args.rounds):
         for T in positions:
             for sample, out in zip(samples, outputs):
@@ -69,9 +80,14 @@ def main(argv=None):
                 if P > 0:  # the cache holds the first P output tokens
                     batch.step([0], [[d.eos()] + out[: P - 1]], 1024, 1, 0.0, 1.0)
                 row = ([d.eos()] + out)[P: P + T]
+                if args.stages:
+                    stages.read()
                 t0 = time.perf_counter()
                 _, _, n_match, _, _ = batch.step([0], [row], 1024, 1, 0.0, 1.0)
                 times[T].append(time.perf_counter() - t0)
+                if args.stages:
+                    for name, sec in stages.read().items():
+                        spent[T][name] = spent[T].get(name, 0.0) + sec
                 assert n_match[0] == T - 1, "the pass did not accept greedy's own continuation"
     base = statistics.median(times[positions[0]]) if times[positions[0]] else None
     for T in positions:
@@ -80,6 +96,34 @@ def main(argv=None):
             ratio = f", {med / base:.2f}x T={positions[0]}" if base else ""
             print(f"T={T:3d}: {len(times[T])} passes, median {1000 * med:.3f} ms, "
                   f"mean {1000 * statistics.mean(times[T]):.3f} ms per pass{ratio}")
+    if args.stages:
+        print_stages(positions, times, spent)
+
+
+def print_stages(positions, times, spent):
+    """ms per pass in each stage (the pass's own time, less its stages, is
+    its bookkeeping), and for each T what each stage adds to T=1's pass."""
+    from fairseq_aggressive.diagnostics.stages import STAGES
+
+    widths = [T for T in positions if times[T]]
+    per = {T: {k: 1000 * v / len(times[T]) for k, v in spent[T].items()} for T in widths}
+    names = [n for n in STAGES if n not in ("encoder", "pass") and any(per[T].get(n, 0) > 0 for T in widths)]
+    for T in widths:
+        per[T]["bookkeeping"] = per[T].get("pass", 0) - sum(per[T].get(n, 0) for n in names)
+        per[T]["outside the pass"] = 1000 * statistics.mean(times[T]) - per[T].get("pass", 0)
+    rows = names + ["bookkeeping", "outside the pass"]
+    base = widths[0]
+    print("\nms per pass by stage (mean), and what each adds over T=%d:" % base)
+    print("| stage | " + " | ".join(f"T={T}" for T in widths) + " | " +
+          " | ".join(f"+ at T={T}" for T in widths[1:]) + " |")
+    print("|---" * (1 + 2 * len(widths) - 1) + "|")
+    for n in rows:
+        cells = [f"{per[T].get(n, 0):.3f}" for T in widths]
+        adds = [f"{per[T].get(n, 0) - per[base].get(n, 0):+.3f}" for T in widths[1:]]
+        print(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(adds) + " |")
+    total = [sum(per[T].get(n, 0) for n in rows) for T in widths]
+    print("| total | " + " | ".join(f"{t:.3f}" for t in total) + " | " +
+          " | ".join(f"{t - total[0]:+.3f}" for t in total[1:]) + " |")
 
 
 if __name__ == "__main__":

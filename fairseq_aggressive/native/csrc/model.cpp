@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 
 #include "ops.h"
+#include "stages.h"
 
 namespace fa {
 
@@ -117,18 +119,29 @@ void reserve_rows(Model& m, int M) {
   ensure(m.f, (size_t)M * m.cfg.F);
 }
 
-// f(row, scratch) for rows [0, M), split across the pool when there are enough;
-// scratch holds max_keys + 16 floats (attend's)
-void for_rows(Model& m, int M, int max_keys, const std::function<void(int, float*)>& f) {
-  const int chunks =
-      (m.pool.size() > 1 && (int64_t)M * max_keys * m.cfg.C >= 16384) ? std::min(M, m.pool.size() * 2) : 1;
+// f(row, head, scratch) for every head and every row of the groups [first[g],
+// first[g + 1]) (a group: one sentence's rows, which read the same keys and
+// values).  For each head a group's rows run one after another, so the head's
+// keys and values, read from the cache for the group's first row, are still
+// in L1 for the others (a row over all its heads, then the next row, read
+// every row's keys from L2 or beyond again).  Split across the pool by (group,
+// head) when there is enough work; scratch holds max_keys + 16 floats
+// (attend's).  Only the order of the calls changes with the split: each call
+// computes the same values.
+void for_heads(Model& m, const std::vector<int>& first, int max_keys, const std::function<void(int, int, float*)>& f) {
+  const int G = (int)first.size() - 1, H = m.cfg.H, tasks = G * H, M = first[G];
+  const int chunks = (m.pool.size() > 1 && (int64_t)M * max_keys * m.cfg.C >= 16384)
+                         ? std::min(tasks, m.pool.size() * 2) : 1;
   ensure(m.att, (size_t)chunks * (max_keys + 16));
   float* base = m.att.data();
   const size_t stride = (size_t)max_keys + 16;
   m.pool.run(
       [&](int c) {
-        const int r0 = (int)((int64_t)M * c / chunks), r1 = (int)((int64_t)M * (c + 1) / chunks);
-        for (int row = r0; row < r1; ++row) f(row, base + c * stride);
+        const int t0 = (int)((int64_t)tasks * c / chunks), t1 = (int)((int64_t)tasks * (c + 1) / chunks);
+        for (int t = t0; t < t1; ++t) {
+          const int g = t / H, hh = t % H;
+          for (int row = first[g]; row < first[g + 1]; ++row) f(row, hh, base + c * stride);
+        }
       },
       chunks);
 }
@@ -166,7 +179,7 @@ void ffn(Model& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln, 
 // concatenated): the output kept (fa_encoder_out), encoder-attention keys and
 // values of every decoder layer, empty self-attention caches of cap positions.
 void init_state(Model& m, State& st, int B, const int32_t* src_len, const float* x, int cap) {
-  const int C = m.cfg.C, E = m.cfg.enc_width();
+  const int C = m.cfg.C, E = m.cfg.enc_width(), H = m.cfg.H, D = m.D;
   int M = 0;
   std::vector<int> start(B + 1, 0);
   for (int b = 0; b < B; ++b) {
@@ -192,8 +205,10 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
       Sentence& s = st.sents[b];
       for (int t = 0; t < s.src_len; ++t) {
         const float* r = m.kv.data() + (size_t)(start[b] + t) * 2 * C;
-        std::copy(r, r + C, s.enc_k.begin() + ((size_t)l * s.src_len + t) * C);
-        std::copy(r + C, r + 2 * C, s.enc_v.begin() + ((size_t)l * s.src_len + t) * C);
+        for (int hh = 0; hh < H; ++hh) {
+          std::copy(r + hh * D, r + (hh + 1) * D, s.enc_k.begin() + kv_at(l, hh, t, H, s.src_len, D));
+          std::copy(r + C + hh * D, r + C + (hh + 1) * D, s.enc_v.begin() + kv_at(l, hh, t, H, s.src_len, D));
+        }
       }
     }
   }
@@ -202,6 +217,7 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
 }  // namespace
 
 State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
+  StageClock clock(Stage::kEncoder);
   const int C = m.cfg.C, H = m.cfg.H, D = m.D;
   if (!m.cfg.has_encoder())
     throw std::invalid_argument("this decoder has no encoder: it starts from another model's encoder output");
@@ -230,15 +246,23 @@ State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, in
     }
     linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
     float* qkv = m.kv.data();
-    for (int r = 0; r < M; ++r)
-      for (int c = 0; c < C; ++c) qkv[(size_t)r * 3 * C + c] *= m.scaling;
-    for_rows(m, M, max_s, [&](int row, float* scratch) {
+    // keys and values head-major (kv_at's layout, M positions) in m.h and m.a,
+    // free until the output projection: each head's keys contiguous
+    float* keys = m.h.data();
+    float* vals = m.a.data();
+    for (int r = 0; r < M; ++r) {
+      float* q = qkv + (size_t)r * 3 * C;
+      for (int c = 0; c < C; ++c) q[c] *= m.scaling;
+      for (int hh = 0; hh < H; ++hh) {
+        std::copy(q + C + hh * D, q + C + (hh + 1) * D, keys + kv_at(0, hh, r, H, M, D));
+        std::copy(q + 2 * C + hh * D, q + 2 * C + (hh + 1) * D, vals + kv_at(0, hh, r, H, M, D));
+      }
+    }
+    for_heads(m, start, max_s, [&](int row, int hh, float* scratch) {
       const int b = (int)(std::upper_bound(start.begin(), start.end(), row) - start.begin()) - 1;
-      const int s0 = start[b], S = src_len[b];
-      for (int hh = 0; hh < H; ++hh)
-        attend(qkv + (size_t)row * 3 * C + hh * D, qkv + (size_t)s0 * 3 * C + C + hh * D,
-               qkv + (size_t)s0 * 3 * C + 2 * C + hh * D, (size_t)3 * C, S, D,
-               m.q.data() + (size_t)row * C + hh * D, scratch);
+      const size_t at = kv_at(0, hh, start[b], H, M, D);
+      attend(qkv + (size_t)row * 3 * C + hh * D, keys + at, vals + at, D, src_len[b], D,
+             m.q.data() + (size_t)row * C + hh * D, scratch);
     });
     linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
     add_rows(x, m.a.data(), (size_t)M * C);
@@ -273,12 +297,16 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
       const int depth = (branch_start != nullptr && t > 0) ? t - branch_start[off[r] + t] + 1 : t;
       pos[off[r] + t] = st.sents[sent[r]].len + depth;
     }
-  embed(m, tokens, pos.data(), M, true, add);
+  {
+    StageClock clock(Stage::kEmbed);
+    embed(m, tokens, pos.data(), M, true, add);
+  }
   const bool pre = m.cfg.dec_normalize_before;
   float* x = m.x.data();
   for (size_t l = 0; l < m.w.dec.size(); ++l) {
     const DecLayer& L = m.w.dec[l];
     // self-attention over the cache and the new positions (causal)
+    std::optional<StageClock> clock(Stage::kSelfQKV);
     const float* in = x;
     if (pre) {
       layer_norm_rows(x, m.h.data(), M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
@@ -287,58 +315,68 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
     linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
     for (int r = 0; r < n; ++r) {
       Sentence& s = st.sents[sent[r]];
-      float* ck = s.self_k.data() + (size_t)l * s.cap * C;
-      float* cv = s.self_v.data() + (size_t)l * s.cap * C;
       for (int t = 0; t < row_len[r]; ++t) {
         const float* kvr = m.kv.data() + (size_t)(off[r] + t) * 3 * C;
-        std::copy(kvr + C, kvr + 2 * C, ck + (size_t)(s.len + t) * C);
-        std::copy(kvr + 2 * C, kvr + 3 * C, cv + (size_t)(s.len + t) * C);
+        for (int hh = 0; hh < H; ++hh) {
+          const size_t at = kv_at((int)l, hh, s.len + t, H, s.cap, D);
+          std::copy(kvr + C + hh * D, kvr + C + (hh + 1) * D, s.self_k.begin() + at);
+          std::copy(kvr + 2 * C + hh * D, kvr + 2 * C + (hh + 1) * D, s.self_v.begin() + at);
+        }
       }
     }
-    for_rows(m, M, max_keys, [&](int row, float* scratch) {
-      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1, t = row - off[r];
-      const Sentence& s = st.sents[sent[r]];
-      const float* ck = s.self_k.data() + (size_t)l * s.cap * C;
-      const float* cv = s.self_v.data() + (size_t)l * s.cap * C;
+    clock.emplace(Stage::kSelfAttention);
+    for (int row = 0; row < M; ++row) {
       float* qr = m.kv.data() + (size_t)row * 3 * C;
       for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+    }
+    for_heads(m, off, max_keys, [&](int row, int hh, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1, t = row - off[r];
+      const Sentence& s = st.sents[sent[r]];
+      const float* ck = s.self_k.data() + kv_at((int)l, hh, 0, H, s.cap, D);
+      const float* cv = s.self_v.data() + kv_at((int)l, hh, 0, H, s.cap, D);
+      const float* qr = m.kv.data() + (size_t)row * 3 * C;
       const int n1 = keys(r, t);
       int b0 = 0, n2 = 0;  // a tree row's branch segment: cache slots s.len + b0 .. s.len + t
       if (branch_start != nullptr && t > 0) {
         b0 = branch_start[row];
         n2 = t - b0 + 1;
       }
-      const size_t seg = (size_t)(s.len + b0) * C;
-      for (int hh = 0; hh < H; ++hh)
-        attend(qr + hh * D, ck + hh * D, cv + hh * D, C, n1, D, m.q.data() + (size_t)row * C + hh * D, scratch,
-               ck + seg + hh * D, cv + seg + hh * D, n2);
+      const size_t seg = (size_t)(s.len + b0) * D;
+      attend(qr + hh * D, ck, cv, D, n1, D, m.q.data() + (size_t)row * C + hh * D, scratch, ck + seg, cv + seg, n2);
     });
+    clock.emplace(Stage::kSelfOut);
     linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
     add_rows(x, m.a.data(), (size_t)M * C);
     if (!pre) layer_norm_rows(x, x, M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
     // encoder attention
+    clock.emplace(Stage::kCrossQ);
     in = x;
     if (pre) {
       layer_norm_rows(x, m.h.data(), M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
       in = m.h.data();
     }
     linear(m.pool, L.cq, in, C, M, m.kv.data(), C);
-    for_rows(m, M, max_keys, [&](int row, float* scratch) {
-      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
-      const Sentence& s = st.sents[sent[r]];
-      const float* ek = s.enc_k.data() + (size_t)l * s.src_len * C;
-      const float* ev = s.enc_v.data() + (size_t)l * s.src_len * C;
+    clock.emplace(Stage::kCrossAttention);
+    for (int row = 0; row < M; ++row) {
       float* qr = m.kv.data() + (size_t)row * C;
       for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
-      for (int hh = 0; hh < H; ++hh)
-        attend(qr + hh * D, ek + hh * D, ev + hh * D, C, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
-               scratch);
+    }
+    for_heads(m, off, max_keys, [&](int row, int hh, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
+      const Sentence& s = st.sents[sent[r]];
+      const float* ek = s.enc_k.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
+      const float* ev = s.enc_v.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
+      attend(m.kv.data() + (size_t)row * C + hh * D, ek, ev, D, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
+             scratch);
     });
+    clock.emplace(Stage::kCrossOut);
     linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);
     add_rows(x, m.a.data(), (size_t)M * C);
     if (!pre) layer_norm_rows(x, x, M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+    clock.emplace(Stage::kFFN);
     ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
   }
+  StageClock clock(Stage::kProjection);
   if (m.w.dec_final.on) layer_norm_rows(x, x, M, C, m.w.dec_final.w, m.w.dec_final.b, m.cfg.ln_eps);
 }
 

@@ -123,13 +123,20 @@ struct Model {
   bool weights_shared() const { return shared.use_count() > 1; }
 };
 
+// where position p of head h of layer l starts in a cache of `rows` positions per head (see Sentence)
+inline size_t kv_at(int l, int h, int p, int H, int rows, int D) { return (((size_t)l * H + h) * rows + p) * D; }
+
 // Packs the tensors of m.w.staged into the model's layers; "" or what is wrong
 std::string build_model(Model& m);
 
+// Attention keys and values, per layer and head: the head's D values of each
+// position together (kv_at), so the keys one head's attention reads are
+// contiguous (in a position-major cache a head's values of successive
+// positions lie C floats apart, map to few L1 sets and defeat the prefetchers)
 struct Sentence {
   int src_len = 0, len = 0, cap = 0;
-  std::vector<float> enc_k, enc_v;  // per layer S x C
-  std::vector<float> self_k, self_v;  // per layer cap x C
+  std::vector<float> enc_k, enc_v;    // per layer, per head: src_len x D
+  std::vector<float> self_k, self_v;  // per layer, per head: cap x D
   std::vector<int32_t> sl_ids;  // shortlist rows of this sentence beyond the common ones (ascending)
   Linear sl_extra;
 };

@@ -42,6 +42,43 @@ inline float dot(const float* q, const float* k, int D) {
   return s;
 }
 
+// dot(q, key[j], D) for the 8 keys j < 8 into out[j], with dot's operations:
+// per key 8 lane chains over d in order, then its lanes added from lane 0.
+// The keys' chains run side by side (one key's chain alone waits on each
+// fused multiply-add's latency) and their lanes are added as vectors, after a
+// transpose, instead of one scalar addition chain per key.
+inline void dot8(const float* q, const float* const* key, int D, float* out) {
+  V8 acc[LANES];
+  for (int j = 0; j < LANES; ++j) acc[j] = V8::zero();
+  int d = 0;
+  for (; d + LANES <= D; d += LANES) {
+    const V8 qv = V8::load(q + d);
+    for (int j = 0; j < LANES; ++j) acc[j] = V8::fma(qv, V8::load(key[j] + d), acc[j]);
+  }
+  V8::transpose(acc);  // acc[l] lane j: key j's lane l
+  V8 s = V8::zero();
+  for (int l = 0; l < LANES; ++l) s = V8::add(s, acc[l]);
+  s.store(out);
+  for (; d < D; ++d)
+    for (int j = 0; j < LANES; ++j) out[j] = std::fma(q[d], key[j][d], out[j]);
+}
+
+// the scores q . k of n keys (rows of stride ld) into out, 8 at a time; the
+// last few with the last key repeated in the unused places
+inline void dots(const float* q, const float* k, size_t ld, int n, int D, float* out) {
+  const float* key[LANES];
+  for (int j = 0; j < n; j += LANES) {
+    for (int i = 0; i < LANES; ++i) key[i] = k + (size_t)std::min(j + i, n - 1) * ld;
+    if (j + LANES <= n) {
+      dot8(q, key, D, out + j);
+    } else {
+      float tail[LANES];
+      dot8(q, key, D, tail);
+      std::copy(tail, tail + (n - j), out + j);
+    }
+  }
+}
+
 inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118654752f)); }
 
 }  // namespace
@@ -135,12 +172,29 @@ void relu_rows(float* x, size_t n) {
 // Scores, softmax (8-lane partial sums in a fixed order), weighted sum of the
 // values (each output accumulated over keys in order).  The same keys give
 // the same operations whether they are one segment or two.
+namespace {
+
+// out (NV vectors) = sum over the N keys j, in order, of p[j] * v_j (from v
+// below n, else from v2), each output one fused multiply-add chain
+template <int NV>
+void weighted_values(const float* p, const float* v, const float* v2, size_t ld, int n, int N, float* out) {
+  V8 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = V8::zero();
+  for (int j = 0; j < N; ++j) {
+    const V8 pj = V8::bcast(p[j]);
+    const float* vj = j < n ? v + j * ld : v2 + (j - n) * ld;
+    for (int i = 0; i < NV; ++i) acc[i] = V8::fma(pj, V8::load(vj + i * LANES), acc[i]);
+  }
+  for (int i = 0; i < NV; ++i) acc[i].store(out + i * LANES);
+}
+
+}  // namespace
+
 void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out, float* scratch,
             const float* k2, const float* v2, int n2) {
-  for (int j = 0; j < n; ++j) scratch[j] = dot(q, k + j * ld, D);
-  for (int j = 0; j < n2; ++j) scratch[n + j] = dot(q, k2 + j * ld, D);
+  dots(q, k, ld, n, D, scratch);
+  if (n2 > 0) dots(q, k2, ld, n2, D, scratch + n);
   const int N = n + n2;
-  auto vrow = [&](int j) { return j < n ? v + j * ld : v2 + (j - n) * ld; };
   const float mx = max_of(scratch, N);
   const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
   V8 s8 = V8::zero();
@@ -151,29 +205,26 @@ void attend(const float* q, const float* k, const float* v, size_t ld, int n, in
     s8 = V8::add(s8, e);
   }
   float sum = lane_sum(s8);
-  for (; j < N; ++j) {
-    scratch[j] = fexp(scratch[j] - mx);
-    sum = sum + scratch[j];
+  if (j < N) {  // the last few: the same exp on a vector (scratch has room), added one by one
+    V8::exp(V8::fma(mv, neg1, V8::load(scratch + j))).store(scratch + j);
+    for (; j < N; ++j) sum = sum + scratch[j];
   }
-  if (D % LANES == 0) {
-    V8 acc[16];
-    const int nv = D / LANES;
-    if (nv <= 16) {
-      for (int i = 0; i < nv; ++i) acc[i] = V8::zero();
-      for (j = 0; j < N; ++j) {
-        const V8 p = V8::bcast(scratch[j] / sum);
-        const float* vj = vrow(j);
-        for (int i = 0; i < nv; ++i) acc[i] = V8::fma(p, V8::load(vj + i * LANES), acc[i]);
-      }
-      for (int i = 0; i < nv; ++i) acc[i].store(out + i * LANES);
-      return;
-    }
+  const V8 sv = V8::bcast(sum);
+  for (j = 0; j < N; j += LANES) V8::div(V8::load(scratch + j), sv).store(scratch + j);  // the weights
+  switch (D % LANES == 0 ? D / LANES : 0) {
+    case 1: return weighted_values<1>(scratch, v, v2, ld, n, N, out);
+    case 2: return weighted_values<2>(scratch, v, v2, ld, n, N, out);
+    case 4: return weighted_values<4>(scratch, v, v2, ld, n, N, out);
+    case 6: return weighted_values<6>(scratch, v, v2, ld, n, N, out);
+    case 8: return weighted_values<8>(scratch, v, v2, ld, n, N, out);
+    case 12: return weighted_values<12>(scratch, v, v2, ld, n, N, out);
+    case 16: return weighted_values<16>(scratch, v, v2, ld, n, N, out);
+    default: break;  // other head widths: the same operations one value at a time
   }
   for (int d = 0; d < D; ++d) out[d] = 0.f;
   for (j = 0; j < N; ++j) {
-    const float p = scratch[j] / sum;
-    const float* vj = vrow(j);
-    for (int d = 0; d < D; ++d) out[d] = std::fma(p, vj[d], out[d]);
+    const float* vj = j < n ? v + j * ld : v2 + (j - n) * ld;
+    for (int d = 0; d < D; ++d) out[d] = std::fma(scratch[j], vj[d], out[d]);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops.h"
+#include "stages.h"
 
 namespace fa {
 
@@ -55,6 +56,7 @@ class Pass {
         eager_((st.shortlist ? m.sl_common.bytes() : m.w.proj.bytes()) > m.eager_projection_bytes) {}
 
   int run() {
+    StageClock clock(Stage::kPass);
     if (!layout()) return -1;
     decoder_rows(m_, st_, a_.n, a_.sent, a_.row_len, a_.tokens, off_, max_keys_, nullptr,
                  tree_ ? bstart_.data() : nullptr);
@@ -62,10 +64,17 @@ class Pass {
     for (int round = 0;; ++round) {
       next_positions(round, todo);
       if (todo.empty()) break;
-      project(todo);
-      choose(todo);
+      {
+        StageClock c(Stage::kProjection);
+        project(todo);
+      }
+      {
+        StageClock c(Stage::kChoose);
+        choose(todo);
+      }
       accept();
     }
+    StageClock c(Stage::kEmit);
     for (int r = 0; r < a_.n; ++r) {
       const int w = winner(r);
       commit(r, w, emit(r, w));
@@ -280,17 +289,18 @@ class Pass {
   // entries move right after the last token (where a single branch already is)
   void commit(int r, int w, int ne) {
     Sentence& s = sentence(r);
-    const int C = m_.cfg.C;
+    const int H = m_.cfg.H, D = m_.D;
     if (b_start_[w] != 1)
-      for (size_t l = 0; l < m_.w.dec.size(); ++l) {
-        float* ck = s.self_k.data() + l * s.cap * C;
-        float* cv = s.self_v.data() + l * s.cap * C;
-        for (int j = 0; j < ne - 1; ++j) {
-          const size_t from = (size_t)(s.len + b_start_[w] + j) * C, to = (size_t)(s.len + 1 + j) * C;
-          std::copy(ck + from, ck + from + C, ck + to);
-          std::copy(cv + from, cv + from + C, cv + to);
+      for (int l = 0; l < (int)m_.w.dec.size(); ++l)
+        for (int hh = 0; hh < H; ++hh) {
+          float* ck = s.self_k.data() + kv_at(l, hh, 0, H, s.cap, D);
+          float* cv = s.self_v.data() + kv_at(l, hh, 0, H, s.cap, D);
+          for (int j = 0; j < ne - 1; ++j) {
+            const size_t from = (size_t)(s.len + b_start_[w] + j) * D, to = (size_t)(s.len + 1 + j) * D;
+            std::copy(ck + from, ck + from + D, ck + to);
+            std::copy(cv + from, cv + from + D, cv + to);
+          }
         }
-      }
     s.len += ne;
   }
 };

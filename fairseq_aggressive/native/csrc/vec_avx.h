@@ -19,6 +19,7 @@ struct VecF<8> {
   static VecF fma(VecF a, VecF b, VecF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
   static VecF add(VecF a, VecF b) { return {_mm256_add_ps(a.v, b.v)}; }
   static VecF mul(VecF a, VecF b) { return {_mm256_mul_ps(a.v, b.v)}; }
+  static VecF div(VecF a, VecF b) { return {_mm256_div_ps(a.v, b.v)}; }
   static VecF max(VecF a, VecF b) { return {_mm256_max_ps(a.v, b.v)}; }
   // fexp on 8 lanes, the same operations in the same order
   static VecF exp(VecF xv) {
@@ -41,6 +42,23 @@ struct VecF<8> {
     return {_mm256_blendv_ps(y, _mm256_setzero_ps(), tiny)};
   }
   void store(float* p) const { _mm256_storeu_ps(p, v); }
+  // r[i] lane j <- r[j] lane i (8 x 8; moves only)
+  static void transpose(VecF* r) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(r[i].v, r[i + 1].v);
+      t[i + 1] = _mm256_unpackhi_ps(r[i].v, r[i + 1].v);
+    }
+    for (int i = 0; i < 8; i += 4)  // u[i + c]: column c (low half) and c + 4 of rows i .. i + 3
+      for (int h = 0; h < 2; ++h) {
+        u[i + 2 * h] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], _MM_SHUFFLE(1, 0, 1, 0));
+        u[i + 2 * h + 1] = _mm256_shuffle_ps(t[i + h], t[i + 2 + h], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+    for (int i = 0; i < 4; ++i) {
+      r[i].v = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+      r[i + 4].v = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
+  }
 };
 
 // int8 pairs on 8 lanes: 16 int8 weights widened to int16, two int16

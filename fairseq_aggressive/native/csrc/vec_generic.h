@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 namespace fa {
 
@@ -23,6 +24,7 @@ struct VecF {
   }
   static VecF add(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] + b.v[i]; return r; }
   static VecF mul(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] * b.v[i]; return r; }
+  static VecF div(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] / b.v[i]; return r; }
   static VecF max(VecF a, VecF b) {
     VecF r;
     for (int i = 0; i < W; ++i) r.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
@@ -30,6 +32,11 @@ struct VecF {
   }
   static VecF exp(VecF x) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = fexp(x.v[i]); return r; }
   void store(float* p) const { for (int i = 0; i < W; ++i) p[i] = v[i]; }
+  // r[i] lane j <- r[j] lane i (W vectors of W lanes; moves only)
+  static void transpose(VecF* r) {
+    for (int i = 0; i < W; ++i)
+      for (int j = i + 1; j < W; ++j) std::swap(r[i].v[j], r[j].v[i]);
+  }
 };
 
 // The int8 activations of a k group: int16 pairs (vpmaddwd) or, for groups

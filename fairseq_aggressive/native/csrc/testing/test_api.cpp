@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -18,7 +19,9 @@
 #include "../linear.h"
 #include "../linear_int8.h"
 #include "../model.h"
+#include "../ops.h"
 #include "../parallel.h"
+#include "../stages.h"
 
 #pragma GCC visibility push(default)
 extern "C" {
@@ -113,6 +116,62 @@ int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, co
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fa_test_linear: %s\n", e.what());
   return -1;
+}
+
+// Attention of one query over n keys (then n2 more at k2/v2), rows of stride
+// ld, head width D: out from the engine's attend, ref from the operations it
+// is defined by, one value at a time (per key: 8 lane partial sums over d, d
+// mod 8 = lane, added from lane 0, then the d beyond the last whole 8 by fused
+// multiply-adds; the softmax: exp(s - max) with fexp, summed as 8 lane partials
+// over whole groups of 8 keys added from lane 0, then the rest one by one; out[d]:
+// one fused multiply-add chain over the keys in order with weights e / sum).
+// Returns 0, or -1 on an exception (the message on stderr).
+int fa_test_attend(int D, int n, int n2, int64_t ld, const float* q, const float* k, const float* v, const float* k2,
+                   const float* v2, float* out, float* ref) try {
+  const int N = n + n2;
+  std::vector<float> scratch(((size_t)N + 7) / 8 * 8 + 16);
+  fa::attend(q, k, v, (size_t)ld, n, D, out, scratch.data(), k2, v2, n2);
+  auto key = [&](int j) { return j < n ? k + (size_t)j * ld : k2 + (size_t)(j - n) * ld; };
+  auto val = [&](int j) { return j < n ? v + (size_t)j * ld : v2 + (size_t)(j - n) * ld; };
+  std::vector<float> s(N), e(N);
+  for (int j = 0; j < N; ++j) {
+    const float* kj = key(j);
+    const int whole = D / 8 * 8;
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int d = 0; d < whole; ++d) lane[d % 8] = std::fma(q[d], kj[d], lane[d % 8]);
+    float dot = 0.f;
+    if (D >= 8)
+      for (int l = 0; l < 8; ++l) dot = dot + lane[l];
+    for (int d = whole; d < D; ++d) dot = std::fma(q[d], kj[d], dot);
+    s[j] = dot;
+  }
+  float mx = s[0];
+  for (int j = 1; j < N; ++j) mx = std::max(mx, s[j]);
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum = 0.f;
+  const int whole = N / 8 * 8;
+  for (int j = 0; j < N; ++j) e[j] = fa::fexp(s[j] - mx);
+  for (int j = 0; j < whole; ++j) part[j % 8] = part[j % 8] + e[j];
+  for (int l = 0; l < 8; ++l) sum = sum + part[l];
+  for (int j = whole; j < N; ++j) sum = sum + e[j];
+  for (int d = 0; d < D; ++d) {
+    float acc = 0.f;
+    for (int j = 0; j < N; ++j) acc = std::fma(e[j] / sum, val(j)[d], acc);
+    ref[d] = acc;
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_test_attend: %s\n", e.what());
+  return -1;
+}
+
+// The stage times (csrc/stages.h) of this process: for each stage i <
+// min(n, stages), ns[2 i] nanoseconds and ns[2 i + 1] entries, then zeroed
+// when reset.  Returns the number of stages.
+int fa_stage_times(int64_t* ns, int n, int reset) {
+  const int count = (int)fa::Stage::kCount;
+  for (int i = 0; i < 2 * std::min(n, count); ++i)
+    ns[i] = reset ? fa::stage_ns()[i].exchange(0) : fa::stage_ns()[i].load();
+  return count;
 }
 
 // Test hook: the fewest rows an int8 product runs on AMX tiles (process-wide;
