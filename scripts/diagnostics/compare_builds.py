@@ -4,7 +4,7 @@ whole sentences, alternating between the builds sentence by sentence, and
 whether their outputs are the same bits.
 
     python scripts/diagnostics/compare_builds.py DATA-BIN --path CKPT --other LIBRARY
-        [--sentences 100] [--threads 2] [--precision float32|int8] [--rounds 3] [--subset test]
+        [--sentences 100] [--threads 2] [--precision float32|int8] [--rounds 3] [--load N] [--subset test]
 
 LIBRARY is an engine library file of the same API (another checkout's
 ``fairseq_aggressive/native/_engine_*.so``, or one from the build cache);
@@ -14,7 +14,7 @@ both builds in turn, ``--rounds`` times; prints ms per sentence of each, the
 ratio, and in how many sentences the tokens and positional scores are the
 same bits.  Host noise that drifts over minutes falls on both sides alike,
 where two runs one after the other can differ by more than the change being
-measured.
+measured.  ``--load N`` runs it beside N CPU-bound processes.
 """
 import argparse
 import sys
@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from fairseq_aggressive.bench.load import cpu_load
 from fairseq_aggressive.diagnostics.loading import load_model_and_samples
 
 
@@ -35,6 +36,7 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", choices=["float32", "int8"], default="float32")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
     a = ap.parse_args(argv)
 
     from fairseq_aggressive.native import build, engine
@@ -69,20 +71,21 @@ def main(argv=None) -> int:
     finally:
         engine.library = default_library
     print(f"machine: {describe_machine(machine_info())}; {a.threads} threads; {a.precision}; "
-          f"this: {libs['this']._name}; other: {a.other}")
+          f"{a.load} CPU-bound processes beside it; this: {libs['this']._name}; other: {a.other}")
     spent = {k: 0.0 for k in gens}
     outs = {k: [] for k in gens}
-    for s in samples[:5]:  # warm-up
-        for g in gens.values():
-            g.generate([model], s)
-    for rnd in range(a.rounds):
-        for s in samples:
-            for k, g in gens.items():
-                t0 = time.perf_counter()
-                h = g.generate([model], s)[0][0]
-                spent[k] += time.perf_counter() - t0
-                if rnd == 0:
-                    outs[k].append((h["tokens"].tolist(), h["positional_scores"].numpy().tobytes()))
+    with cpu_load(a.load):
+        for s in samples[:5]:  # warm-up
+            for g in gens.values():
+                g.generate([model], s)
+        for rnd in range(a.rounds):
+            for s in samples:
+                for k, g in gens.items():
+                    t0 = time.perf_counter()
+                    h = g.generate([model], s)[0][0]
+                    spent[k] += time.perf_counter() - t0
+                    if rnd == 0:
+                        outs[k].append((h["tokens"].tolist(), h["positional_scores"].numpy().tobytes()))
     n = a.rounds * len(samples)
     for mode in ("greedy", "iad"):
         same = sum(x == y for x, y in zip(outs[(mode, "this")], outs[(mode, "other")]))

