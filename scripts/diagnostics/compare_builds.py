@@ -49,11 +49,7 @@ def main(argv=None) -> int:
         return 2
     torch.set_num_threads(a.threads)
     model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences,
-                                                  task="aggressive_translation")
-    if a.precision == "int8":
-        from fairseq_aggressive.runtime.quantization import quantize_int8
-
-        model = quantize_int8(model).eval()
+                                                  precision=a.precision, task="aggressive_translation")
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator
     from fairseq_aggressive.native.machine import describe_machine, machine_info

@@ -50,11 +50,7 @@ def main(argv=None):
 
     torch.set_num_threads(args.threads)
     model, task, samples = load_model_and_samples(args.data, args.path, args.subset, args.sentences,
-                                                  task="aggressive_translation")
-    if args.precision == "int8":
-        from fairseq_aggressive.runtime.quantization import quantize_int8
-
-        model = quantize_int8(model).eval()
+                                                  precision=args.precision, task="aggressive_translation")
     from fairseq_aggressive.native.machine import describe_machine, machine_info
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import AggressiveGenerator
