@@ -2,8 +2,10 @@
 #include "ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "vec.h"
 
@@ -29,24 +31,12 @@ inline float lane_max(V8 v) {
   return m;
 }
 
-// q . k over D values: 8 partial sums (d mod 8) combined in a fixed order
-inline float dot(const float* q, const float* k, int D) {
-  int d = 0;
-  float s = 0.f;
-  if (D >= LANES) {
-    V8 acc = V8::zero();
-    for (; d + LANES <= D; d += LANES) acc = V8::fma(V8::load(q + d), V8::load(k + d), acc);
-    s = lane_sum(acc);
-  }
-  for (; d < D; ++d) s = std::fma(q[d], k[d], s);
-  return s;
-}
-
-// dot(q, key[j], D) for the 8 keys j < 8 into out[j], with dot's operations:
-// per key 8 lane chains over d in order, then its lanes added from lane 0.
-// The keys' chains run side by side (one key's chain alone waits on each
-// fused multiply-add's latency) and their lanes are added as vectors, after a
-// transpose, instead of one scalar addition chain per key.
+// q . key[j] over D values for the 8 keys j < 8 into out[j], each with a
+// score's fixed operations: 8 lane partial sums (lane l: the d = l mod 8, in
+// order), added from lane 0, then the d past the last whole 8 by fused
+// multiply-adds.  The keys' chains run side by side (one key's chain alone
+// waits on each fused multiply-add's latency) and their lanes are added as
+// vectors, after a transpose, instead of one scalar addition chain per key.
 inline void dot8(const float* q, const float* const* key, int D, float* out) {
   V8 acc[LANES];
   for (int j = 0; j < LANES; ++j) acc[j] = V8::zero();
@@ -169,27 +159,40 @@ void relu_rows(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
 }
 
-// Scores, softmax (8-lane partial sums in a fixed order), weighted sum of the
-// values (each output accumulated over keys in order).  The same keys give
-// the same operations whether they are one segment or two.
 namespace {
 
-// out (NV vectors) = sum over the N keys j, in order, of p[j] * v_j (from v
-// below n, else from v2), each output one fused multiply-add chain
+// value row j of a head: from v below n, else from v2
+inline const float* value_row(const float* v, const float* v2, size_t ld, int n, int j) {
+  return j < n ? v + j * ld : v2 + (j - n) * ld;
+}
+
+// out (NV vectors) = sum over the N keys j, in order, of p[j] * value row j,
+// each output one fused multiply-add chain
 template <int NV>
 void weighted_values(const float* p, const float* v, const float* v2, size_t ld, int n, int N, float* out) {
   V8 acc[NV];
   for (int i = 0; i < NV; ++i) acc[i] = V8::zero();
   for (int j = 0; j < N; ++j) {
     const V8 pj = V8::bcast(p[j]);
-    const float* vj = j < n ? v + j * ld : v2 + (j - n) * ld;
+    const float* vj = value_row(v, v2, ld, n, j);
     for (int i = 0; i < NV; ++i) acc[i] = V8::fma(pj, V8::load(vj + i * LANES), acc[i]);
   }
   for (int i = 0; i < NV; ++i) acc[i].store(out + i * LANES);
 }
 
+// weighted_values for head widths of 1 .. 16 vectors (the accumulators stay in registers)
+using WeightedValues = void (*)(const float*, const float*, const float*, size_t, int, int, float*);
+template <int... I>
+constexpr std::array<WeightedValues, sizeof...(I)> weighted_values_table(std::integer_sequence<int, I...>) {
+  return {&weighted_values<I + 1>...};
+}
+constexpr auto kWeightedValues = weighted_values_table(std::make_integer_sequence<int, 16>{});
+
 }  // namespace
 
+// Scores, softmax (8-lane partial sums in a fixed order), weighted sum of the
+// values (each output accumulated over keys in order).  The same keys give
+// the same operations whether they are one segment or two.
 void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out, float* scratch,
             const float* k2, const float* v2, int n2) {
   dots(q, k, ld, n, D, scratch);
@@ -211,19 +214,12 @@ void attend(const float* q, const float* k, const float* v, size_t ld, int n, in
   }
   const V8 sv = V8::bcast(sum);
   for (j = 0; j < N; j += LANES) V8::div(V8::load(scratch + j), sv).store(scratch + j);  // the weights
-  switch (D % LANES == 0 ? D / LANES : 0) {
-    case 1: return weighted_values<1>(scratch, v, v2, ld, n, N, out);
-    case 2: return weighted_values<2>(scratch, v, v2, ld, n, N, out);
-    case 4: return weighted_values<4>(scratch, v, v2, ld, n, N, out);
-    case 6: return weighted_values<6>(scratch, v, v2, ld, n, N, out);
-    case 8: return weighted_values<8>(scratch, v, v2, ld, n, N, out);
-    case 12: return weighted_values<12>(scratch, v, v2, ld, n, N, out);
-    case 16: return weighted_values<16>(scratch, v, v2, ld, n, N, out);
-    default: break;  // other head widths: the same operations one value at a time
-  }
+  if (D % LANES == 0 && D / LANES <= (int)kWeightedValues.size())
+    return kWeightedValues[D / LANES - 1](scratch, v, v2, ld, n, N, out);
+  // other head widths: the same operations one value at a time
   for (int d = 0; d < D; ++d) out[d] = 0.f;
   for (j = 0; j < N; ++j) {
-    const float* vj = j < n ? v + j * ld : v2 + (j - n) * ld;
+    const float* vj = value_row(v, v2, ld, n, j);
     for (int d = 0; d < D; ++d) out[d] = std::fma(scratch[j], vj[d], out[d]);
   }
 }
