@@ -72,7 +72,8 @@ def test_pass_cost(trained):
 def test_compare_builds(trained, tmp_path):
     """scripts/diagnostics/compare_builds.py: two engine libraries side by side in
     one process (here the test library against the engine's own), greedy and
-    IAD timed per sentence, outputs compared bit for bit; a file that is not an
+    IAD and the encoder alone timed per sentence, outputs compared bit for bit,
+    each side on engines of its own library; a file that is not an
     engine library is a clear error."""
     from helpers import NATIVE_REASON
 
@@ -86,9 +87,12 @@ def test_compare_builds(trained, tmp_path):
                            "--sentences", "8", "--threads", "1", "--rounds", "1"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # each side decodes on its own library (not on engines that share the first side's weights)
+    assert f"other side's engines run: {build.test_library()._name}\n" in proc.stdout, proc.stdout
+    assert f"this side's engines run: {build.library()._name}\n" in proc.stdout, proc.stdout
     found = re.findall(r"^(greedy|iad): this build ([\d.]+) ms per sentence, the other ([\d.]+): this one "
                        r"([\d.]+)x as fast; the same bits in (\d+)/(\d+) sentences$", proc.stdout, re.M)
-    assert [f[0] for f in found] == ["greedy", "iad"], proc.stdout
+    assert [f[0] for f in found] == ["greedy", "iad", "encoder"], proc.stdout
     for _, this, other, _, same, total in found:
         assert float(this) > 0 and float(other) > 0 and same == total == "8", proc.stdout
     bad = tmp_path / "not-a-library.so"

@@ -165,8 +165,9 @@ class NativeEngine:
         generator per call, which must not copy the weights each time.
         ``prepare(engine)`` completes a fresh engine's weights before anything
         shares them (a block drafter's slot input); ``kind`` names what it
-        prepares for (engines of another kind are not reused)."""
-        key = (_fingerprint(model), id(tgt_dict), isa, kind)
+        prepares for (engines of another kind are not reused); engines of
+        different library files never share weights."""
+        key = (_fingerprint(model), id(tgt_dict), isa, kind, id(library(isa)))
         with _SHARED_LOCK:
             entries = _SHARED.setdefault(model, {})
             entry = entries.get(kind)

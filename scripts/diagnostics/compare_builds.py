@@ -8,11 +8,14 @@ whether their outputs are the same bits.
 
 LIBRARY is an engine library file of the same API (another checkout's
 ``fairseq_aggressive/native/_engine_*.so``, or one from the build cache);
-the other side is the library this checkout loads.  For greedy (the engine's,
-``max_draft_len=0``) and IAD (the engine's loop), each sentence is decoded by
-both builds in turn, ``--rounds`` times; prints ms per sentence of each, the
-ratio, and in how many sentences the tokens and positional scores are the
-same bits.  Host noise that drifts over minutes falls on both sides alike,
+the other side is the library this checkout loads.  Each side's engines run
+on its own library (printed; the script refuses to run where they do not).  For
+greedy (the engine's, ``max_draft_len=0``) and IAD (the engine's loop), each
+sentence is decoded by both builds in turn (every other sentence in the reverse
+order), ``--rounds`` times, and so is the encoder alone (the engine's encoder
+with the decoder's keys and values of the source, as a batch begins); prints
+ms per sentence of each, the ratio, and in how many sentences the tokens and
+positional scores (the encoder: its output) are the same bits.  Host noise that drifts over minutes falls on both sides alike,
 where two runs one after the other can differ by more than the change being
 measured.  ``--load N`` runs it beside N CPU-bound processes.
 """
@@ -66,24 +69,50 @@ def main(argv=None) -> int:
                     max_draft_len=draft, engine="native", native_threads=a.threads)
     finally:
         engine.library = default_library
+    ran = {side: {g.verifier.engine.lib._name for (_, s), g in gens.items() if s == side} for side in libs}
+    if ran["this"] & ran["other"]:
+        print(f"error: both sides run {sorted(ran['this'] & ran['other'])}: nothing to compare", file=sys.stderr)
+        return 2
     print(f"machine: {describe_machine(machine_info())}; {a.threads} threads; {a.precision}; "
           f"{a.load} CPU-bound processes beside it; this: {libs['this']._name}; other: {a.other}")
-    spent = {k: 0.0 for k in gens}
-    outs = {k: [] for k in gens}
+    for side in libs:
+        print(f"{side} side's engines run: {', '.join(sorted(ran[side]))}")
+
+    def decode(g):
+        def run(s):
+            t0 = time.perf_counter()
+            h = g.generate([model], s)[0][0]
+            return time.perf_counter() - t0, (h["tokens"].tolist(), h["positional_scores"].numpy().tobytes())
+        return run
+
+    def encode(eng):  # the encoder alone (with the decoder's keys and values of the source)
+        def run(s):
+            src = s["net_input"]["src_tokens"]
+            t0 = time.perf_counter()
+            batch = eng.begin(src, int(src.size(1) * 1.2) + 10)
+            dt = time.perf_counter() - t0
+            return dt, batch.encoder_out()["encoder_out"][0].numpy().tobytes()
+        return run
+
+    runs = {k: decode(g) for k, g in gens.items()}
+    runs.update({("encoder", side): encode(gens[("greedy", side)].verifier.engine) for side in libs})
+    spent = {k: 0.0 for k in runs}
+    outs = {k: [] for k in runs}
     with cpu_load(a.load):
         for s in samples[:5]:  # warm-up
-            for g in gens.values():
-                g.generate([model], s)
+            for run in runs.values():
+                run(s)
+        order = list(runs)
         for rnd in range(a.rounds):
-            for s in samples:
-                for k, g in gens.items():
-                    t0 = time.perf_counter()
-                    h = g.generate([model], s)[0][0]
-                    spent[k] += time.perf_counter() - t0
+            for i, s in enumerate(samples):
+                # every other sentence in the reverse order: no side always runs after the other
+                for k in order if (rnd + i) % 2 == 0 else order[::-1]:
+                    dt, out = runs[k](s)
+                    spent[k] += dt
                     if rnd == 0:
-                        outs[k].append((h["tokens"].tolist(), h["positional_scores"].numpy().tobytes()))
+                        outs[k].append(out)
     n = a.rounds * len(samples)
-    for mode in ("greedy", "iad"):
+    for mode in ("greedy", "iad", "encoder"):
         same = sum(x == y for x, y in zip(outs[(mode, "this")], outs[(mode, "other")]))
         this, other = (1000 * spent[(mode, side)] / n for side in ("this", "other"))
         print(f"{mode}: this build {this:.3f} ms per sentence, the other {other:.3f}: this one {other / this:.3f}x "

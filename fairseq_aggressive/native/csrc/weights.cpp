@@ -263,10 +263,10 @@ std::string build_model(Model& m) {
     b.norm(L.ln_ffn, p + "final_layer_norm", l, true);
   }
   W.staged.tensors.clear();
-  // the int8 tiles prefetch weights in a model larger than the caches (linear.cpp)
+  // the tiles ask for weights ahead in a model larger than the caches (linear.cpp)
   size_t bytes = 0;
-  W.for_each_linear([&](const Linear& L) { bytes += L.wq.size(); });
-  W.for_each_linear([&](Linear& L) { L.prefetch = L.q8 && bytes >= kPrefetchModelBytes; });
+  W.for_each_linear([&](const Linear& L) { bytes += L.bytes(); });
+  W.for_each_linear([&](Linear& L) { L.prefetch = bytes >= kPrefetchModelBytes; });
   return b.error;
 }
 
