@@ -90,7 +90,7 @@ def test_compare_builds(trained, tmp_path):
     # each side decodes on its own library (not on engines that share the first side's weights)
     assert f"other side's engines run: {build.test_library()._name}\n" in proc.stdout, proc.stdout
     assert f"this side's engines run: {build.library()._name}\n" in proc.stdout, proc.stdout
-    found = re.findall(r"^(greedy|iad): this build ([\d.]+) ms per sentence, the other ([\d.]+): this one "
+    found = re.findall(r"^(greedy|iad|encoder): this build ([\d.]+) ms per sentence, the other ([\d.]+): this one "
                        r"([\d.]+)x as fast; the same bits in (\d+)/(\d+) sentences$", proc.stdout, re.M)
     assert [f[0] for f in found] == ["greedy", "iad", "encoder"], proc.stdout
     for _, this, other, _, same, total in found:

@@ -17,18 +17,6 @@ namespace fa {
 
 namespace {
 
-// The int8 tiles of more than one row read their weight panels as NR streams,
-// a cache line per k group each, and ask for each stream's line kPrefetch
-// groups ahead in a model whose int8 weights outgrow the caches
-// (kPrefetchModelBytes, linear.h: every layer is then read from L3 or memory,
-// and the hardware prefetchers follow few concurrent streams).  One-row tiles
-// (greedy steps) are bound by their loads, where the hints cost more than they
-// bring, as they do in a model that stays in L2.  On a 2-core EPYC (Zen 5)
-// guest, IAD passes of the d=512 and d=1024 int8 models became ~10% faster (16
-// groups; 8 was slower, 24-32 no better); the float tiles lost (their one-row
-// steps are load-bound too).  A hint only: no result changes.
-constexpr int kPrefetch = 16;
-
 // Rows in several blocks (an encoder's, a batch's) read a group of panels once
 // per block, the first block from L3 or memory, the others from L2.  While a
 // group's blocks run, its tiles ask for the next group's panels (of the same
@@ -42,7 +30,45 @@ constexpr int kPrefetch = 16;
 struct Ahead {
   const char* first = nullptr;  // the tile's slice: `lines` cache lines from first
   int lines = 0;
+  const char* end = nullptr;  // one block: the end of the thread's share (stream hints)
 };
+
+// Rows in one block (a pass's positions): a tile of NR panels reads them as NR
+// streams, and the tiles of a thread's share follow each other through
+// consecutive panels.  At each cache line a tile of several rows asks, per
+// panel, for the line kStreamAhead lines further on, which near a panel's end is
+// the matching line of the next tile's panels: without that, every tile's
+// streams start cold, and a tile whose many multiply-adds per weight keep few
+// loads in flight waits at each start (hints that stopped at a panel's end,
+// 16-256 k groups ahead, changed nothing measurable).  One-row tiles (greedy
+// steps) keep enough loads in flight of their own.  The hints go to the outer
+// caches (prefetcht2) and never past the thread's share.  On a 2-core EPYC
+// (Zen 4) guest, 1 thread, whole IAD decodes (compare_builds.py, against the
+// same build without them): d=512 int8 1.11-1.13x, d=1024 int8 1.09x, d=512
+// float32 1.02x; the 9+3 at d=128 in float32, whose decoder stays in the
+// caches, lost 6-7% with them, so a decoder asks only beyond
+// kPrefetchModelBytes (linear.h).  A hint only: no result changes.
+constexpr int kStreamAhead = 64;
+__attribute__((always_inline)) inline void ask_streams(const char* panel, size_t pstride, int NR, int line, int lines,
+                                                       const char* end) {
+  int ahead = line + kStreamAhead;
+  const char* base = panel;
+  while (ahead >= lines) {
+    ahead -= lines;
+    base += NR * pstride;
+  }
+  for (int j = 0; j < NR; ++j) {
+    const char* p = base + j * pstride + (size_t)ahead * 64;
+    if (p < end) __builtin_prefetch(p, 0, 1);
+  }
+}
+// the same at k step k of `steps`, the panels holding `step` bytes per k step (8-64)
+__attribute__((always_inline)) inline void ask_streams_at(const void* panel, size_t pstride, int NR, int k, int steps,
+                                                          size_t step, const char* end) {
+  const int per_line = (int)(64 / step);
+  if (k % per_line == 0)
+    ask_streams(static_cast<const char*>(panel), pstride, NR, k / per_line, (steps + per_line - 1) / per_line, end);
+}
 
 // Spreads a tile's slice over its k steps: a line whenever the steps so far
 // have earned one (lines / steps per step), without a division.  Inlined
@@ -65,7 +91,8 @@ void pack_into(std::vector<T>& dst, const T* W, int n, int k, int P) {
 }
 
 // ------------------------------------------------------------ float tiles
-template <int MR, int NR, typename WT>
+// H: the tile asks for weights ahead (Ahead); the tiles without never test for it
+template <int MR, int NR, typename WT, bool H>
 void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float* y, int ldy, int n0, int N,
           const float* bias, bool has_bias, Ahead ahead) {
   VP acc[MR][NR];
@@ -74,7 +101,12 @@ void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float
   AheadCursor cursor(ahead);
   for (int k = 0; k < K; ++k) {
     VP w[NR];
-    if (ahead.lines) cursor.step(K);
+    if constexpr (H) {
+      if (ahead.lines)
+        cursor.step(K);
+      else if (MR > 1 && ahead.end)
+        ask_streams_at(panel, pstride * sizeof(WT), NR, k, K, PANEL * sizeof(WT), ahead.end);
+    }
     for (int j = 0; j < NR; ++j) w[j] = VP::load(panel + j * pstride + (size_t)k * PANEL);
     for (int i = 0; i < MR; ++i) {
       VP a = VP::bcast(x[(size_t)i * ldx + k]);
@@ -105,37 +137,41 @@ void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float
 template <typename WT>
 using TileFn = void (*)(const float*, int, int, const WT*, size_t, float*, int, int, int, const float*, bool, Ahead);
 
-template <int MR, typename WT>
+template <int MR, typename WT, bool H>
 TileFn<WT> tile_for(int nr) {
-  if constexpr (MR > 6) return nr == 1 ? tile<MR, 1, WT> : nr == 2 ? tile<MR, 2, WT> : tile<MR, 3, WT>;
+  if constexpr (MR > 6) return nr == 1 ? tile<MR, 1, WT, H> : nr == 2 ? tile<MR, 2, WT, H> : tile<MR, 3, WT, H>;
   switch (nr) {
-    case 1: return tile<MR, 1, WT>;
-    case 2: return tile<MR, 2, WT>;
-    case 3: return tile<MR, 3, WT>;
-    case 4: return tile<MR, 4, WT>;
-    case 5: return tile<MR, 5, WT>;
-    case 6: return tile<MR, 6, WT>;
-    case 7: return tile<MR, 7, WT>;
-    default: return tile<MR, 8, WT>;
+    case 1: return tile<MR, 1, WT, H>;
+    case 2: return tile<MR, 2, WT, H>;
+    case 3: return tile<MR, 3, WT, H>;
+    case 4: return tile<MR, 4, WT, H>;
+    case 5: return tile<MR, 5, WT, H>;
+    case 6: return tile<MR, 6, WT, H>;
+    case 7: return tile<MR, 7, WT, H>;
+    default: return tile<MR, 8, WT, H>;
+  }
+}
+template <typename WT, bool H>
+TileFn<WT> tile_fn_h(int mr, int nr) {
+  switch (mr) {
+    case 1: return tile_for<1, WT, H>(nr);
+    case 2: return tile_for<2, WT, H>(nr);
+    case 3: return tile_for<3, WT, H>(nr);
+    case 4: return tile_for<4, WT, H>(nr);
+    case 5: return tile_for<5, WT, H>(nr);
+#if defined(FA_ISA_AVX512)
+    case 6: return tile_for<6, WT, H>(nr);
+    case 7: return tile_for<7, WT, H>(nr);
+    case 8: return tile_for<8, WT, H>(nr);
+    default: return tile_for<9, WT, H>(nr);
+#else
+    default: return tile_for<6, WT, H>(nr);
+#endif
   }
 }
 template <typename WT>
-TileFn<WT> tile_fn(int mr, int nr) {
-  switch (mr) {
-    case 1: return tile_for<1, WT>(nr);
-    case 2: return tile_for<2, WT>(nr);
-    case 3: return tile_for<3, WT>(nr);
-    case 4: return tile_for<4, WT>(nr);
-    case 5: return tile_for<5, WT>(nr);
-#if defined(FA_ISA_AVX512)
-    case 6: return tile_for<6, WT>(nr);
-    case 7: return tile_for<7, WT>(nr);
-    case 8: return tile_for<8, WT>(nr);
-    default: return tile_for<9, WT>(nr);
-#else
-    default: return tile_for<6, WT>(nr);
-#endif
-  }
+TileFn<WT> tile_fn(int mr, int nr, bool hints) {
+  return hints ? tile_fn_h<WT, true>(mr, nr) : tile_fn_h<WT, false>(mr, nr);
 }
 
 // The most rows of one call that run as one block: AVX-512's 32 vector
@@ -199,6 +235,7 @@ void for_tiles(Pool& pool, const Linear& L, int M, const void* weights, size_t p
         const int nr = std::min(np, panels_for(mr));
         for (int pp = 0; pp < np; pp += nr, ++t) {
           Ahead a;
+          if (nb == 1 && L.prefetch) a.end = static_cast<const char*>(weights) + (size_t)p_end * panel_bytes;
           if (next_lines) {
             const int l0 = (int)((int64_t)next_lines * t / calls), l1 = (int)((int64_t)next_lines * (t + 1) / calls);
             a.first = next + (size_t)l0 * 64;
@@ -217,7 +254,7 @@ template <typename WT>
 void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, int ldx, int M, float* y, int ldy) {
   const size_t pstride = (size_t)L.K * PANEL;
   for_tiles(pool, L, M, weights, pstride * sizeof(WT), [&](int mr, int m0, int p, int cnt, Ahead ahead) {
-    tile_fn<WT>(mr, cnt)(x + (size_t)m0 * ldx, ldx, L.K, weights + (size_t)p * pstride, pstride,
+    tile_fn<WT>(mr, cnt, L.prefetch)(x + (size_t)m0 * ldx, ldx, L.K, weights + (size_t)p * pstride, pstride,
                          y + (size_t)m0 * ldy, ldy, p * PANEL, L.N, L.b.data(), L.has_bias, ahead);
   });
 }
@@ -246,21 +283,22 @@ void quantize_rows(const float* x, int ldx, int M, int K, Q8In* q, int ldq, floa
   }
 }
 
-template <int MR, int NR>
+template <int MR, int NR, bool H>
 void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstride, const float* sx, float* y,
              int ldy, int n0, int N, const float* ws, const int32_t* wsum, const float* bias, bool has_bias,
-             bool prefetch, Ahead ahead) {
+             Ahead ahead) {
   typename Q8P::Acc acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = Q8P::zero();
   AheadCursor cursor(ahead);
   for (int k = 0; k < KG; ++k) {
     typename Q8P::Weights w[NR];
-    if (ahead.lines)
-      cursor.step(KG);
-    else if (MR > 1 && prefetch)
-      for (int j = 0; j < NR; ++j)
-        __builtin_prefetch(panel + j * pstride + (size_t)std::min(k + kPrefetch, KG - 1) * Q8_GROUP * PANEL);
+    if constexpr (H) {
+      if (ahead.lines)
+        cursor.step(KG);
+      else if (MR > 1 && ahead.end)
+        ask_streams_at(panel, pstride, NR, k, KG, Q8_GROUP * PANEL, ahead.end);
+    }
     for (int j = 0; j < NR; ++j) w[j] = Q8P::load(panel + j * pstride + (size_t)k * Q8_GROUP * PANEL);
     for (int i = 0; i < MR; ++i) {
       const typename Q8P::Group a = Q8P::group(xq + (size_t)i * ldq + Q8_GROUP * k);
@@ -277,37 +315,41 @@ void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstrid
 }
 
 using TileQ8Fn = void (*)(const Q8In*, int, int, const int8_t*, size_t, const float*, float*, int, int, int,
-                          const float*, const int32_t*, const float*, bool, bool, Ahead);
-template <int MR>
+                          const float*, const int32_t*, const float*, bool, Ahead);
+template <int MR, bool H>
 TileQ8Fn tile_q8_for(int nr) {
-  if constexpr (MR > 6) return nr == 1 ? tile_q8<MR, 1> : nr == 2 ? tile_q8<MR, 2> : tile_q8<MR, 3>;
+  if constexpr (MR > 6) return nr == 1 ? tile_q8<MR, 1, H> : nr == 2 ? tile_q8<MR, 2, H> : tile_q8<MR, 3, H>;
   switch (nr) {
-    case 1: return tile_q8<MR, 1>;
-    case 2: return tile_q8<MR, 2>;
-    case 3: return tile_q8<MR, 3>;
-    case 4: return tile_q8<MR, 4>;
-    case 5: return tile_q8<MR, 5>;
-    case 6: return tile_q8<MR, 6>;
-    case 7: return tile_q8<MR, 7>;
-    default: return tile_q8<MR, 8>;
+    case 1: return tile_q8<MR, 1, H>;
+    case 2: return tile_q8<MR, 2, H>;
+    case 3: return tile_q8<MR, 3, H>;
+    case 4: return tile_q8<MR, 4, H>;
+    case 5: return tile_q8<MR, 5, H>;
+    case 6: return tile_q8<MR, 6, H>;
+    case 7: return tile_q8<MR, 7, H>;
+    default: return tile_q8<MR, 8, H>;
   }
 }
-TileQ8Fn tile_q8_fn(int mr, int nr) {
+template <bool H>
+TileQ8Fn tile_q8_fn_h(int mr, int nr) {
   switch (mr) {
-    case 1: return tile_q8_for<1>(nr);
-    case 2: return tile_q8_for<2>(nr);
-    case 3: return tile_q8_for<3>(nr);
-    case 4: return tile_q8_for<4>(nr);
-    case 5: return tile_q8_for<5>(nr);
+    case 1: return tile_q8_for<1, H>(nr);
+    case 2: return tile_q8_for<2, H>(nr);
+    case 3: return tile_q8_for<3, H>(nr);
+    case 4: return tile_q8_for<4, H>(nr);
+    case 5: return tile_q8_for<5, H>(nr);
 #if defined(FA_ISA_AVX512)
-    case 6: return tile_q8_for<6>(nr);
-    case 7: return tile_q8_for<7>(nr);
-    case 8: return tile_q8_for<8>(nr);
-    default: return tile_q8_for<9>(nr);
+    case 6: return tile_q8_for<6, H>(nr);
+    case 7: return tile_q8_for<7, H>(nr);
+    case 8: return tile_q8_for<8, H>(nr);
+    default: return tile_q8_for<9, H>(nr);
 #else
-    default: return tile_q8_for<6>(nr);
+    default: return tile_q8_for<6, H>(nr);
 #endif
   }
+}
+TileQ8Fn tile_q8_fn(int mr, int nr, bool hints) {
+  return hints ? tile_q8_fn_h<true>(mr, nr) : tile_q8_fn_h<false>(mr, nr);
 }
 
 void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
@@ -325,9 +367,9 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
 #endif
   const size_t pstride = (size_t)KG * Q8_GROUP * PANEL;
   for_tiles(pool, L, M, L.wq.data(), pstride, [&](int mr, int m0, int p, int cnt, Ahead ahead) {
-    tile_q8_fn(mr, cnt)(q + (size_t)m0 * ldq, ldq, KG, L.wq.data() + (size_t)p * pstride, pstride, s + m0,
+    tile_q8_fn(mr, cnt, L.prefetch)(q + (size_t)m0 * ldq, ldq, KG, L.wq.data() + (size_t)p * pstride, pstride, s + m0,
                         y + (size_t)m0 * ldy, ldy, p * PANEL, L.N, L.ws.data(), L.wsum.data(), L.b.data(),
-                        L.has_bias, L.prefetch, ahead);
+                        L.has_bias, ahead);
   });
 }
 

@@ -35,8 +35,9 @@ struct Linear {
   std::vector<int32_t> wsum;  // int8: per output row, the sum of its weights (uint8 activations' offset)
   std::vector<float> b;    // N (zeros if no bias)
   bool has_bias = false;
-  // the tiles ask for the weights ahead of use (set for every layer of a model
-  // whose weights outgrow the caches: see linear.cpp)
+  // the tiles ask for the weights ahead of use (set for the layers of an
+  // encoder, or a decoder with its output projection, whose weights outgrow the
+  // caches: see linear.cpp)
   bool prefetch = false;
   // k groups per row: AMX builds pad them to whole tiles (16 groups), with zero weights
   int KG() const { return (K + Q8_GROUP * kQ8GroupAlign - 1) / (Q8_GROUP * kQ8GroupAlign) * kQ8GroupAlign; }
@@ -54,7 +55,8 @@ struct Linear {
 // y (M x N, row stride ldy) = x (M x K, row stride ldx) W^T + b, on the pool's threads
 void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy);
 
-// weight bytes beyond which a model's layers ask for their weights ahead (Linear::prefetch)
+// weight bytes of an encoder, or of a decoder with its output projection, beyond which
+// its layers ask for their weights ahead (Linear::prefetch)
 constexpr size_t kPrefetchModelBytes = (size_t)8 << 20;
 
 // Projection weight bytes beyond which a pass projects every drafted position

@@ -74,19 +74,33 @@ struct Weights {
   // f(layer) for every linear layer of the encoder, the decoder and the output projection
   template <class F>
   void for_each_linear(F&& f) {
-    visit(*this, f);
+    visit_decoder(*this, f);
+    visit_encoder(*this, f);
   }
   template <class F>
   void for_each_linear(F&& f) const {
-    visit(*this, f);
+    visit_decoder(*this, f);
+    visit_encoder(*this, f);
+  }
+  // the same for the encoder's layers alone, and for the decoder's with the output projection
+  template <class F>
+  void for_each_encoder_linear(F&& f) {
+    visit_encoder(*this, f);
+  }
+  template <class F>
+  void for_each_decoder_linear(F&& f) {
+    visit_decoder(*this, f);
   }
 
  private:
   template <class W, class F>
-  static void visit(W& w, F& f) {
-    f(w.proj);
+  static void visit_encoder(W& w, F& f) {
     for (auto& L : w.enc)
       for (auto* x : {&L.qkv, &L.out, &L.fc1, &L.fc2}) f(*x);
+  }
+  template <class W, class F>
+  static void visit_decoder(W& w, F& f) {
+    f(w.proj);
     for (auto& L : w.dec)
       for (auto* x : {&L.qkv, &L.out, &L.cq, &L.ckv, &L.cout, &L.fc1, &L.fc2}) f(*x);
   }

@@ -263,10 +263,14 @@ std::string build_model(Model& m) {
     b.norm(L.ln_ffn, p + "final_layer_norm", l, true);
   }
   W.staged.tensors.clear();
-  // the tiles ask for weights ahead in a model larger than the caches (linear.cpp)
-  size_t bytes = 0;
-  W.for_each_linear([&](const Linear& L) { bytes += L.bytes(); });
-  W.for_each_linear([&](Linear& L) { L.prefetch = bytes >= kPrefetchModelBytes; });
+  // the tiles ask for their weights ahead where the encoder's layers, or the
+  // decoder's with the output projection (what a pass reads), outgrow the
+  // caches (linear.cpp)
+  size_t enc_bytes = 0, dec_bytes = 0;
+  W.for_each_encoder_linear([&](const Linear& L) { enc_bytes += L.bytes(); });
+  W.for_each_decoder_linear([&](const Linear& L) { dec_bytes += L.bytes(); });
+  W.for_each_encoder_linear([&](Linear& L) { L.prefetch = enc_bytes >= kPrefetchModelBytes; });
+  W.for_each_decoder_linear([&](Linear& L) { L.prefetch = dec_bytes >= kPrefetchModelBytes; });
   return b.error;
 }
 
