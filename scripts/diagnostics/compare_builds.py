@@ -3,21 +3,27 @@
 whole sentences, alternating between the builds sentence by sentence, and
 whether their outputs are the same bits.
 
-    python scripts/diagnostics/compare_builds.py DATA-BIN --path CKPT --other LIBRARY
+    python scripts/diagnostics/compare_builds.py DATA-BIN --path CKPT --other LIBRARY [--this LIBRARY]
         [--sentences 100] [--threads 2] [--precision float32|int8] [--rounds 3] [--load N] [--subset test]
 
 LIBRARY is an engine library file of the same API (another checkout's
 ``fairseq_aggressive/native/_engine_*.so``, or one from the build cache);
-the other side is the library this checkout loads.  Each side's engines run
-on its own library (printed; the script refuses to run where they do not).  For
-greedy (the engine's, ``max_draft_len=0``) and IAD (the engine's loop), each
-sentence is decoded by both builds in turn (every other sentence in the reverse
-order), ``--rounds`` times, and so is the encoder alone (the engine's encoder
-with the decoder's keys and values of the source, as a batch begins); prints
-ms per sentence of each, the ratio, and in how many sentences the tokens and
-positional scores (the encoder: its output) are the same bits.  Host noise that drifts over minutes falls on both sides alike,
-where two runs one after the other can differ by more than the change being
-measured.  ``--load N`` runs it beside N CPU-bound processes.
+this side is ``--this`` or the library this checkout loads.  Each side's
+engines run on its own library (printed; the script refuses to run where they
+do not).  For greedy (the engine's, ``max_draft_len=0``) and IAD (the engine's
+loop), each sentence is decoded by both builds in turn (every other sentence
+in the reverse order), ``--rounds`` times, and so is the encoder alone (the
+engine's encoder with the decoder's keys and values of the source, as a batch
+begins); prints ms per sentence of each, the ratio, and in how many sentences
+the tokens and positional scores (the encoder: its output) are the same bits.
+Host noise that drifts over minutes falls on both sides alike, where two runs
+one after the other can differ by more than the change being measured.
+``--load N`` runs it beside N CPU-bound processes.
+
+Compare builds made the same way (two from the build cache, or two packaged
+ones): a package build's compiler flags differ from the cache's.  With more
+than one thread per side, run a null pair first (a copy of one library file
+against itself): each side's idle workers may take turns with the other's.
 """
 import argparse
 import sys
@@ -34,6 +40,8 @@ def main(argv=None) -> int:
     ap.add_argument("data")
     ap.add_argument("--path", required=True)
     ap.add_argument("--other", required=True, help="the other build's engine library file")
+    ap.add_argument("--this", dest="this", default=None,
+                    help="this side's engine library file (default: the one this checkout loads)")
     ap.add_argument("--subset", default="test")
     ap.add_argument("--sentences", type=int, default=100)
     ap.add_argument("--threads", type=int, default=2)
@@ -46,7 +54,7 @@ def main(argv=None) -> int:
     from fairseq_aggressive.native.build import NativeUnavailable
 
     try:
-        libs = {"this": build.library(), "other": build._load(a.other)}
+        libs = {"this": build._load(a.this) if a.this else build.library(), "other": build._load(a.other)}
     except NativeUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -23,10 +23,9 @@ namespace {
 // thread's share), each tile an even slice of them spread over its k steps, so
 // the next group's first block finds them in L2 too; on its own, that block
 // waits on its loads.  On a 2-core EPYC (Zen 4) guest, 1 thread, the encoder
-// alone (compare_builds.py, against the same build without it): d=512 int8
-// 1.10-1.12x as fast, d=1024 int8 1.11x, d=512 float32 1.02-1.05x (bound by
-// its arithmetic), the 9+3 at d=128 in float32 unchanged; whole IAD decodes of
-// the d=512 int8 model 1.05-1.07x.  A hint only: no result changes.
+// alone (compare_builds.py, against the build without hints): d=512 int8
+// 1.12x as fast, d=1024 int8 1.13x, d=512 float32 1.00x (bound by its
+// arithmetic).  A hint only: no result changes.
 struct Ahead {
   const char* first = nullptr;  // the tile's slice: `lines` cache lines from first
   int lines = 0;
@@ -43,11 +42,11 @@ struct Ahead {
 // 16-256 k groups ahead, changed nothing measurable).  One-row tiles (greedy
 // steps) keep enough loads in flight of their own.  The hints go to the outer
 // caches (prefetcht2) and never past the thread's share.  On a 2-core EPYC
-// (Zen 4) guest, 1 thread, whole IAD decodes (compare_builds.py, against the
-// same build without them): d=512 int8 1.11-1.13x, d=1024 int8 1.09x, d=512
-// float32 1.02x; the 9+3 at d=128 in float32, whose decoder stays in the
-// caches, lost 6-7% with them, so a decoder asks only beyond
-// kPrefetchModelBytes (linear.h).  A hint only: no result changes.
+// (Zen 4) guest, 1 thread, whole IAD decodes with both kinds of hints
+// (compare_builds.py, against the build without hints): d=512 int8 1.21x,
+// d=1024 int8 1.19x, d=512 float32 1.00x; the 9+3 at d=128 in float32, whose
+// decoder stays in the caches, lost 6-7% with them, so each side asks only
+// beyond kPrefetchModelBytes (linear.h).  A hint only: no result changes.
 constexpr int kStreamAhead = 64;
 __attribute__((always_inline)) inline void ask_streams(const char* panel, size_t pstride, int NR, int line, int lines,
                                                        const char* end) {
@@ -62,7 +61,7 @@ __attribute__((always_inline)) inline void ask_streams(const char* panel, size_t
     if (p < end) __builtin_prefetch(p, 0, 1);
   }
 }
-// the same at k step k of `steps`, the panels holding `step` bytes per k step (8-64)
+// the same at k step k of `steps`, the panels holding `step` bytes per k step (16-64)
 __attribute__((always_inline)) inline void ask_streams_at(const void* panel, size_t pstride, int NR, int k, int steps,
                                                           size_t step, const char* end) {
   const int per_line = (int)(64 / step);
