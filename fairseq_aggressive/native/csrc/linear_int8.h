@@ -1,18 +1,39 @@
 // The int8 product's parts shared by its vector tiles (linear.cpp) and its AMX
-// tiles (linear_amx.cpp): the activations' offset, the outputs from the int32
-// sums, and how a product is split across the pool's threads.
+// tiles (linear_amx.cpp): the activations' offset and quantization, the outputs
+// from the int32 sums, and how a product is split across the pool's threads.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "linear.h"
+#include "ops.h"
 
 namespace fa {
 
 // uint8 activations hold qx + 128 (VNNI's and AMX's unsigned x signed
 // products); the sums then carry 128 * wsum[n], removed exactly
 constexpr int Q8_OFFSET = Q8Input<Q8_GROUP>::offset;
+
+// Each of M rows of x (row stride ldx, K values) quantized into q (row stride
+// ldq: the k >= K padded with the offset zero) with its scale sx (the
+// definition above linear.cpp's int8 tiles)
+inline void quantize_rows(const float* x, int ldx, int M, int K, Q8In* q, int ldq, float* sx) {
+  for (int m = 0; m < M; ++m) {
+    const float* r = x + (size_t)m * ldx;
+    const float amax = abs_max_of(r, K);  // vectorized: a scalar max chain cost more than the tiles of a pass
+    const float inv = 127.f / (amax == 0.f ? 1.f : amax);
+    Q8In* qr = q + (size_t)m * ldq;
+    for (int k = 0; k < K; ++k) {
+      float v = std::nearbyint(r[k] * inv);
+      v = std::min(std::max(v, -127.f), 127.f);
+      qr[k] = (Q8In)((int)v + Q8_OFFSET);
+    }
+    for (int k = K; k < ldq; ++k) qr[k] = (Q8In)Q8_OFFSET;
+    sx[m] = amax / 127.f;
+  }
+}
 
 // y = float(sum - Q8_OFFSET * wsum[n]) * (sx[i] * ws[n]) (+ b[n]) for rows i <
 // MR and panels j < NR starting at output n0, the sum of row i, panel j at
