@@ -416,7 +416,8 @@ def test_linear_rows_give_the_same_bits_in_any_block(kind):
     """The linear kernels split M rows into register tiles of up to 9 rows (one
     block up to 9 with AVX-512, else blocks of at most 6) and outputs into
     panels across threads: every row's outputs are the bits that row alone gets,
-    for every M, thread count and a width that ends in a partial panel."""
+    for every M, thread count and a width that ends in a partial panel, with
+    and without the tiles that ask for their weights ahead."""
     import ctypes
     import numpy as np
 
@@ -433,20 +434,54 @@ def test_linear_rows_give_the_same_bits_in_any_block(kind):
     code = {"float32": 0, "float16": 1, "int8": 2}[kind]
     x = rng.standard_normal((24, K)).astype(np.float32)
 
-    def linear(rows, threads):
+    def linear(rows, threads, ahead=False):
         rows = np.ascontiguousarray(rows)
         y = np.empty((rows.shape[0], N), dtype=np.float32)
-        rc = lib.fa_test_linear(threads, code, N, K, rows.shape[0], W.ctypes.data, scale.ctypes.data,
-                                bias.ctypes.data, rows.ctypes.data, y.ctypes.data)
+        rc = lib.fa_test_linear(threads, code + (4 if ahead else 0), N, K, rows.shape[0], W.ctypes.data,
+                                scale.ctypes.data, bias.ctypes.data, rows.ctypes.data, y.ctypes.data)
         assert rc == 0
         return y
 
     alone = np.concatenate([linear(x[i:i + 1], 1) for i in range(len(x))])
-    for threads in (1, 2, 3):
-        for M in list(range(1, 21)) + [24]:
-            y = linear(x[:M], threads)
-            assert np.array_equal(y.view(np.uint32), alone[:M].view(np.uint32)), (kind, threads, M)
+    for ahead in (False, True):
+        for threads in (1, 2, 3):
+            for M in list(range(1, 21)) + [24]:
+                y = linear(x[:M], threads, ahead)
+                assert np.array_equal(y.view(np.uint32), alone[:M].view(np.uint32)), (kind, threads, M, ahead)
     assert not np.array_equal(alone[0], alone[1])  # the rows differ: a mixed-up row would show
+
+
+@needs_native
+def test_stream_hints_ask_for_the_line_ahead_and_stay_in_the_share():
+    """A tile of several rows asks, once per cache line of its first panel, for
+    the line 64 lines (4096 bytes) further on in each of its panels, running
+    on into the next tile's panels, and never for a line at or past the end of
+    its thread's share: the offsets StreamHints computes once per tile against
+    that definition, for panels shorter and longer than the distance."""
+    import ctypes
+    import numpy as np
+
+    lib = build.test_library()
+    ahead = 64 * 64
+    asked = 0
+    for step in (16, 32, 64):
+        for steps in (1, 5, 18, 63, 64, 65, 100, 128, 256, 257, 512):
+            pb = steps * step
+            for nr in (1, 3, 8):
+                for end in (nr * pb, nr * pb + 100, 2 * nr * pb + ahead, 5 * nr * pb + 3 * ahead):
+                    out = np.empty(steps, dtype=np.int64)
+                    assert lib.fa_test_stream_hints(pb, nr, steps, step, end, out.ctypes.data) == 0
+                    for k in range(steps):
+                        want = -1
+                        if (k * step) % 64 == 0:
+                            target = k * step + ahead
+                            wraps = target // pb  # whole panels past the tile's, nr at a time
+                            first = wraps * nr * pb + target - wraps * pb
+                            if first + (nr - 1) * pb < end:
+                                want = first
+                        assert out[k] == want, (step, steps, nr, end, k, out[k], want)
+                        asked += want >= 0
+    assert asked > 1000  # the definition asks for lines in most of these tiles
 
 
 @needs_native

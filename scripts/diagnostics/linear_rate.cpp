@@ -9,6 +9,9 @@
 // shape and M: "N K M us GFLOPS" (int8: 2 operations per product), the median
 // of 7 timed rounds, each repeated to take about 20 ms.  The weights are the
 // same for every call, so they stay in the caches as far as their size allows.
+// With LINEAR_RATE_PASS_LAYERS=L and the five shapes of linear_rate.py (q+k+v,
+// out, fc1, fc2, vocab), also "pass M us MB": the products of a decoder pass of
+// L layers over M rows, each layer its own weights (MB in all).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -119,8 +122,8 @@ int main(int argc, char** argv) {
   fa::Pool pool(threads);
   std::mt19937 rng(1);
   std::normal_distribution<float> nd(0.f, 0.05f);
-  for (int a = 4; a < argc; ++a) {
-    const int N = std::atoi(argv[a]), K = std::atoi(std::strchr(argv[a], ':') + 1);
+  auto make = [&](const char* shape) {
+    const int N = std::atoi(shape), K = std::atoi(std::strchr(shape, ':') + 1);
     std::vector<float> bias(N, 0.01f);
     fa::Linear L;
     if (q8) {
@@ -133,6 +136,11 @@ int main(int argc, char** argv) {
       for (auto& v : w) v = nd(rng);
       L.pack(w.data(), nullptr, bias.data(), N, K);
     }
+    return L;
+  };
+  for (int a = 4; a < argc; ++a) {
+    const fa::Linear L = make(argv[a]);
+    const int N = L.N, K = L.K;
     for (int M : Ms) {
       std::vector<float> x((size_t)M * K), y((size_t)M * N);
       for (auto& v : x) v = nd(rng);
@@ -147,6 +155,42 @@ int main(int argc, char** argv) {
       }
       std::sort(t.begin(), t.end());
       std::printf("%d %d %d %.2f %.1f\n", N, K, M, t[3] * 1e6, flops / t[3] / 1e9);
+    }
+  }
+  // A decoder pass's products: LINEAR_RATE_PASS_LAYERS layers of their own
+  // weights (q+k+v, then out three times: self-attention's output,
+  // encoder-attention's query and output; fc1, fc2), then the vocabulary,
+  // as a pass reads them (the weights cycle through the caches as in a
+  // decode loop); the row counts alternate within each round
+  const int layers = std::getenv("LINEAR_RATE_PASS_LAYERS") ? std::atoi(std::getenv("LINEAR_RATE_PASS_LAYERS")) : 0;
+  if (layers > 0 && argc == 9) {
+    std::vector<fa::Linear> pass;
+    for (int l = 0; l < layers; ++l)
+      for (int a : {4, 5, 5, 5, 6, 7}) pass.push_back(make(argv[a]));
+    pass.push_back(make(argv[8]));
+    size_t bytes = 0, widest = 0;
+    for (const auto& L : pass) {
+      bytes += L.bytes();
+      widest = std::max(widest, (size_t)std::max(L.N, L.K));
+    }
+    for (auto& L : pass) L.prefetch = bytes >= fa::kPrefetchModelBytes;  // as the engine sets it for a decoder
+    const size_t most = (size_t)*std::max_element(Ms.begin(), Ms.end());
+    std::vector<float> x(most * widest), y(most * widest);
+    for (auto& v : x) v = nd(rng);
+    auto run = [&](int M) {
+      for (const auto& L : pass) fa::linear(pool, L, x.data(), L.K, M, y.data(), L.N);
+    };
+    std::vector<std::vector<double>> t(Ms.size());
+    for (int round = 0; round < 15; ++round)
+      for (size_t i = 0; i < Ms.size(); ++i) {
+        run(Ms[i]);
+        const auto t0 = Clock::now();
+        for (int r = 0; r < 5; ++r) run(Ms[i]);
+        t[i].push_back(std::chrono::duration<double>(Clock::now() - t0).count() / 5);
+      }
+    for (size_t i = 0; i < Ms.size(); ++i) {
+      std::sort(t[i].begin(), t[i].end());
+      std::printf("pass %d %.2f %.1f\n", Ms[i], t[i][7] * 1e6, bytes / 1e6);
     }
   }
   return 0;

@@ -4,10 +4,10 @@ core's own float32 arithmetic.
 
     python scripts/diagnostics/linear_rate.py [--dim 512] [--ffn 2048] [--vocab 10288]
         [--rows 1,2,4,5,6,8,9,12,16,20] [--threads 1 2] [--precision float32 int8] [--isa TARGET]
-        [--load N] [--amx-min-rows R]
+        [--load N] [--amx-min-rows R] [--decoder-layers L]
 
-Builds ``linear_rate.cpp`` (beside this script) against ``csrc/linear.cpp`` (and ``ops.cpp``)
-with the flags of the engine's target for this CPU (or ``--isa``) and times
+Builds ``linear_rate.cpp`` (beside this script) against ``csrc/linear.cpp`` (with ``linear_pack.cpp``,
+``linear_amx.cpp`` and ``ops.cpp``) with the flags of the engine's target for this CPU (or ``--isa``) and times
 ``fa::linear`` on a decoder layer's shapes (self-attention q+k+v, an output
 projection, the feed-forward pair, the vocabulary projection) at each row
 count M, one call at a time, weights kept hot as far as the caches hold them.
@@ -21,7 +21,10 @@ against a one-token step.  ``--load N`` runs it beside N CPU-bound processes.  (
 float32 one does; with VNNI int8 can pass 100% of the float32 peak.)  On an AMX
 target, ``--amx-min-rows R`` sets the fewest rows an int8 product runs on AMX
 tiles (fewer: VNNI tiles): run it with 1 and with a number above every
-``--rows`` to see where the tiles pay.
+``--rows`` to see where the tiles pay.  ``--decoder-layers L`` adds a row for a
+decoder pass's products: L layers (q+k+v, three d x d products, the
+feed-forward pair), each with its own weights, then the vocabulary, one after
+another, so that the weights cycle through the caches as in a decode loop.
 """
 import argparse
 import os
@@ -41,23 +44,29 @@ def build(isa, out_dir: str):
     target = choose_target(isa)
     exe = os.path.join(out_dir, f"linear_rate-{target.name}")
     cmd = [_compiler(), "-O3", "-std=c++17", "-pthread", "-ffp-contract=off", "-fno-math-errno", *target.cflags,
-           f"-I{CSRC}", os.path.join(HERE, "linear_rate.cpp"), os.path.join(CSRC, "linear.cpp"),
-           os.path.join(CSRC, "linear_amx.cpp"), os.path.join(CSRC, "ops.cpp"), "-o", exe]
+           f"-I{CSRC}", os.path.join(HERE, "linear_rate.cpp"),
+           *[os.path.join(CSRC, unit) for unit in ("linear.cpp", "linear_pack.cpp", "linear_amx.cpp", "ops.cpp")],
+           "-o", exe]
     subprocess.run(cmd, check=True)
     return target.name, exe
 
 
-def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=None) -> None:
+def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=None, decoder_layers=0) -> None:
     env = dict(os.environ)
     if amx_min_rows is not None:
         env["LINEAR_RATE_AMX_MIN_ROWS"] = str(amx_min_rows)
+    if decoder_layers:
+        env["LINEAR_RATE_PASS_LAYERS"] = str(decoder_layers)
     out = subprocess.run([exe, str(threads), precision, ",".join(map(str, rows)),
                           *[f"{n}:{k}" for n, k in shapes.values()]],
                          capture_output=True, text=True, check=True, env=env).stdout.split("\n")
     peak, peak8 = float(out[0].split()[1]), float(out[0].split()[2])
-    times = {}
+    times, passes = {}, {}
     for line in out[2:]:
-        if line.strip():
+        if line.startswith("pass "):
+            _, m, us, mb = line.split()
+            passes[int(m)] = float(us)
+        elif line.strip():
             n, k, m, us, gf = line.split()
             times[(int(n), int(k), int(m))] = (float(us), float(gf))
     amx = out[1].split()[1]
@@ -78,6 +87,9 @@ def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=No
         print(f"| {name} ({n} x {k}) | " + " | ".join(cells) + " |")
     print("| all five, against M=1 | " + " | ".join(f"{total[m]:.{1 if total[m] < 10 else 0}f} us, {total[m] / total[1]:.2f}x" for m in rows)
           + " |")
+    if passes:
+        print(f"| a decoder pass's products ({decoder_layers} layers, {mb} MB, one after another) | "
+              + " | ".join(f"{passes[m]:.0f} us, {passes[m] / passes[1]:.2f}x" for m in rows) + " |")
 
 
 def row_counts(text: str):
@@ -103,6 +115,9 @@ def main(argv=None) -> int:
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
     ap.add_argument("--amx-min-rows", type=int, default=None,
                     help="AMX targets: the fewest rows an int8 product runs on AMX tiles")
+    ap.add_argument("--decoder-layers", type=int, default=0,
+                    help="also time a decoder pass's products: this many layers of their own weights and the "
+                         "vocabulary, one after another, as a decode loop reads them")
     args = ap.parse_args(argv)
     C, F, V = args.dim, args.ffn or 4 * args.dim, args.vocab
     shapes = {"q+k+v": (3 * C, C), "out": (C, C), "fc1": (F, C), "fc2": (C, F), "vocab": (V, C)}
@@ -114,7 +129,7 @@ def main(argv=None) -> int:
         with cpu_load(args.load):
             for precision in args.precision:
                 for threads in args.threads:
-                    report(exe, precision, threads, rows, shapes, args.amx_min_rows)
+                    report(exe, precision, threads, rows, shapes, args.amx_min_rows, args.decoder_layers)
     return 0
 
 

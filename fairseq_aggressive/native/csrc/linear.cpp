@@ -1,6 +1,6 @@
-// The linear-layer kernels: weight packing, register tiles of up to 6 rows x
-// 8 panels, or 9 rows x 3 (float32 / float16 weights, and int8), and their split across the
-// pool's threads.  Written once over vec.h's VecF<PANEL> and Q8 types; the
+// The linear-layer kernels: register tiles of up to 6 rows x 8 panels, or 9
+// rows x 3 (float32 / float16 weights, and int8), and their split across the
+// pool's threads (the panels they read: linear_pack.cpp).  Written once over vec.h's VecF<PANEL> and Q8 types; the
 // target decides their width and instructions, never the result.  On AMX
 // builds int8 products of several rows go to linear_amx.cpp's tiles.
 #include "linear.h"
@@ -18,13 +18,6 @@ namespace fa {
 
 namespace {
 
-template <typename T>
-void pack_into(std::vector<T>& dst, const T* W, int n, int k, int P) {
-  dst.assign((size_t)P * k * PANEL, T(0));
-  for (int r = 0; r < n; ++r)
-    for (int c = 0; c < k; ++c) dst[((size_t)(r / PANEL) * k + c) * PANEL + r % PANEL] = W[(size_t)r * k + c];
-}
-
 // ------------------------------------------------------------ float tiles
 // H: the tile asks for weights ahead (Ahead); the tiles without never test for it
 template <int MR, int NR, typename WT, bool H>
@@ -34,15 +27,20 @@ void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = VP::zero();
   AheadCursor cursor(ahead);
+  StreamHints streams;
+  if (H && MR > 1 && !ahead.lines && ahead.end)
+    streams = StreamHints((const char*)panel, pstride * sizeof(WT), NR, K, PANEL * sizeof(WT), ahead.end);
   for (int k = 0; k < K; ++k) {
     VP w[NR];
+    const WT* cur = panel + (size_t)k * PANEL;
     if constexpr (H) {
       if (ahead.lines)
         cursor.step(K);
-      else if (MR > 1 && ahead.end)
-        ask_streams_at(panel, pstride * sizeof(WT), NR, k, K, PANEL * sizeof(WT), ahead.end);
+      else if (MR > 1)
+        streams.ask<PANEL * sizeof(WT)>(cur, pstride * sizeof(WT), NR, k);
     }
-    for (int j = 0; j < NR; ++j) w[j] = VP::load(panel + j * pstride + (size_t)k * PANEL);
+    for (int j = 0; j < NR; ++j)
+      w[j] = keeps_weights<MR, NR>() ? VP::load_kept(cur + j * pstride) : VP::load(cur + j * pstride);
     for (int i = 0; i < MR; ++i) {
       VP a = VP::bcast(x[(size_t)i * ldx + k]);
       for (int j = 0; j < NR; ++j) acc[i][j] = VP::fma(a, w[j], acc[i][j]);
@@ -211,15 +209,20 @@ void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstrid
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = Q8P::zero();
   AheadCursor cursor(ahead);
+  StreamHints streams;
+  if (H && MR > 1 && !ahead.lines && ahead.end)
+    streams = StreamHints((const char*)panel, pstride, NR, KG, Q8_GROUP * PANEL, ahead.end);
   for (int k = 0; k < KG; ++k) {
     typename Q8P::Weights w[NR];
+    const int8_t* cur = panel + (size_t)k * Q8_GROUP * PANEL;
     if constexpr (H) {
       if (ahead.lines)
         cursor.step(KG);
-      else if (MR > 1 && ahead.end)
-        ask_streams_at(panel, pstride, NR, k, KG, Q8_GROUP * PANEL, ahead.end);
+      else if (MR > 1)
+        streams.ask<Q8_GROUP * PANEL>(cur, pstride, NR, k);
     }
-    for (int j = 0; j < NR; ++j) w[j] = Q8P::load(panel + j * pstride + (size_t)k * Q8_GROUP * PANEL);
+    for (int j = 0; j < NR; ++j)
+      w[j] = keeps_weights<MR, NR>() ? Q8P::load_kept(cur + j * pstride) : Q8P::load(cur + j * pstride);
     for (int i = 0; i < MR; ++i) {
       const typename Q8P::Group a = Q8P::group(xq + (size_t)i * ldq + Q8_GROUP * k);
       for (int j = 0; j < NR; ++j) acc[i][j] = Q8P::madd(a, w[j], acc[i][j]);
@@ -295,62 +298,6 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
 
 }  // namespace
 
-// Float16 storage pays where one instruction widens a vector of halves (F16C);
-// the generic code would convert every weight of every pass in software, so
-// it widens them once here (the same float values, so the same results)
-#if defined(FA_ISA_AVX2) || defined(FA_ISA_AVX512)
-constexpr bool kHalfStorage = true;
-#else
-constexpr bool kHalfStorage = false;
-#endif
-
-void Linear::pack(const float* W, const uint16_t* Wh, const float* bias, int n, int k) {
-  std::vector<float> widened;
-  if (Wh != nullptr && !kHalfStorage) {
-    widened.resize((size_t)n * k);
-    for (size_t i = 0; i < widened.size(); ++i) widened[i] = half_to_float(Wh[i]);
-    W = widened.data();
-    Wh = nullptr;
-  }
-  N = n;
-  K = k;
-  P = (n + PANEL - 1) / PANEL;
-  q8 = false;
-  half = Wh != nullptr;
-  if (half) {
-    pack_into(wh, Wh, n, k, P);
-    w.clear();
-  } else {
-    pack_into(w, W, n, k, P);
-    wh.clear();
-  }
-  b.assign(n, 0.f);
-  if (bias) std::copy(bias, bias + n, b.begin());
-  has_bias = bias != nullptr;
-}
-
-void Linear::pack_q8(const int8_t* Wq, const float* scale, const float* bias, int n, int k) {
-  N = n;
-  K = k;
-  P = (n + PANEL - 1) / PANEL;
-  q8 = true;
-  half = false;
-  w.clear();
-  wh.clear();
-  wq.assign((size_t)P * KG() * PANEL * Q8_GROUP, 0);
-  wsum.assign((size_t)P * PANEL, 0);
-  for (int r = 0; r < n; ++r)
-    for (int c = 0; c < k; ++c) {
-      wq[q8_index(r, c)] = Wq[(size_t)r * k + c];
-      wsum[r] += Wq[(size_t)r * k + c];
-    }
-  ws.assign((size_t)P * PANEL, 0.f);
-  std::copy(scale, scale + n, ws.begin());
-  b.assign(n, 0.f);
-  if (bias) std::copy(bias, bias + n, b.begin());
-  has_bias = bias != nullptr;
-}
-
 void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
   if (L.q8)
     linear_q8(pool, L, x, ldx, M, y, ldy);
@@ -358,35 +305,6 @@ void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* 
     linear_t(pool, L, L.wh.data(), x, ldx, M, y, ldy);
   else
     linear_t(pool, L, L.w.data(), x, ldx, M, y, ldy);
-}
-
-void gather_rows(const Linear& src, const int32_t* ids, int n, Linear& dst) {
-  const int K = src.K;
-  std::vector<float> bias(n);
-  for (int i = 0; i < n; ++i) bias[i] = src.b[ids[i]];
-  const float* bp = src.has_bias ? bias.data() : nullptr;
-  if (src.q8) {
-    std::vector<int8_t> q((size_t)n * K);
-    std::vector<float> scale(n);
-    for (int i = 0; i < n; ++i) {
-      const int r = ids[i];
-      for (int c = 0; c < K; ++c) q[(size_t)i * K + c] = src.wq[src.q8_index(r, c)];
-      scale[i] = src.ws[r];
-    }
-    dst.pack_q8(q.data(), scale.data(), bp, n, K);
-  } else if (src.half) {
-    std::vector<uint16_t> wh((size_t)n * K);
-    for (int i = 0; i < n; ++i)
-      for (int c = 0; c < K; ++c)
-        wh[(size_t)i * K + c] = src.wh[((size_t)(ids[i] / PANEL) * K + c) * PANEL + ids[i] % PANEL];
-    dst.pack(nullptr, wh.data(), bp, n, K);
-  } else {
-    std::vector<float> w((size_t)n * K);
-    for (int i = 0; i < n; ++i)
-      for (int c = 0; c < K; ++c)
-        w[(size_t)i * K + c] = src.w[((size_t)(ids[i] / PANEL) * K + c) * PANEL + ids[i] % PANEL];
-    dst.pack(w.data(), nullptr, bp, n, K);
-  }
 }
 
 }  // namespace fa

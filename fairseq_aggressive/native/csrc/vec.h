@@ -11,6 +11,15 @@
 //   Q8<PANEL, Q8_GROUP>  int8 products: exact integer sums, so any grouping of
 //                  k gives the same sums
 //
+// load_kept (VecF<PANEL>, Q8): a weight vector loaded into a register of its
+// own, where a tile's rows all multiply by it.  GCC otherwise folds the load
+// into each row's multiply-add, so a tile of 2 or 3 rows loaded every weight
+// 2 or 3 times, and each of those multiply-adds waited on its own load of a
+// line still on its way from L3 or memory (on a 2-core Zen 4 guest, the int8
+// products of a d=512 decoder pass over 3 positions: 1.33x a one-row pass's
+// time with folded loads, 0.95-0.98x with kept ones).  Same values, so the
+// same results.
+//
 // Targets (the build passes one; see fairseq_aggressive/native/targets.py):
 //   FA_ISA_AVX512 [+ FA_VNNI]  vec_avx512.h over vec_avx.h: 16-lane panels,
 //                              int8 with vpdpbusd (VNNI) or vpmaddwd
@@ -147,5 +156,18 @@ using V8 = VecF<LANES>;
 using VP = VecF<PANEL>;
 using Q8P = Q8<PANEL, Q8_GROUP>;
 using Q8In = typename Q8Input<Q8_GROUP>::type;
+
+// The vector registers a linear tile's accumulators, weight vectors and
+// broadcast input share; a tile of MR rows x NR panels keeps its weight
+// vectors in registers (load_kept) where they fit beside its accumulators
+#if defined(FA_ISA_AVX512)
+constexpr int VECTOR_REGISTERS = 32;
+#else
+constexpr int VECTOR_REGISTERS = 16;
+#endif
+template <int MR, int NR>
+constexpr bool keeps_weights() {
+  return MR > 1 && MR * NR + NR + 1 <= VECTOR_REGISTERS;
+}
 
 }  // namespace fa

@@ -15,6 +15,13 @@ struct VecF<8> {
   static VecF zero() { return {_mm256_setzero_ps()}; }
   static VecF load(const float* p) { return {_mm256_loadu_ps(p)}; }
   static VecF load(const uint16_t* p) { return {_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p))}; }
+  // a load kept apart from the multiply-adds that use it (vec.h: load_kept)
+  static VecF load_kept(const float* p) {
+    __m256 r;
+    asm("vmovups %1, %0" : "=x"(r) : "m"(*(const __m256*)p));
+    return {r};
+  }
+  static VecF load_kept(const uint16_t* p) { return load(p); }  // a conversion: already its own instruction
   static VecF bcast(float a) { return {_mm256_set1_ps(a)}; }
   static VecF fma(VecF a, VecF b, VecF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
   static VecF add(VecF a, VecF b) { return {_mm256_add_ps(a.v, b.v)}; }
@@ -77,6 +84,7 @@ struct Q8<8, 2> {
   };
   static Acc zero() { return {_mm256_setzero_si256()}; }
   static Weights load(const int8_t* p) { return {_mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i*)p))}; }
+  static Weights load_kept(const int8_t* p) { return load(p); }  // a conversion: already its own instruction
   static Group group(const In* x) {
     int32_t pair;
     std::memcpy(&pair, x, 4);

@@ -21,6 +21,13 @@ struct VecF<16> {
   static VecF load(const uint16_t* p) {
     return {_mm512_maskz_cvtph_ps((__mmask16)0xffff, _mm256_loadu_si256((const __m256i*)p))};
   }
+  // a load kept apart from the multiply-adds that use it (vec.h: load_kept)
+  static VecF load_kept(const float* p) {
+    __m512 r;
+    asm("vmovups %1, %0" : "=v"(r) : "m"(*(const __m512*)p));
+    return {r};
+  }
+  static VecF load_kept(const uint16_t* p) { return load(p); }  // a conversion: already its own instruction
   static VecF bcast(float a) { return {_mm512_set1_ps(a)}; }
   static VecF fma(VecF a, VecF b, VecF c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
   static VecF add(VecF a, VecF b) { return {_mm512_add_ps(a.v, b.v)}; }
@@ -42,6 +49,7 @@ struct Q8<16, 2> {
   };
   static Acc zero() { return {_mm512_setzero_si512()}; }
   static Weights load(const int8_t* p) { return {_mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i*)p))}; }
+  static Weights load_kept(const int8_t* p) { return load(p); }  // a conversion: already its own instruction
   static Group group(const In* x) {
     int32_t pair;
     std::memcpy(&pair, x, 4);
@@ -69,6 +77,12 @@ struct Q8<16, 4> {
   };
   static Acc zero() { return {_mm512_setzero_si512()}; }
   static Weights load(const int8_t* p) { return {_mm512_loadu_si512((const void*)p)}; }
+  // a load kept apart from the multiply-adds that use it (vec.h: load_kept)
+  static Weights load_kept(const int8_t* p) {
+    __m512i r;
+    asm("vmovdqu64 %1, %0" : "=v"(r) : "m"(*(const __m512i*)p));
+    return {r};
+  }
   static Group group(const In* x) {
     int32_t quad;
     std::memcpy(&quad, x, 4);

@@ -16,6 +16,8 @@ struct VecF {
   static VecF zero() { VecF r; for (int i = 0; i < W; ++i) r.v[i] = 0.f; return r; }
   static VecF load(const float* p) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = p[i]; return r; }
   static VecF load(const uint16_t* p) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = half_to_float(p[i]); return r; }
+  template <typename T>
+  static VecF load_kept(const T* p) { return load(p); }
   static VecF bcast(float a) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a; return r; }
   static VecF fma(VecF a, VecF b, VecF c) {
     VecF r;
@@ -69,6 +71,7 @@ struct Q8 {
   };
   static Acc zero() { Acc r; for (int l = 0; l < W; ++l) r.v[l] = 0; return r; }
   static Weights load(const int8_t* p) { return {p}; }
+  static Weights load_kept(const int8_t* p) { return {p}; }
   static Group group(const In* x) { Group r; for (int h = 0; h < G; ++h) r.a[h] = x[h]; return r; }
   static Acc madd(Group a, Weights w, Acc acc) {
     for (int l = 0; l < W; ++l) {

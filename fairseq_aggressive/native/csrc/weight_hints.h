@@ -3,6 +3,7 @@
 // ask for each line.  Hints only: no result depends on them.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 namespace fa {
@@ -38,26 +39,44 @@ struct Ahead {
 // decoder stays in the caches, lost 6-7% with them, so each side asks only
 // beyond kPrefetchModelBytes (linear.h).  A hint only: no result changes.
 constexpr int kStreamAhead = 64;
-__attribute__((always_inline)) inline void ask_streams(const char* panel, size_t pstride, int NR, int line, int lines,
-                                                       const char* end) {
-  int ahead = line + kStreamAhead;
-  const char* base = panel;
-  while (ahead >= lines) {
-    ahead -= lines;
-    base += NR * pstride;
+// Where a tile's line kStreamAhead lines on lies, from the line it reads: a
+// constant distance while it stays in the tile's panels, another once it has
+// run into the next tile's, so each hint is one prefetch per panel at a fixed
+// distance from the weights just loaded (computing the line at each step cost
+// the loop as many instructions again as its multiply-adds).
+struct StreamHints {
+  ptrdiff_t off[2] = {0, 0};  // bytes from the line read to the line asked for
+  int switch_k = 0;           // the k step where off[1] takes over
+  int limit[2] = {0, 0};      // k steps below which off[0] / off[1] stay before the share's end
+  StreamHints() = default;
+  // nr panels of panel_bytes from panel, `step` bytes per k step, the thread's share ending at end
+  StreamHints(const char* panel, size_t panel_bytes, int nr, int steps, size_t step, const char* end) {
+    const ptrdiff_t pb = (ptrdiff_t)panel_bytes, ahead = (ptrdiff_t)kStreamAhead * 64;
+    const ptrdiff_t wraps = ahead / pb;  // whole panels the distance spans
+    const ptrdiff_t to_switch = (wraps + 1) * pb - ahead;
+    switch_k = (int)std::min<ptrdiff_t>(steps, (to_switch + (ptrdiff_t)step - 1) / (ptrdiff_t)step);
+    for (int h = 0; h < 2; ++h) {
+      off[h] = (wraps + h) * (nr - 1) * pb + ahead;
+      const ptrdiff_t room = end - panel - (ptrdiff_t)(nr - 1) * pb - off[h];
+      limit[h] = room <= 0 ? 0 : (int)std::min<ptrdiff_t>(steps, (room + (ptrdiff_t)step - 1) / (ptrdiff_t)step);
+    }
   }
-  for (int j = 0; j < NR; ++j) {
-    const char* p = base + j * pstride + (size_t)ahead * 64;
-    if (p < end) __builtin_prefetch(p, 0, 1);
+  // the first panel's line to ask for at k step k (cur: that panel's weights of
+  // the step, STEP bytes per step), once per cache line; null: none at this step
+  template <size_t STEP>
+  __attribute__((always_inline)) const char* line(const void* cur, int k) const {
+    constexpr int per_line = STEP >= 64 ? 1 : (int)(64 / STEP);
+    if (k % per_line != 0) return nullptr;
+    const int h = k >= switch_k;
+    return k < limit[h] ? static_cast<const char*>(cur) + off[h] : nullptr;
   }
-}
-// the same at k step k of `steps`, the panels holding `step` bytes per k step (16-64)
-__attribute__((always_inline)) inline void ask_streams_at(const void* panel, size_t pstride, int NR, int k, int steps,
-                                                          size_t step, const char* end) {
-  const int per_line = (int)(64 / step);
-  if (k % per_line == 0)
-    ask_streams(static_cast<const char*>(panel), pstride, NR, k / per_line, (steps + per_line - 1) / per_line, end);
-}
+  // asks for that line in each of the NR panels, pstride bytes apart
+  template <size_t STEP>
+  __attribute__((always_inline)) void ask(const void* cur, size_t pstride, int NR, int k) const {
+    if (const char* p = line<STEP>(cur, k))
+      for (int j = 0; j < NR; ++j) __builtin_prefetch(p + (size_t)j * pstride, 0, 1);
+  }
+};
 
 // Spreads a tile's slice over its k steps: a line whenever the steps so far
 // have earned one (lines / steps per step), without a division.  Inlined

@@ -22,6 +22,7 @@
 #include "../ops.h"
 #include "../parallel.h"
 #include "../stages.h"
+#include "../weight_hints.h"
 
 #pragma GCC visibility push(default)
 extern "C" {
@@ -99,12 +100,15 @@ void fa_set_eager_projection_bytes(void* mp, int64_t bytes) {
 
 // y (M x N) = x (M x K) W^T + b on a pool of `threads`, through the engine's
 // linear kernels: W float32 (kind 0), float16 bits (kind 1) or int8 with per
-// row scales (kind 2); bias may be null.  Returns 0, or -1 on an exception (the
+// row scales (kind 2), plus 4 for the tiles that ask for their weights ahead
+// (Linear::prefetch); bias may be null.  Returns 0, or -1 on an exception (the
 // message on stderr).
 int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, const float* scale,
                    const float* bias, const float* x, float* y) try {
   fa::Pool pool(threads);
   fa::Linear L;
+  L.prefetch = (kind & 4) != 0;  // kind + 4: the tiles that ask for weights ahead
+  kind &= 3;
   if (kind == 2)
     L.pack_q8(static_cast<const int8_t*>(W), scale, bias, N, K);
   else if (kind == 1)
@@ -115,6 +119,27 @@ int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, co
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fa_test_linear: %s\n", e.what());
+  return -1;
+}
+
+// The lines StreamHints asks for: a tile of nr panels of panel_bytes, `step`
+// bytes (16, 32 or 64) per k step over `steps` steps, its thread's share ending
+// end_offset bytes after the tile's first panel.  out[k] for each k step: the
+// offset from the first panel of the line asked for in it, or -1 for none.
+// Returns 0, or -1 for a step it has no instance for.
+int fa_test_stream_hints(int64_t panel_bytes, int nr, int steps, int step, int64_t end_offset, int64_t* out) try {
+  if (step != 16 && step != 32 && step != 64) return -1;
+  const std::vector<char> share((size_t)std::max<int64_t>(end_offset, (int64_t)steps * step) + 1);
+  const char* panel = share.data();
+  const fa::StreamHints h(panel, (size_t)panel_bytes, nr, steps, (size_t)step, panel + end_offset);
+  for (int k = 0; k < steps; ++k) {
+    const char* cur = panel + (size_t)k * step;
+    const char* p = step == 16 ? h.line<16>(cur, k) : step == 32 ? h.line<32>(cur, k) : h.line<64>(cur, k);
+    out[k] = p ? (int64_t)(p - panel) : -1;
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_test_stream_hints: %s\n", e.what());
   return -1;
 }
 
