@@ -1,8 +1,9 @@
 // The linear-layer kernels: register tiles of up to 6 rows x 8 panels, or 9
 // rows x 3 (float32 / float16 weights, and int8), and their split across the
-// pool's threads (the panels they read: linear_pack.cpp).  Written once over vec.h's VecF<PANEL> and Q8 types; the
-// target decides their width and instructions, never the result.  On AMX
-// builds int8 products of several rows go to linear_amx.cpp's tiles.
+// pool's threads (the panels they read: linear_pack.cpp).  Written once over
+// vec.h's VecF<PANEL> and Q8 types; the target decides their width and
+// instructions, never the result.  On AMX builds int8 products of several rows
+// go to linear_amx.cpp's tiles.
 #include "linear.h"
 
 #include <algorithm>
