@@ -412,16 +412,21 @@ def test_a_library_of_another_api_is_refused(monkeypatch):
 
 @needs_native
 @pytest.mark.parametrize("kind", ["float32", "float16", "int8"])
-def test_linear_rows_give_the_same_bits_in_any_block(kind):
+@pytest.mark.parametrize("isa", ["default", "generic-amx"])  # generic-amx: the 16-register tile shapes
+def test_linear_rows_give_the_same_bits_in_any_block(kind, isa):
     """The linear kernels split M rows into register tiles of up to 9 rows (one
-    block up to 9 with AVX-512, else blocks of at most 6) and outputs into
-    panels across threads: every row's outputs are the bits that row alone gets,
-    for every M, thread count and a width that ends in a partial panel, with
-    and without the tiles that ask for their weights ahead."""
+    block up to 9 with AVX-512, else blocks of at most 6, int8 in tiles of its
+    own shapes there) and outputs into panels across threads: every row's
+    outputs are the bits that row alone gets, for every M, thread count and a
+    width that ends in a partial panel, with and without the tiles that ask for
+    their weights ahead; on the default target and on the portable code's
+    16-register shapes (its int8 on the vector tiles, not the emulated AMX ones)."""
     import ctypes
     import numpy as np
 
-    lib = build.test_library()
+    lib = build.test_library(None if isa == "default" else isa)
+    # generic-amx: its int8 products on the vector tiles (the emulated AMX tiles: tests/test_amx.py)
+    previous = lib.fa_set_amx_min_rows(1000) if isa == "generic-amx" else None
     rng = np.random.default_rng(5)
     N, K = 203, 72  # 12 full 16-output panels and a partial one; K not a multiple of the int8 groups
     if kind == "int8":
@@ -442,12 +447,16 @@ def test_linear_rows_give_the_same_bits_in_any_block(kind):
         assert rc == 0
         return y
 
-    alone = np.concatenate([linear(x[i:i + 1], 1) for i in range(len(x))])
-    for ahead in (False, True):
-        for threads in (1, 2, 3):
-            for M in list(range(1, 21)) + [24]:
-                y = linear(x[:M], threads, ahead)
-                assert np.array_equal(y.view(np.uint32), alone[:M].view(np.uint32)), (kind, threads, M, ahead)
+    try:
+        alone = np.concatenate([linear(x[i:i + 1], 1) for i in range(len(x))])
+        for ahead in (False, True):
+            for threads in (1, 2, 3):
+                for M in list(range(1, 21)) + [24]:
+                    y = linear(x[:M], threads, ahead)
+                    assert np.array_equal(y.view(np.uint32), alone[:M].view(np.uint32)), (kind, threads, M, ahead)
+    finally:
+        if previous is not None:
+            lib.fa_set_amx_min_rows(previous)
     assert not np.array_equal(alone[0], alone[1])  # the rows differ: a mixed-up row would show
 
 

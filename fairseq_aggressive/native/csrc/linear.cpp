@@ -124,13 +124,21 @@ constexpr int kOneBlockRows = 6;
 // panels per tile for a row block of mr rows: mr x panels accumulators, the
 // panels' weight vectors and a broadcast input fill the vector registers (16 on
 // AVX2 and the generic layout: 8-12 accumulators; 32 with AVX-512: 16-24), so
-// each weight vector loaded feeds as many rows as the registers allow.  The
-// tiling never changes a result: each output sums over k in order.
-int panels_for(int mr) {
+// each weight vector loaded feeds as many rows as the registers allow.  int8
+// with 16 registers (q8): vpmaddwd does not accumulate, so each multiply-add
+// also needs a register for its products; a tile of 4 rows x 3 panels (12
+// sums, 3 weights, the input, the products: 17) spilled sums to the stack on
+// every k pair (linear_rate.py --isa avx2: 4 rows at 115 GOPS against 155 for
+// 5 rows x 2 panels).  The tiling never changes a result: each output sums
+// over k in order.
+int panels_for(int mr, bool q8) {
 #if defined(FA_ISA_AVX512)
   static const int t[kOneBlockRows + 1] = {0, 8, 8, 6, 5, 4, 4, 3, 3, 3};
+  (void)q8;
 #else
   static const int t[kOneBlockRows + 1] = {0, 8, 6, 4, 3, 2, 2};
+  static const int tq[kOneBlockRows + 1] = {0, 8, 4, 3, 2, 2, 2};
+  if (q8) return tq[mr];
 #endif
   return t[mr];
 }
@@ -142,10 +150,11 @@ int panels_for(int mr) {
 // computes rows [m0, m0 + mr) of panels [p, p + cnt) and asks for the weights
 // `ahead` names.  weights: the layer's packed weights, panel_bytes apart.
 template <typename TileCall>
-void for_tiles(Pool& pool, const Linear& L, int M, const void* weights, size_t panel_bytes, const TileCall& tile) {
+void for_tiles(Pool& pool, const Linear& L, int M, const void* weights, size_t panel_bytes, bool q8,
+               const TileCall& tile) {
   if (M <= 0) return;
   const int nb = M <= kOneBlockRows ? 1 : (M + 5) / 6;
-  const int group = panels_for((M + nb - 1) / nb);  // the largest block's
+  const int group = panels_for((M + nb - 1) / nb, q8);  // the largest block's
   const int n_groups = (L.P + group - 1) / group;
   const int chunks = product_chunks(pool, L, M, n_groups);
   auto body = [&](int c) {
@@ -160,13 +169,13 @@ void for_tiles(Pool& pool, const Linear& L, int M, const void* weights, size_t p
                                  : 0;
       int calls = 0;
       for (int bi = 0; next_lines && bi < nb; ++bi) {
-        const int nr = std::min(np, panels_for((M * (bi + 1)) / nb - (M * bi) / nb));
+        const int nr = std::min(np, panels_for((M * (bi + 1)) / nb - (M * bi) / nb, q8));
         calls += (np + nr - 1) / nr;
       }
       const char* next = static_cast<const char*>(weights) + (size_t)(p0 + np) * panel_bytes;
       for (int bi = 0, m0 = 0, t = 0; bi < nb; ++bi) {
         const int mr = (M * (bi + 1)) / nb - (M * bi) / nb;
-        const int nr = std::min(np, panels_for(mr));
+        const int nr = std::min(np, panels_for(mr, q8));
         for (int pp = 0; pp < np; pp += nr, ++t) {
           Ahead a;
           if (nb == 1 && L.prefetch) a.end = static_cast<const char*>(weights) + (size_t)p_end * panel_bytes;
@@ -187,7 +196,7 @@ void for_tiles(Pool& pool, const Linear& L, int M, const void* weights, size_t p
 template <typename WT>
 void linear_t(Pool& pool, const Linear& L, const WT* weights, const float* x, int ldx, int M, float* y, int ldy) {
   const size_t pstride = (size_t)L.K * PANEL;
-  for_tiles(pool, L, M, weights, pstride * sizeof(WT), [&](int mr, int m0, int p, int cnt, Ahead ahead) {
+  for_tiles(pool, L, M, weights, pstride * sizeof(WT), false, [&](int mr, int m0, int p, int cnt, Ahead ahead) {
     tile_fn<WT>(mr, cnt, L.prefetch)(x + (size_t)m0 * ldx, ldx, L.K, weights + (size_t)p * pstride, pstride,
                          y + (size_t)m0 * ldy, ldy, p * PANEL, L.N, L.b.data(), L.has_bias, ahead);
   });
@@ -290,7 +299,7 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
   if (M >= amx_min_rows() && amx::state() == 1) return linear_q8_amx(pool, L, q, ldq, s, M, y, ldy);
 #endif
   const size_t pstride = (size_t)KG * Q8_GROUP * PANEL;
-  for_tiles(pool, L, M, L.wq.data(), pstride, [&](int mr, int m0, int p, int cnt, Ahead ahead) {
+  for_tiles(pool, L, M, L.wq.data(), pstride, true, [&](int mr, int m0, int p, int cnt, Ahead ahead) {
     tile_q8_fn(mr, cnt, L.prefetch)(q + (size_t)m0 * ldq, ldq, KG, L.wq.data() + (size_t)p * pstride, pstride, s + m0,
                         y + (size_t)m0 * ldy, ldy, p * PANEL, L.N, L.ws.data(), L.wsum.data(), L.b.data(),
                         L.has_bias, ahead);
