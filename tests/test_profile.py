@@ -112,7 +112,8 @@ def test_linear_rate():
         pytest.skip(NATIVE_REASON)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
                            "--dim", "64", "--ffn", "96", "--vocab", "300", "--rows", "3,7", "--threads", "1",
-                           "--precision", "float32", "int8"], capture_output=True, text=True, timeout=600)
+                           "--precision", "float32", "int8", "--decoder-layers", "2"], capture_output=True, text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for precision in ("float32", "int8"):
@@ -129,6 +130,15 @@ def test_linear_rate():
             cells = r[3].split(" | ")
             assert len(cells) == 3 and cells[0].endswith(", 1.00x"), out  # M = 1, 3, 7
             assert all(float(c.split(" us")[0]) > 0 for c in cells), out
+        # --decoder-layers 2: a whole pass's products (2 x 6 layer products and the vocabulary)
+        whole = re.search(r"^\| a decoder pass's products \(2 layers, ([\d.]+) MB, one after another\) \| (.*) \|$",
+                          block, re.M)
+        assert whole, out
+        cells = whole.group(2).split(" | ")
+        assert len(cells) == 3 and cells[0].endswith(", 1.00x") and all(float(c.split(" us")[0]) > 0 for c in cells)
+        weights = 2 * (192 * 64 + 3 * 64 * 64 + 96 * 64 + 64 * 96) + 300 * 64  # without one "out": 0.82 of it
+        per_value = 4 if precision == "float32" else 1  # bytes per weight (int8's scales and sums: a few %)
+        assert 1.0 <= float(whole.group(1)) / (weights * per_value / 1e6) < 1.1, out
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
                           "--rows", "1,x"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "row counts >= 1" in bad.stderr, bad.stderr

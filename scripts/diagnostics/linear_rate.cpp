@@ -9,9 +9,10 @@
 // shape and M: "N K M us GFLOPS" (int8: 2 operations per product), the median
 // of 7 timed rounds, each repeated to take about 20 ms.  The weights are the
 // same for every call, so they stay in the caches as far as their size allows.
-// With LINEAR_RATE_PASS_LAYERS=L and the five shapes of linear_rate.py (q+k+v,
-// out, fc1, fc2, vocab), also "pass M us MB": the products of a decoder pass of
-// L layers over M rows, each layer its own weights (MB in all).
+// With LINEAR_RATE_PASS="L;I,I,...;J,..." (indices of the N:K arguments: each
+// layer's products in order, then those made once), also "pass M us MB": the
+// products of a decoder pass of L layers over M rows, each layer its own
+// weights (MB in all).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -157,17 +158,32 @@ int main(int argc, char** argv) {
       std::printf("%d %d %d %.2f %.1f\n", N, K, M, t[3] * 1e6, flops / t[3] / 1e9);
     }
   }
-  // A decoder pass's products: LINEAR_RATE_PASS_LAYERS layers of their own
-  // weights (q+k+v, then out three times: self-attention's output,
-  // encoder-attention's query and output; fc1, fc2), then the vocabulary,
-  // as a pass reads them (the weights cycle through the caches as in a
-  // decode loop); the row counts alternate within each round
-  const int layers = std::getenv("LINEAR_RATE_PASS_LAYERS") ? std::atoi(std::getenv("LINEAR_RATE_PASS_LAYERS")) : 0;
-  if (layers > 0 && argc == 9) {
-    std::vector<fa::Linear> pass;
+  // A decoder pass's products, as LINEAR_RATE_PASS="LAYERS;I,I,...;J,..." names them: LAYERS
+  // layers of their own weights, each the shapes I (0: the first N:K argument) in order, then
+  // the shapes J once (the vocabulary); read as a pass reads them (the weights cycle through
+  // the caches as in a decode loop); the row counts alternate within each round
+  std::vector<fa::Linear> pass;
+  if (const char* spec = std::getenv("LINEAR_RATE_PASS")) {
+    const int layers = std::atoi(spec);
+    const char* per_layer = std::strchr(spec, ';');
+    const char* once = per_layer ? std::strchr(per_layer + 1, ';') : nullptr;
+    if (layers <= 0 || !once) {
+      std::fprintf(stderr, "LINEAR_RATE_PASS: LAYERS;I,I,...;J,... (got %s)\n", spec);
+      return 2;
+    }
+    const std::vector<int> each = parse_list(per_layer + 1), last = parse_list(once + 1);
+    std::vector<int> all(each);
+    all.insert(all.end(), last.begin(), last.end());
+    for (int i : all)
+      if (i < 0 || i >= argc - 4) {
+        std::fprintf(stderr, "LINEAR_RATE_PASS: no shape %d (%d given)\n", i, argc - 4);
+        return 2;
+      }
     for (int l = 0; l < layers; ++l)
-      for (int a : {4, 5, 5, 5, 6, 7}) pass.push_back(make(argv[a]));
-    pass.push_back(make(argv[8]));
+      for (int i : each) pass.push_back(make(argv[4 + i]));
+    for (int j : last) pass.push_back(make(argv[4 + j]));
+  }
+  if (!pass.empty()) {
     size_t bytes = 0, widest = 0;
     for (const auto& L : pass) {
       bytes += L.bytes();
@@ -190,7 +206,7 @@ int main(int argc, char** argv) {
       }
     for (size_t i = 0; i < Ms.size(); ++i) {
       std::sort(t[i].begin(), t[i].end());
-      std::printf("pass %d %.2f %.1f\n", Ms[i], t[i][7] * 1e6, bytes / 1e6);
+      std::printf("pass %d %.2f %.4g\n", Ms[i], t[i][7] * 1e6, bytes / 1e6);
     }
   }
   return 0;

@@ -55,8 +55,11 @@ def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=No
     env = dict(os.environ)
     if amx_min_rows is not None:
         env["LINEAR_RATE_AMX_MIN_ROWS"] = str(amx_min_rows)
-    if decoder_layers:
-        env["LINEAR_RATE_PASS_LAYERS"] = str(decoder_layers)
+    if decoder_layers:  # each layer: q+k+v, out three times (self-attention's output, encoder-attention's
+        # query and output), fc1, fc2; then the vocabulary
+        names = list(shapes)
+        layer = ",".join(str(names.index(n)) for n in ("q+k+v", "out", "out", "out", "fc1", "fc2"))
+        env["LINEAR_RATE_PASS"] = f"{decoder_layers};{layer};{names.index('vocab')}"
     out = subprocess.run([exe, str(threads), precision, ",".join(map(str, rows)),
                           *[f"{n}:{k}" for n, k in shapes.values()]],
                          capture_output=True, text=True, check=True, env=env).stdout.split("\n")
@@ -88,7 +91,7 @@ def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=No
     print("| all five, against M=1 | " + " | ".join(f"{total[m]:.{1 if total[m] < 10 else 0}f} us, {total[m] / total[1]:.2f}x" for m in rows)
           + " |")
     if passes:
-        print(f"| a decoder pass's products ({decoder_layers} layers, {mb} MB, one after another) | "
+        print(f"| a decoder pass's products ({decoder_layers} layers, {float(mb):.3g} MB, one after another) | "
               + " | ".join(f"{passes[m]:.0f} us, {passes[m] / passes[1]:.2f}x" for m in rows) + " |")
 
 
