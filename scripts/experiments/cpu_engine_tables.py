@@ -203,7 +203,6 @@ def main(argv=None):
         summary(out)
         return 0
     env = dict(os.environ, **(AVX2_ENV if args.avx2_only else {}))
-    sys.path.insert(0, str(ROOT))
     from fairseq_aggressive.native import build
     from fairseq_aggressive.native.machine import describe_machine, machine_info
 
