@@ -1,7 +1,9 @@
 """Shared steps of the data preparation scripts (scripts/data/prepare_*.py).
 
 Moses tokenization (sacremoses), joint BPE (subword-nmt), binarization
-(fairseq-preprocess with a joined dictionary) and plain-text file helpers.
+(fairseq-preprocess with a joined dictionary), plain-text file helpers, and
+the path of a console script of this environment (the scripts that run
+fairseq-train, fairseq-generate or the benchmark use it too).
 The scripts import it as::
 
     from fairseq_aggressive.data_prep import common as prep_common
@@ -38,6 +40,13 @@ def require(module, hint):
 
 # --------------------------------------------------------------------------
 # Text files
+
+
+def console_script(name):
+    """A console script of this environment (fairseq-train, fairseq-aggressive-bench ...): the
+    one beside this Python, even when its folder is not on PATH, else the PATH's."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else name
 
 
 def read_lines(path):

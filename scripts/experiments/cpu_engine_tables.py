@@ -39,7 +39,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
 # name, checkpoint ({work}: --work), sentences of the test set
 MODELS = [("3x2", "models/uagec-3x2/model.pt", 600), ("9x3", "models/uagec-9x3/model.pt", 600),
@@ -55,22 +54,18 @@ PARTS = ("ct2", "exact", "workers", "pass", "amx")
 AVX2_ENV = {"FAIRSEQ_AGGRESSIVE_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "CT2_FORCE_CPU_ISA": "AVX2"}
 
 
-def tool(name):
-    """A console script of this environment (fairseq-aggressive-bench), else the PATH's."""
-    p = BIN / name
-    return str(p) if p.exists() else name
-
-
 def runs(args, work: Path, out: Path, amx: bool):
-    """(name, argv, writes_json) of every run the options select, in order."""
-    bench, py = tool("fairseq-aggressive-bench"), sys.executable
+    """(name, argv) of every run the options select, in order."""
+    from fairseq_aggressive.data_prep.common import console_script
+
+    bench, py = console_script("fairseq-aggressive-bench"), sys.executable
     data = str(work / "uagec" / "bin")
     models = [(n, c.format(work=work), max(1, round(s * args.sentences_scale))) for n, c, s in MODELS
               if n in args.models]
 
     def bench_run(name, ckpt, sentences, *extra):
         return (name, [bench, data, "--path", ckpt, *COMMON, "--bench-max-sentences", str(sentences), *extra,
-                       "--bench-json", str(out / f"{name}.json")], True)
+                       "--bench-json", str(out / f"{name}.json")])
 
     if "ct2" in args.parts:
         for n, ckpt, s in models:
@@ -92,12 +87,12 @@ def runs(args, work: Path, out: Path, amx: bool):
             yield (f"pass-d512-{p}", [py, str(ROOT / "scripts" / "diagnostics" / "pass_cost.py"), data, "--path",
                                       str(work / "wide" / "d512.pt"), "--sentences",
                                       str(max(1, round(60 * args.sentences_scale))), "--threads", "1", "--positions",
-                                      "1,2,3,4,5,6,8", "--prefix", "8", "--precision", p, "--rounds", "3"], False)
+                                      "1,2,3,4,5,6,8", "--prefix", "8", "--precision", p, "--rounds", "3"])
     if "amx" in args.parts and amx:
         rate = [py, str(ROOT / "scripts" / "diagnostics" / "linear_rate.py"), "--isa", "avx512amx", "--precision",
                 "int8", "--dim", "512", "--rows", "1,2,3,4,5,6,8,9,12,16", "--threads", "1", "2"]
-        yield ("amx-rate-tiles", rate + ["--amx-min-rows", "1"], False)
-        yield ("amx-rate-vectors", rate + ["--amx-min-rows", "99"], False)
+        yield ("amx-rate-tiles", rate + ["--amx-min-rows", "1"])
+        yield ("amx-rate-vectors", rate + ["--amx-min-rows", "99"])
         for n, ckpt, s in models:
             if n in ("d512", "d1024"):
                 for load in args.loads:
@@ -215,7 +210,7 @@ def main(argv=None):
     if not prepare(work, args, env):
         return 1
     failed = []
-    for name, argv_, _ in runs(args, work, out, amx):
+    for name, argv_ in runs(args, work, out, amx):
         if (out / f"{name}.txt").exists():
             print(f"(done: {out / name}.txt)")
             continue

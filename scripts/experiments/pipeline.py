@@ -171,8 +171,8 @@ class Pipeline:
 
     def tool(self, name):
         """A console script of this environment (the venv's, even when not on PATH)."""
-        local = Path(sys.executable).parent / name
-        return str(local) if local.exists() else name
+        from fairseq_aggressive.data_prep.common import console_script
+        return console_script(name)
 
     # ---------------------------------------------------------------- steps
     def prepare(self):
