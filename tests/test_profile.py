@@ -142,3 +142,27 @@ def test_linear_rate():
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
                           "--rows", "1,x"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "row counts >= 1" in bad.stderr, bad.stderr
+
+
+def test_product_pieces(trained):
+    """scripts/diagnostics/product_pieces.py: one engine whose shared products are cut into
+    1 and 3 pieces per thread, sentence by sentence; every setting gives the same bits."""
+    from helpers import NATIVE_REASON
+
+    if NATIVE_REASON is not None:
+        pytest.skip(NATIVE_REASON)
+    data, ckpt = trained
+    script = os.path.join(ROOT, "scripts", "diagnostics", "product_pieces.py")
+    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--sentences", "6",
+                           "--threads", "2", "--rounds", "1", "--pieces", "1", "3"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = re.findall(r"^(greedy|iad|encoder): 1 per thread ([\d.]+) ms \(1\.000x the time of 1\), 3 per thread "
+                       r"([\d.]+) ms \(([\d.]+)x the time of 1\); the same bits in (\d+)/(\d+) sentences$",
+                       proc.stdout, re.M)
+    assert [f[0] for f in found] == ["greedy", "iad", "encoder"], proc.stdout
+    for _, one, three, _, same, total in found:
+        assert float(one) > 0 and float(three) > 0 and same == total == "6", proc.stdout
+    bad = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--pieces", "0"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--pieces" in bad.stderr, bad.stderr[-2000:]

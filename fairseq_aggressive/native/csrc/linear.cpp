@@ -7,6 +7,7 @@
 #include "linear.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -307,6 +308,14 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
 }
 
 }  // namespace
+
+#if defined(FA_TEST_HOOKS)
+namespace {
+std::atomic<int> g_product_pieces{1};
+}
+int product_pieces() { return g_product_pieces.load(std::memory_order_relaxed); }
+void set_product_pieces(int pieces) { g_product_pieces.store(std::max(pieces, 1), std::memory_order_relaxed); }
+#endif
 
 void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
   if (L.q8)

@@ -63,11 +63,30 @@ inline void q8_outputs(const int32_t* sums, size_t rstride, size_t pstride, int 
     }
 }
 
+// Pieces per thread of a shared product: one.  The pool hands out items in
+// claim order, so with one piece per thread the caller takes the first and a
+// worker the second in nearly every call, and each thread keeps reading the
+// same panels (their weights stay in its core's caches); with more pieces the
+// threads' shares change from call to call, each claim is a round trip of the
+// pool's word between the cores, and a core reads panels the other core read
+// last.  On a 2-core Zen 4 EPYC guest, both in one process, sentences
+// alternating (scripts/diagnostics/product_pieces.py): int8 decodes with one
+// piece per thread 0-8% faster than with four (9+3 and d=512, quiet; beside
+// two busy processes within the runs' spread), a d=512 layer's products of 25
+// rows 5-20% (linear_rate.py).  The test library can change it
+// (fa_set_product_pieces); results never depend on it.
+#if defined(FA_TEST_HOOKS)
+int product_pieces();
+void set_product_pieces(int pieces);
+#else
+constexpr int product_pieces() { return 1; }
+#endif
+
 // The pieces an M-row product over n_groups groups of output panels is cut
 // into for the pool: one where the product is too small to share
 inline int product_chunks(const Pool& pool, const Linear& L, int M, int n_groups) {
   const double flops = 2.0 * M * L.N * L.K;
-  return (pool.size() > 1 && flops > 4e5) ? std::min(n_groups, pool.size() * 4) : 1;
+  return (pool.size() > 1 && flops > 4e5) ? std::min(n_groups, pool.size() * product_pieces()) : 1;
 }
 
 #if defined(FA_AMX)

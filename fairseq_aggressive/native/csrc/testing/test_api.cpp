@@ -199,6 +199,14 @@ int fa_stage_times(int64_t* ns, int n, int reset) {
   return count;
 }
 
+// Test hook: pieces per thread of a shared product (process-wide; results
+// never depend on it).  Returns the previous value.
+int fa_set_product_pieces(int pieces) {
+  const int previous = fa::product_pieces();
+  fa::set_product_pieces(pieces);
+  return previous;
+}
+
 // Test hook: the fewest rows an int8 product runs on AMX tiles (process-wide;
 // results never depend on it).  Returns the previous value, or -1 in a build
 // without AMX tiles.

@@ -1,0 +1,122 @@
+#!/usr/bin/env python
+"""How many pieces per thread the engine's shared products are cut into,
+compared in one process: the engine's test library (whose pieces per thread
+can change between calls), each sentence decoded with every setting in turn
+(the order rotating from sentence to sentence), greedy and IAD (the engine's
+loops) and the encoder alone.
+
+    python scripts/diagnostics/product_pieces.py DATA-BIN --path CKPT [--pieces 1 2 4]
+        [--sentences 100] [--threads 2] [--precision float32|int8] [--rounds 2] [--load N] [--subset test]
+
+Prints ms per sentence of each setting, its ratio to the first, and in how
+many sentences every setting gave the same bits (tokens and positional
+scores; the encoder: its output).  The engine's own builds use one piece per
+thread (csrc/linear_int8.h says why); the test library is slower than them by
+its stage timers, alike for every setting.  One engine and one pool serve
+every setting, so host noise that drifts over minutes falls on all of them
+alike.  ``--load N`` runs it beside N CPU-bound processes.
+"""
+import argparse
+import sys
+import time
+
+import torch
+
+from fairseq_aggressive.bench.load import cpu_load
+from fairseq_aggressive.diagnostics.loading import load_model_and_samples
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("data")
+    ap.add_argument("--path", required=True)
+    ap.add_argument("--pieces", type=int, nargs="+", default=[1, 4], help="settings to compare (each >= 1)")
+    ap.add_argument("--subset", default="test")
+    ap.add_argument("--sentences", type=int, default=100)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=["float32", "int8"], default="int8")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
+    a = ap.parse_args(argv)
+    if min(a.pieces) < 1 or len(set(a.pieces)) != len(a.pieces):
+        ap.error("--pieces: distinct values >= 1")
+
+    from fairseq_aggressive.native import build, engine
+    from fairseq_aggressive.native.build import NativeUnavailable
+
+    try:
+        lib = build.test_library()
+    except NativeUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(a.threads)
+    model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences,
+                                                  precision=a.precision, task="aggressive_translation")
+    from fairseq_aggressive.drafters import InputCopyDrafter
+    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.native.machine import describe_machine, machine_info
+
+    d = task.target_dictionary
+    default_library = engine.library
+    try:
+        engine.library = lambda isa=None: lib
+        gens = {mode: AggressiveGenerator([model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2,
+                                          max_len_b=10, max_draft_len=draft, engine="native",
+                                          native_threads=a.threads)
+                for mode, draft in (("greedy", 0), ("iad", None))}
+    finally:
+        engine.library = default_library
+    eng = gens["greedy"].verifier.engine
+    if eng.lib._name != lib._name:
+        print(f"error: the engines run {eng.lib._name}, not the test library", file=sys.stderr)
+        return 2
+    print(f"machine: {describe_machine(machine_info())}; {a.threads} threads; {a.precision}; "
+          f"{a.load} CPU-bound processes beside it; library: {lib._name}")
+
+    def decode(g, s):
+        t0 = time.perf_counter()
+        h = g.generate([model], s)[0][0]
+        return time.perf_counter() - t0, (tuple(h["tokens"].tolist()), h["positional_scores"].numpy().tobytes())
+
+    def encode(s):
+        src = s["net_input"]["src_tokens"]
+        t0 = time.perf_counter()
+        batch = eng.begin(src, int(src.size(1) * 1.2) + 10)
+        return time.perf_counter() - t0, batch.encoder_out()["encoder_out"][0].numpy().tobytes()
+
+    runs = {"greedy": lambda s: decode(gens["greedy"], s), "iad": lambda s: decode(gens["iad"], s),
+            "encoder": encode}
+    spent = {(k, p): 0.0 for k in runs for p in a.pieces}
+    outs = {(k, i): set() for k in runs for i in range(len(samples))}
+    previous = lib.fa_set_product_pieces(a.pieces[0])
+    try:
+        with cpu_load(a.load):
+            for s in samples[:5]:  # warm-up
+                for p in a.pieces:
+                    lib.fa_set_product_pieces(p)
+                    for run in runs.values():
+                        run(s)
+            for rnd in range(a.rounds):
+                for i, s in enumerate(samples):
+                    j = (i + rnd) % len(a.pieces)  # no setting always runs first
+                    for p in a.pieces[j:] + a.pieces[:j]:
+                        lib.fa_set_product_pieces(p)
+                        for k, run in runs.items():
+                            dt, out = run(s)
+                            spent[(k, p)] += dt
+                            outs[(k, i)].add(out)
+    finally:
+        lib.fa_set_product_pieces(previous)
+    n = a.rounds * len(samples)
+    first = a.pieces[0]
+    for k in runs:
+        same = sum(len(outs[(k, i)]) == 1 for i in range(len(samples)))
+        cells = ", ".join(f"{p} per thread {1000 * spent[(k, p)] / n:.3f} ms "
+                          f"({spent[(k, p)] / spent[(k, first)]:.3f}x the time of {first})" for p in a.pieces)
+        print(f"{k}: {cells}; the same bits in {same}/{len(samples)} sentences")
+    print(f"pool: {eng.pool_stats()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
