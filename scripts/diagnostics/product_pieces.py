@@ -2,8 +2,8 @@
 """How many pieces per thread the engine's shared products are cut into,
 compared in one process: the engine's test library (whose pieces per thread
 can change between calls), each sentence decoded with every setting in turn
-(the order rotating from sentence to sentence), greedy and IAD (the engine's
-loops) and the encoder alone.
+(the order rotating from sentence to sentence): greedy, then IAD (the engine's
+loops), then the encoder alone.
 
     python scripts/diagnostics/product_pieces.py DATA-BIN --path CKPT [--pieces 1 2 4]
         [--sentences 100] [--threads 2] [--precision float32|int8] [--rounds 2] [--load N] [--subset test]
@@ -96,12 +96,12 @@ def main(argv=None) -> int:
                     lib.fa_set_product_pieces(p)
                     for run in runs.values():
                         run(s)
-            for rnd in range(a.rounds):
-                for i, s in enumerate(samples):
-                    j = (i + rnd) % len(a.pieces)  # no setting always runs first
-                    for p in a.pieces[j:] + a.pieces[:j]:
-                        lib.fa_set_product_pieces(p)
-                        for k, run in runs.items():
+            for k, run in runs.items():  # one mode at a time: the other engine's pool stays asleep
+                for rnd in range(a.rounds):
+                    for i, s in enumerate(samples):
+                        j = (i + rnd) % len(a.pieces)  # no setting always runs first
+                        for p in a.pieces[j:] + a.pieces[:j]:
+                            lib.fa_set_product_pieces(p)
                             dt, out = run(s)
                             spent[(k, p)] += dt
                             outs[(k, i)].add(out)
@@ -114,7 +114,10 @@ def main(argv=None) -> int:
         cells = ", ".join(f"{p} per thread {1000 * spent[(k, p)] / n:.3f} ms "
                           f"({spent[(k, p)] / spent[(k, first)]:.3f}x the time of {first})" for p in a.pieces)
         print(f"{k}: {cells}; the same bits in {same}/{len(samples)} sentences")
-    print(f"pool: {eng.pool_stats()}")
+    for mode, g in gens.items():
+        st = g.verifier.engine.pool_stats()
+        print(f"{mode}'s engine: {st['parallel']} of {st['calls']} calls of several items shared with the workers, "
+              f"{st['stalls']} stalls")
     return 0
 
 

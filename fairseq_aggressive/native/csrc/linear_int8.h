@@ -71,9 +71,9 @@ inline void q8_outputs(const int32_t* sums, size_t rstride, size_t pstride, int 
 // pool's word between the cores, and a core reads panels the other core read
 // last.  On a 2-core Zen 4 EPYC guest, both in one process, sentences
 // alternating (scripts/diagnostics/product_pieces.py): int8 decodes with one
-// piece per thread 0-8% faster than with four (9+3 and d=512, quiet; beside
-// two busy processes within the runs' spread), a d=512 layer's products of 25
-// rows 5-20% (linear_rate.py).  The test library can change it
+// piece per thread up to 6% faster than with four (9+3 and d=512, quiet;
+// under load the pool shares few calls), a d=512 layer's products of 25 rows
+// 5-20% (linear_rate).  The test library can change it
 // (fa_set_product_pieces); results never depend on it.
 #if defined(FA_TEST_HOOKS)
 int product_pieces();
