@@ -27,11 +27,11 @@ against itself): each side's idle workers may take turns with the other's.
 """
 import argparse
 import sys
-import time
 
 import torch
 
 from fairseq_aggressive.bench.load import cpu_load
+from fairseq_aggressive.diagnostics.engine_runs import add_run_options
 from fairseq_aggressive.diagnostics.loading import load_model_and_samples
 
 
@@ -42,15 +42,10 @@ def main(argv=None) -> int:
     ap.add_argument("--other", required=True, help="the other build's engine library file")
     ap.add_argument("--this", dest="this", default=None,
                     help="this side's engine library file (default: the one this checkout loads)")
-    ap.add_argument("--subset", default="test")
-    ap.add_argument("--sentences", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--precision", choices=["float32", "int8"], default="float32")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
+    add_run_options(ap, precision="float32", rounds=3)
     a = ap.parse_args(argv)
 
-    from fairseq_aggressive.native import build, engine
+    from fairseq_aggressive.native import build
     from fairseq_aggressive.native.build import NativeUnavailable
 
     try:
@@ -61,22 +56,11 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences,
                                                   precision=a.precision, task="aggressive_translation")
-    from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.diagnostics.engine_runs import decode_run, encode_run, generators_on
     from fairseq_aggressive.native.machine import describe_machine, machine_info
 
-    d = task.target_dictionary
-    gens = {}
-    default_library = engine.library
-    try:
-        for side, lib in libs.items():
-            engine.library = lambda isa=None, lib=lib: lib
-            for mode, draft in (("greedy", 0), ("iad", None)):
-                gens[(mode, side)] = AggressiveGenerator(
-                    [model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2, max_len_b=10,
-                    max_draft_len=draft, engine="native", native_threads=a.threads)
-    finally:
-        engine.library = default_library
+    gens = {(mode, side): g for side, lib in libs.items()
+            for mode, g in generators_on(lib, model, task, a.threads).items()}
     ran = {side: {g.verifier.engine.lib._name for (_, s), g in gens.items() if s == side} for side in libs}
     if ran["this"] & ran["other"]:
         print(f"error: both sides run {sorted(ran['this'] & ran['other'])}: nothing to compare", file=sys.stderr)
@@ -86,24 +70,8 @@ def main(argv=None) -> int:
     for side in libs:
         print(f"{side} side's engines run: {', '.join(sorted(ran[side]))}")
 
-    def decode(g):
-        def run(s):
-            t0 = time.perf_counter()
-            h = g.generate([model], s)[0][0]
-            return time.perf_counter() - t0, (h["tokens"].tolist(), h["positional_scores"].numpy().tobytes())
-        return run
-
-    def encode(eng):  # the encoder alone (with the decoder's keys and values of the source)
-        def run(s):
-            src = s["net_input"]["src_tokens"]
-            t0 = time.perf_counter()
-            batch = eng.begin(src, int(src.size(1) * 1.2) + 10)
-            dt = time.perf_counter() - t0
-            return dt, batch.encoder_out()["encoder_out"][0].numpy().tobytes()
-        return run
-
-    runs = {k: decode(g) for k, g in gens.items()}
-    runs.update({("encoder", side): encode(gens[("greedy", side)].verifier.engine) for side in libs})
+    runs = {k: decode_run(g, model) for k, g in gens.items()}
+    runs.update({("encoder", side): encode_run(gens[("greedy", side)].verifier.engine) for side in libs})
     spent = {k: 0.0 for k in runs}
     outs = {k: [] for k in runs}
     with cpu_load(a.load):

@@ -12,17 +12,16 @@ Prints ms per sentence of each setting, its ratio to the first, and in how
 many sentences every setting gave the same bits (tokens and positional
 scores; the encoder: its output).  The engine's own builds use one piece per
 thread (csrc/linear_int8.h says why); the test library is slower than them by
-its stage timers, alike for every setting.  One engine and one pool serve
-every setting, so host noise that drifts over minutes falls on all of them
-alike.  ``--load N`` runs it beside N CPU-bound processes.
+its stage timers, alike for every setting.  The same engines serve every
+setting, so host noise that drifts over minutes falls on all of them alike.  ``--load N`` runs it beside N CPU-bound processes.
 """
 import argparse
 import sys
-import time
 
 import torch
 
 from fairseq_aggressive.bench.load import cpu_load
+from fairseq_aggressive.diagnostics.engine_runs import add_run_options
 from fairseq_aggressive.diagnostics.loading import load_model_and_samples
 
 
@@ -31,17 +30,12 @@ def main(argv=None) -> int:
     ap.add_argument("data")
     ap.add_argument("--path", required=True)
     ap.add_argument("--pieces", type=int, nargs="+", default=[1, 4], help="settings to compare (each >= 1)")
-    ap.add_argument("--subset", default="test")
-    ap.add_argument("--sentences", type=int, default=100)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--precision", choices=["float32", "int8"], default="int8")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
+    add_run_options(ap, precision="int8", rounds=2)
     a = ap.parse_args(argv)
     if min(a.pieces) < 1 or len(set(a.pieces)) != len(a.pieces):
         ap.error("--pieces: distinct values >= 1")
 
-    from fairseq_aggressive.native import build, engine
+    from fairseq_aggressive.native import build
     from fairseq_aggressive.native.build import NativeUnavailable
 
     try:
@@ -52,20 +46,10 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences,
                                                   precision=a.precision, task="aggressive_translation")
-    from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.diagnostics.engine_runs import decode_run, encode_run, generators_on
     from fairseq_aggressive.native.machine import describe_machine, machine_info
 
-    d = task.target_dictionary
-    default_library = engine.library
-    try:
-        engine.library = lambda isa=None: lib
-        gens = {mode: AggressiveGenerator([model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2,
-                                          max_len_b=10, max_draft_len=draft, engine="native",
-                                          native_threads=a.threads)
-                for mode, draft in (("greedy", 0), ("iad", None))}
-    finally:
-        engine.library = default_library
+    gens = generators_on(lib, model, task, a.threads)
     eng = gens["greedy"].verifier.engine
     if eng.lib._name != lib._name:
         print(f"error: the engines run {eng.lib._name}, not the test library", file=sys.stderr)
@@ -73,19 +57,8 @@ def main(argv=None) -> int:
     print(f"machine: {describe_machine(machine_info())}; {a.threads} threads; {a.precision}; "
           f"{a.load} CPU-bound processes beside it; library: {lib._name}")
 
-    def decode(g, s):
-        t0 = time.perf_counter()
-        h = g.generate([model], s)[0][0]
-        return time.perf_counter() - t0, (tuple(h["tokens"].tolist()), h["positional_scores"].numpy().tobytes())
-
-    def encode(s):
-        src = s["net_input"]["src_tokens"]
-        t0 = time.perf_counter()
-        batch = eng.begin(src, int(src.size(1) * 1.2) + 10)
-        return time.perf_counter() - t0, batch.encoder_out()["encoder_out"][0].numpy().tobytes()
-
-    runs = {"greedy": lambda s: decode(gens["greedy"], s), "iad": lambda s: decode(gens["iad"], s),
-            "encoder": encode}
+    runs = {"greedy": decode_run(gens["greedy"], model), "iad": decode_run(gens["iad"], model),
+            "encoder": encode_run(eng)}
     spent = {(k, p): 0.0 for k in runs for p in a.pieces}
     outs = {(k, i): set() for k in runs for i in range(len(samples))}
     previous = lib.fa_set_product_pieces(a.pieces[0])
