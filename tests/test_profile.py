@@ -171,3 +171,24 @@ def test_product_pieces(trained):
     bad = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--pieces", "0"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--pieces" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_threads_side_by_side(trained):
+    """scripts/diagnostics/threads_side_by_side.py: engines of 1 and 2 threads on one copy of
+    the weights decode the same sentences in turn, with the same bits; --threads 1 refused."""
+    from helpers import NATIVE_REASON
+
+    if NATIVE_REASON is not None:
+        pytest.skip(NATIVE_REASON)
+    data, ckpt = trained
+    script = os.path.join(ROOT, "scripts", "diagnostics", "threads_side_by_side.py")
+    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--sentences", "6"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"^iad: 1 thread ([\d.]+) ms per sentence, 2 threads ([\d.]+): ([\d.]+)x as fast; ([\d.]+)% of "
+                  r"its calls of several items shared; the same bits in (\d+)/(\d+) sentences$", proc.stdout, re.M)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, proc.stdout
+    assert m.group(5) == m.group(6) == "6", proc.stdout
+    bad = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--threads", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--threads" in bad.stderr, bad.stderr[-2000:]
