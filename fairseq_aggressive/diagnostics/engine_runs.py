@@ -52,3 +52,25 @@ def add_run_options(ap, precision="float32", rounds=3):
     ap.add_argument("--precision", choices=["float32", "int8"], default=precision)
     ap.add_argument("--rounds", type=int, default=rounds)
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
+
+
+def load_for_runs(a, get_library, torch_threads):
+    """``(get_library(), model, task, samples)`` for options ``a`` (:func:`add_run_options` and
+    ``data``/``path``), torch held to ``torch_threads``; None after printing the error when the
+    engine library cannot be loaded."""
+    import sys
+
+    import torch
+
+    from fairseq_aggressive.diagnostics.loading import load_model_and_samples
+    from fairseq_aggressive.native.build import NativeUnavailable
+
+    try:
+        lib = get_library()
+    except NativeUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return None
+    torch.set_num_threads(torch_threads)
+    model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences,
+                                                  precision=a.precision, task="aggressive_translation")
+    return lib, model, task, samples

@@ -32,11 +32,8 @@ first; with 1 thread within 3%).
 import argparse
 import sys
 
-import torch
-
 from fairseq_aggressive.bench.load import cpu_load
-from fairseq_aggressive.diagnostics.engine_runs import add_run_options
-from fairseq_aggressive.diagnostics.loading import load_model_and_samples
+from fairseq_aggressive.diagnostics.engine_runs import add_run_options, decode_run, encode_run, generators_on, load_for_runs
 
 
 def main(argv=None) -> int:
@@ -51,17 +48,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
 
     from fairseq_aggressive.native import build
-    from fairseq_aggressive.native.build import NativeUnavailable
 
-    try:
-        libs = {"this": build._load(a.this) if a.this else build.library(), "other": build._load(a.other)}
-    except NativeUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
+    loaded = load_for_runs(a, lambda: {"this": build._load(a.this) if a.this else build.library(),
+                                       "other": build._load(a.other)}, a.threads)
+    if loaded is None:
         return 2
-    torch.set_num_threads(a.threads)
-    model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences,
-                                                  precision=a.precision, task="aggressive_translation")
-    from fairseq_aggressive.diagnostics.engine_runs import decode_run, encode_run, generators_on
+    libs, model, task, samples = loaded
     from fairseq_aggressive.native.machine import describe_machine, machine_info
 
     order = ["this", "other"] if a.first == "this" else ["other", "this"]

@@ -18,11 +18,8 @@ setting, so host noise that drifts over minutes falls on all of them alike.  ``-
 import argparse
 import sys
 
-import torch
-
 from fairseq_aggressive.bench.load import cpu_load
-from fairseq_aggressive.diagnostics.engine_runs import add_run_options
-from fairseq_aggressive.diagnostics.loading import load_model_and_samples
+from fairseq_aggressive.diagnostics.engine_runs import add_run_options, decode_run, encode_run, generators_on, load_for_runs
 
 
 def main(argv=None) -> int:
@@ -36,17 +33,11 @@ def main(argv=None) -> int:
         ap.error("--pieces: distinct values >= 1")
 
     from fairseq_aggressive.native import build
-    from fairseq_aggressive.native.build import NativeUnavailable
 
-    try:
-        lib = build.test_library()
-    except NativeUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
+    loaded = load_for_runs(a, build.test_library, a.threads)
+    if loaded is None:
         return 2
-    torch.set_num_threads(a.threads)
-    model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences,
-                                                  precision=a.precision, task="aggressive_translation")
-    from fairseq_aggressive.diagnostics.engine_runs import decode_run, encode_run, generators_on
+    lib, model, task, samples = loaded
     from fairseq_aggressive.native.machine import describe_machine, machine_info
 
     gens = generators_on(lib, model, task, a.threads)

@@ -17,11 +17,8 @@ speed drifts: docs/threads-and-load.md has such runs.
 import argparse
 import sys
 
-import torch
-
 from fairseq_aggressive.bench.load import cpu_load
-from fairseq_aggressive.diagnostics.engine_runs import add_run_options, decode_run, generators_on
-from fairseq_aggressive.diagnostics.loading import load_model_and_samples
+from fairseq_aggressive.diagnostics.engine_runs import add_run_options, decode_run, generators_on, load_for_runs
 
 
 def main(argv=None) -> int:
@@ -34,17 +31,12 @@ def main(argv=None) -> int:
         ap.error("--threads: 2 or more (compared with 1)")
 
     from fairseq_aggressive.native import build
-    from fairseq_aggressive.native.build import NativeUnavailable
     from fairseq_aggressive.native.machine import describe_machine, machine_info
 
-    try:
-        lib = build.library()
-    except NativeUnavailable as e:
-        print(f"error: {e}", file=sys.stderr)
+    loaded = load_for_runs(a, build.library, 1)
+    if loaded is None:
         return 2
-    torch.set_num_threads(1)
-    model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences,
-                                                  precision=a.precision, task="aggressive_translation")
+    lib, model, task, samples = loaded
     counts = (1, a.threads)
     gens = {t: generators_on(lib, model, task, t)["iad"] for t in counts}  # the second shares the first's weights
     print(f"machine: {describe_machine(machine_info())}; {a.precision}; {a.load} CPU-bound processes beside it")
