@@ -56,6 +56,9 @@ TRAIN_ARGS = [
 ]
 
 
+tool = prep_common.console_script  # a console script of this environment (the venv's first)
+
+
 def sh(cmd, **kw):
     proc = subprocess.run(cmd, text=True, capture_output=True, **kw)
     if proc.returncode:
@@ -93,7 +96,7 @@ def trained_data(work: Path):
     # fairseq-train resumes from checkpoint_last.pt (an interrupted run continues; a finished
     # one stops at once)
     print(f"training a 9+3 model (d=64) for {TRAIN_UPDATES} updates, float32 ...", flush=True)
-    proc = sh([prep_common.console_script("fairseq-train"), str(data / "bin"), "--user-dir", USER_DIR, *TRAIN_ARGS,
+    proc = sh([tool("fairseq-train"), str(data / "bin"), "--user-dir", USER_DIR, *TRAIN_ARGS,
                "--save-dir", str(ckpt.parent)])
     for line in (proc.stdout + proc.stderr).splitlines():
         if "valid on" in line or "done training" in line or "loaded checkpoint" in line:
@@ -134,7 +137,7 @@ def main(argv=None):
     data, ckpt, _ = trained_data(work) if args.train else shipped_data(work)
 
     print("== 2/3 fairseq-generate --decoding iad --max-draft-len 1024 --batch-size 32 (first hypotheses)")
-    proc = sh([prep_common.console_script("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+    proc = sh([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
                "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
                "--gen-subset", "test", "--beam", "1", "--decoding", "iad", "--batch-size", "32",
                "--max-draft-len", "1024",  # uncapped drafts: how much the model copies
@@ -158,7 +161,7 @@ def main(argv=None):
           + (f", {args.threads} threads" if args.threads else "")
           + (f", beside {args.load} CPU-bound processes" if args.load else "") + " (fairseq-aggressive-bench)")
     js = work / "bench.json"
-    proc = sh([prep_common.console_script("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+    proc = sh([tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
                "--source-lang", "src", "--target-lang", "tgt", "--gen-subset", "test", "--remove-bpe",
                "--batch-size", "1", *(["--threads", str(args.threads)] if args.threads else []),
                "--bench-load", str(args.load), *LEN,

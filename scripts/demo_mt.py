@@ -22,7 +22,7 @@ import re
 import sys
 from pathlib import Path
 
-from demo import sh  # scripts/demo.py
+from demo import sh, tool  # scripts/demo.py
 
 from fairseq_aggressive.data_prep import common as prep_common
 
@@ -77,7 +77,7 @@ def main(argv=None):
               "--target-lang", "de", "--gen-subset", "test", "--remove-bpe", *LEN]
 
     print("== 2/3 fairseq-generate --decoding feature-ar --block-size 8 --batch-size 32 (first hypotheses)")
-    proc = sh([prep_common.console_script("fairseq-generate"), *common, "--task", "aggressive_translation", "--beam", "1",
+    proc = sh([tool("fairseq-generate"), *common, "--task", "aggressive_translation", "--beam", "1",
                "--decoding", "feature-ar", "--drafter-path", str(FEATURE_DRAFTER / "model.pt"), "--block-size", "8",
                "--batch-size", "32"])
     (work / "generate.out").write_text(proc.stdout)
@@ -98,7 +98,7 @@ def main(argv=None):
     print(f"== 3/3 {', '.join(modes)}, batch 1" + (f", {args.threads} threads" if args.threads else "")
           + (f", beside {args.load} CPU-bound processes" if args.load else "") + " (fairseq-aggressive-bench)")
     js = work / "bench.json"
-    proc = sh([prep_common.console_script("fairseq-aggressive-bench"), *common, "--batch-size", "1",
+    proc = sh([tool("fairseq-aggressive-bench"), *common, "--batch-size", "1",
                "--drafter-path", str(GAD_DRAFTER / "model.pt"),
                "--bench-feature-drafter", str(FEATURE_DRAFTER / "model.pt"),
                *(["--threads", str(args.threads)] if args.threads else []), "--bench-load", str(args.load),

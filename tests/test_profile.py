@@ -95,8 +95,9 @@ def test_compare_builds(trained, tmp_path):
     assert [f[0] for f in found] == ["greedy", "iad", "encoder"], proc.stdout
     for _, this, other, _, same, total in found:
         assert float(this) > 0 and float(other) > 0 and same == total == "8", proc.stdout
-    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other", build.test_library()._name,
-                           "--sentences", "2", "--threads", "1", "--rounds", "1", "--first", "other"],
+    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other",
+                           build.test_library()._name, "--sentences", "2", "--threads", "1", "--rounds", "1",
+                           "--first", "other"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "engines made first: other's" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert f"other side's engines run: {build.test_library()._name}\n" in proc.stdout, proc.stdout

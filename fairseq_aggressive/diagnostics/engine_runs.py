@@ -1,7 +1,13 @@
 """Greedy and IAD generators on a given engine library, and timed runs of a
 sentence, as the diagnostic scripts that compare engine builds or settings
-(scripts/diagnostics/compare_builds.py, product_pieces.py) time them."""
+(scripts/diagnostics/compare_builds.py, product_pieces.py,
+threads_side_by_side.py) time them."""
+import sys
 import time
+
+import torch
+
+from fairseq_aggressive.diagnostics.loading import load_model_and_samples
 
 
 def generators_on(lib, model, task, threads):
@@ -58,11 +64,6 @@ def load_for_runs(a, get_library, torch_threads):
     """``(get_library(), model, task, samples)`` for options ``a`` (:func:`add_run_options` and
     ``data``/``path``), torch held to ``torch_threads``; None after printing the error when the
     engine library cannot be loaded."""
-    import sys
-
-    import torch
-
-    from fairseq_aggressive.diagnostics.loading import load_model_and_samples
     from fairseq_aggressive.native.build import NativeUnavailable
 
     try:

@@ -168,9 +168,9 @@ def declare_testing(lib) -> None:
     P = ctypes.c_void_p
     lib.fa_test_linear.restype = I
     lib.fa_set_amx_min_rows.restype = I
+    lib.fa_set_amx_min_rows.argtypes = [I]
     lib.fa_set_product_pieces.restype = I
     lib.fa_set_product_pieces.argtypes = [I]
-    lib.fa_set_amx_min_rows.argtypes = [I]
     lib.fa_amx_products.restype = I64
     lib.fa_amx_products.argtypes = []
     lib.fa_test_amx_caller_shapes.restype = I

@@ -33,7 +33,8 @@ import argparse
 import sys
 
 from fairseq_aggressive.bench.load import cpu_load
-from fairseq_aggressive.diagnostics.engine_runs import add_run_options, decode_run, encode_run, generators_on, load_for_runs
+from fairseq_aggressive.diagnostics.engine_runs import (add_run_options, decode_run, encode_run, generators_on,
+                                                        load_for_runs)
 
 
 def main(argv=None) -> int:

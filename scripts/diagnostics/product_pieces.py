@@ -13,13 +13,15 @@ many sentences every setting gave the same bits (tokens and positional
 scores; the encoder: its output).  The engine's own builds use one piece per
 thread (csrc/linear_int8.h says why); the test library is slower than them by
 its stage timers, alike for every setting.  The same engines serve every
-setting, so host noise that drifts over minutes falls on all of them alike.  ``--load N`` runs it beside N CPU-bound processes.
+setting, so host noise that drifts over minutes falls on all of them alike.
+``--load N`` runs it beside N CPU-bound processes.
 """
 import argparse
 import sys
 
 from fairseq_aggressive.bench.load import cpu_load
-from fairseq_aggressive.diagnostics.engine_runs import add_run_options, decode_run, encode_run, generators_on, load_for_runs
+from fairseq_aggressive.diagnostics.engine_runs import (add_run_options, decode_run, encode_run, generators_on,
+                                                        load_for_runs)
 
 
 def main(argv=None) -> int:

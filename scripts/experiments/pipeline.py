@@ -170,7 +170,8 @@ class Pipeline:
             raise SystemExit(f"error: command failed with exit code {result.returncode}: {line}")
 
     def tool(self, name):
-        """A console script of this environment (the venv's, even when not on PATH)."""
+        """A console script of this environment (the venv's, even when not on PATH); the package
+        is imported here, not at the top, so that reading a config does not load fairseq."""
         from fairseq_aggressive.data_prep.common import console_script
         return console_script(name)
 
