@@ -151,3 +151,4 @@ def test_sdist_has_the_sources(tmp_path):
     for p in targets.source_files():
         assert os.path.relpath(p, ROOT) in names, p
     assert "fairseq_aggressive/native/targets.py" in names and "setup.py" in names
+    assert "LICENSE" in names  # the code's terms travel with it
