@@ -2,8 +2,8 @@
 aggressive decoding and the :class:`AggressiveGenerator` around them, from a
 :class:`~fairseq_aggressive.decoding_options.DecodingOptions` (read and
 checked once by the task)."""
-import atexit
 import logging
+import weakref
 
 from .decoding_options import DecodingOptions
 from .draft_policy import build_draft_policy
@@ -57,7 +57,9 @@ def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwar
         verifier=verifier,
         draft_policy=build_draft_policy(opts.draft_cost, verifier, drafter),
     )
-    atexit.register(_log_summary, generator, opts.decoding)
+    # its summary once it is gone or at exit (a reference held to the end would keep
+    # every generator of a hub model's translate() calls, with its engine and threads)
+    weakref.finalize(generator, _log_summary, generator.stats, opts.decoding)
     return generator
 
 
@@ -69,9 +71,9 @@ def _shortlist(task, n):
     return VocabShortlist(task.source_dictionary, task.target_dictionary, n)
 
 
-def _log_summary(generator, decoding):
-    if generator.stats.sentences:
-        logger.info(f"aggressive decoding ({decoding}): {generator.stats.summary()}")
+def _log_summary(stats, decoding):
+    if stats.sentences:
+        logger.info(f"aggressive decoding ({decoding}): {stats.summary()}")
 
 
 def check_task_options(cfg) -> DecodingOptions:

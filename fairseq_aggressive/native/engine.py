@@ -9,7 +9,6 @@ Models the engine does not reproduce are refused by :func:`check_native`
 generator then uses the torch verifier, which gives the same output).
 """
 import ctypes
-import itertools
 import threading
 import weakref
 from typing import Optional
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from ..model_shapes import activation, native_problems
+from ..runtime.fingerprint import model_fingerprint
 from ..runtime.layer_ops import position_table
 from ..runtime.quantization import Int8Linear
 from ..runtime.threads import engine_threads
@@ -52,13 +52,6 @@ def _positions(emb, n: int):
 # model -> kind -> (its fingerprint, tgt dict, target and kind; an engine whose weights later engines for it share)
 _SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
-
-
-def _fingerprint(model) -> tuple:
-    """What the engine copies from a model: every parameter and buffer, by
-    storage, shape, dtype and in-place version (a change of any makes another)."""
-    return tuple((t.data_ptr(), t._version, tuple(t.shape), t.dtype)
-                 for t in itertools.chain(model.parameters(), model.buffers()))
 
 
 class NativeEngine:
@@ -167,7 +160,7 @@ class NativeEngine:
         shares them (a block drafter's slot input); ``kind`` names what it
         prepares for (engines of another kind are not reused); engines of
         different library files never share weights."""
-        key = (_fingerprint(model), id(tgt_dict), isa, kind, id(library(isa)))
+        key = (model_fingerprint(model), id(tgt_dict), isa, kind, id(library(isa)))
         with _SHARED_LOCK:
             entries = _SHARED.setdefault(model, {})
             entry = entries.get(kind)

@@ -8,15 +8,18 @@ trains the AR models and (``--block-size``) the block drafter.  Its options:
 :mod:`fairseq_aggressive.tasks.config`."""
 import copy
 import os
+import threading
 
 import torch
 from fairseq.tasks import register_task
+from omegaconf import DictConfig, OmegaConf
 from fairseq.tasks.translation import TranslationTask
 
 from ..runtime.cpu_features import use_bf16
 from ..decoding import build_aggressive_generator, check_task_options
 from ..decoding_options import DecodingOptions
 from ..drafters import load_block_drafter
+from ..runtime.fingerprint import model_fingerprint
 from ..runtime.quantization import is_int8, quantize_int8
 from .config import AggressiveTranslationConfig
 
@@ -32,29 +35,40 @@ class AggressiveTranslationTask(TranslationTask):
         check_task_options(cfg)
         self._drafters = {}
         self._train_bf16 = None
-
-    def _option(self, args, name):
-        """A decoding option: per-call generation args (hub API) win over the task config."""
-        value = getattr(args, name, None)
-        return value if value is not None else getattr(self.cfg, name)
+        self._last = threading.local()  # this thread's last aggressive generator and what it was built from
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
-        if str(self._option(args, "inference_precision")) == "int8":
+        given, cfg = _values(args), _values(self.cfg)
+        if str(_pick(given, cfg, "inference_precision")) == "int8":
             for model in models:
                 quantize_int8(model)
         elif any(is_int8(model) for model in models):
             raise ValueError("this model was quantized in place by an earlier --inference-precision int8 "
                              "(e.g. a hub model's translate(inference_precision='int8')); load it again "
                              "to decode in float32")
-        opts = self.decoding_options(args)
-        if not opts.aggressive or getattr(args, "score_reference", False):
+        opts = DecodingOptions.read(lambda name: _pick(given, cfg, name))
+        if not opts.aggressive or given.get("score_reference"):
             return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
-        return build_aggressive_generator(self, models, args, opts, **kwargs)
+        # A hub model's translate() builds a generator per call: the thread's last one
+        # serves again while nothing it was built from changed (its engine, threads and
+        # scratch stay; a generator decodes one batch at a time, so each thread has its own).
+        key = None
+        if seq_gen_cls is None and extra_gen_cls_kwargs is None and all(v is None for v in kwargs.values()):
+            key = (tuple((id(m), model_fingerprint(m)) for m in models), _settings(given), _settings(cfg))
+        last = getattr(self._last, "built", None)
+        if key is not None and last is not None and last[0] == key:
+            return last[1]
+        self._last.built = None  # the old one goes before the new one is made
+        generator = build_aggressive_generator(self, models, args, opts, **kwargs)
+        if key is not None:
+            self._last.built = (key, generator)
+        return generator
 
     def decoding_options(self, args=None) -> DecodingOptions:
         """The decoding options, checked: ``args`` (per-call generation
         arguments, hub API) win over the task configuration."""
-        return DecodingOptions.read(lambda name: self._option(args, name))
+        given, cfg = _values(args), _values(self.cfg)
+        return DecodingOptions.read(lambda name: _pick(given, cfg, name))
 
     def load_drafter(self, path: str, like=None, dtype=None, precision: str = "float32"):
         """The block_nat drafter at ``path`` and its training block size, on the
@@ -119,3 +133,25 @@ class AggressiveTranslationTask(TranslationTask):
     def valid_step(self, sample, model, criterion):
         with self._autocast():
             return super().valid_step(sample, model, criterion)
+
+
+
+def _values(args) -> dict:
+    """Generation arguments or a task configuration as a plain dict (an OmegaConf
+    config read key by key costs tens of microseconds per missing key)."""
+    if args is None:
+        return {}
+    if isinstance(args, DictConfig):
+        return OmegaConf.to_container(args, resolve=False)
+    return dict(vars(args))
+
+
+def _pick(given: dict, cfg: dict, name: str):
+    """A decoding option: the per-call generation argument (hub API) wins over the task's."""
+    value = given.get(name)
+    return value if value is not None else cfg.get(name)
+
+
+def _settings(values: dict) -> str:
+    """``values`` comparable across calls (a hub call's arguments are a fresh copy)."""
+    return repr(sorted(values.items(), key=lambda kv: kv[0]))

@@ -1,0 +1,107 @@
+#!/usr/bin/env python
+"""One sentence per call through fairseq's hub API, as a writing assistant
+calls it: ``translate(sentence, beam=1, decoding=MODE)`` for every sentence, the
+modes taking turns sentence by sentence, ``greedy`` being fairseq's own.
+
+    python scripts/diagnostics/hub_latency.py MODEL-DIR --input FILE [--sentences 200]
+        [--modes greedy iad] [--checkpoint model.pt] [--source-lang L --target-lang L] [--load N]
+
+MODEL-DIR holds the checkpoint, its dictionaries and ``bpe.codes`` (as under
+``models/``; the languages are read from its ``MODEL.json`` when not given);
+FILE has one tokenized sentence per line.  Prints per mode the milliseconds per
+sentence, those spent decoding (the task's ``inference_step``) and the rest
+(fairseq's hub: BPE, batching, output strings; building the generator), its
+speed against the first mode, in how many sentences its output equals the first
+mode's, and the process's threads before and after (an aggressive mode keeps one
+engine per calling thread, whatever the number of calls).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+from fairseq_aggressive.bench.load import cpu_load
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else -1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("--input", required=True)
+    ap.add_argument("--checkpoint", default="model.pt")
+    ap.add_argument("--sentences", type=int, default=200)
+    ap.add_argument("--modes", nargs="+", default=["greedy", "iad"], help="greedy (fairseq's) or a --decoding")
+    ap.add_argument("--source-lang")
+    ap.add_argument("--target-lang")
+    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
+    a = ap.parse_args(argv)
+    if a.sentences < 1 or len(set(a.modes)) != len(a.modes):
+        ap.error("--sentences >= 1 and distinct --modes")
+    langs = {}
+    meta = os.path.join(a.model_dir, "MODEL.json")
+    if os.path.exists(meta):
+        with open(meta, encoding="utf-8") as f:
+            langs = json.load(f)
+    src, tgt = a.source_lang or langs.get("source_lang"), a.target_lang or langs.get("target_lang")
+    with open(a.input, encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()][:a.sentences]
+    if not lines or not src or not tgt:
+        ap.error("no sentences in --input" if not lines else "--source-lang and --target-lang (no MODEL.json)")
+
+    import fairseq_aggressive  # noqa: F401  (registers the task)
+    from fairseq.models.transformer import TransformerModel
+
+    from fairseq_aggressive.native.machine import describe_machine, machine_info
+
+    hub = TransformerModel.from_pretrained(a.model_dir, a.checkpoint, a.model_dir, bpe="subword_nmt",
+                                           bpe_codes=os.path.join(a.model_dir, "bpe.codes"),
+                                           source_lang=src, target_lang=tgt).eval()
+    decoding = {"spent": 0.0}
+    step = hub.task.inference_step
+
+    def timed_step(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return step(*args, **kwargs)
+        finally:
+            decoding["spent"] += time.perf_counter() - t0
+
+    hub.task.inference_step = timed_step
+
+    def call(mode, s):
+        return hub.translate(s, beam=1) if mode == "greedy" else hub.translate(s, beam=1, decoding=mode)
+
+    print(f"machine: {describe_machine(machine_info())}; {len(lines)} sentences, one per call; "
+          f"{a.load} CPU-bound processes beside it")
+    total = {m: 0.0 for m in a.modes}
+    inside = {m: 0.0 for m in a.modes}
+    outs = {m: [] for m in a.modes}
+    with cpu_load(a.load):
+        for m in a.modes:  # warm-up: each mode's generator, engine and caches
+            call(m, lines[0])
+        before = _threads()
+        for i, s in enumerate(lines):
+            j = i % len(a.modes)  # no mode always runs first
+            for m in a.modes[j:] + a.modes[:j]:
+                decoding["spent"] = 0.0
+                t0 = time.perf_counter()
+                outs[m].append(call(m, s))
+                total[m] += time.perf_counter() - t0
+                inside[m] += decoding["spent"]
+        after = _threads()
+    n, first = len(lines), a.modes[0]
+    for m in a.modes:
+        same = sum(x == y for x, y in zip(outs[m], outs[first]))
+        print(f"{m}: {1000 * total[m] / n:.2f} ms per sentence (decoding {1000 * inside[m] / n:.2f}, "
+              f"the rest {1000 * (total[m] - inside[m]) / n:.2f}); {total[first] / total[m]:.2f}x {first}; "
+              f"the same output as {first} in {same}/{n}")
+    print(f"threads of the process: {before} after the warm-up, {after} after {n} calls per mode")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
