@@ -12,8 +12,8 @@ import threading
 
 import torch
 from fairseq.tasks import register_task
-from omegaconf import DictConfig, OmegaConf
 from fairseq.tasks.translation import TranslationTask
+from omegaconf import DictConfig, OmegaConf
 
 from ..runtime.cpu_features import use_bf16
 from ..decoding import build_aggressive_generator, check_task_options
