@@ -427,9 +427,10 @@ def test_shared_weights_no_longer_change():
 @needs_native
 def test_generators_of_one_model_share_its_engine_weights_until_it_changes():
     """Generators built one after another for one model (a hub model's
-    translate() builds one per call) read one copy of the engine's weights; a
-    model changed in place, or quantized, gets a fresh copy, and each decodes
-    its model's greedy."""
+    translate() builds one per call) read one copy of the engine's weights (the
+    same settings give the same generator back, other settings another one on
+    those weights); a model changed in place, or quantized, gets a fresh copy,
+    and each decodes its model's greedy."""
     import argparse
 
     from helpers import greedy
@@ -441,8 +442,8 @@ def test_generators_of_one_model_share_its_engine_weights_until_it_changes():
     sample = make_sample(random_rows(d, 4, 5, 20, seed=13), d.pad())
     args = argparse.Namespace(beam=1, nbest=1, decoding="iad", max_len_b=30, engine="native")
 
-    def build_and_decode():
-        gen = task.build_generator([model], args)
+    def build_and_decode(**other):  # other: a setting that changes the generator, not the output
+        gen = task.build_generator([model], argparse.Namespace(**{**vars(args), **other}))
         out = [h[0]["tokens"].tolist() for h in gen.generate([model], sample)]
         return gen, out
 
@@ -450,7 +451,8 @@ def test_generators_of_one_model_share_its_engine_weights_until_it_changes():
         return [h[0]["tokens"].tolist() for h in greedy(model, d, sample, max_len_b=30)]
 
     g1, out1 = build_and_decode()
-    g2, out2 = build_and_decode()
+    assert task.build_generator([model], argparse.Namespace(**vars(args))) is g1
+    g2, out2 = build_and_decode(max_draft_len=3)
     assert g1.native.weights_id == g2.native.weights_id and g1.native.handle != g2.native.handle
     assert out1 == out2 == fairseq_greedy()
     with torch.no_grad():  # an in-place change: a fresh copy, the changed model's greedy
@@ -460,6 +462,6 @@ def test_generators_of_one_model_share_its_engine_weights_until_it_changes():
     assert out3 == fairseq_greedy() != out1
     args.inference_precision = "int8"  # quantizes the model in place: a fresh (int8) copy, then shared again
     g4, out4 = build_and_decode()
-    g5, out5 = build_and_decode()
+    g5, out5 = build_and_decode(max_draft_len=3)
     assert g4.native.int8_linears > 0 and g4.native.weights_id != g3.native.weights_id
     assert g5.native.weights_id == g4.native.weights_id and out5 == out4
