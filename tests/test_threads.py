@@ -214,8 +214,17 @@ def test_outputs_bit_identical_for_any_threads_and_load():
         assert out == ref, (load, threads, copy)
     # the IAD runs drafted and had drafts accepted: the pool served multi-position passes
     assert all(gen.stats.accepted > 0 for _, _, copy, _, gen in runs if copy)
-    # a 5-thread engine on 2 cores ran calls on its workers
-    assert any(gen.native.pool_stats()["worker_items"] > 0 for _, t, _, _, gen in runs if t > 1)
+    # the engines of several threads ran calls on their workers: on a busy machine (the suite runs
+    # a test process per core) the pool may keep every call on the caller, so decode again until
+    # workers took part
+    took_part = any(gen.native.pool_stats()["worker_items"] > 0 for _, t, _, _, gen in runs if t > 1)
+    for _ in range(5):
+        if took_part:
+            break
+        out, gen = _decode(model, task, rows, 5, True)
+        assert out == ref
+        took_part = gen.native.pool_stats()["worker_items"] > 0
+    assert took_part
     assert torch.get_num_threads() == before  # torch's count is restored after each batch
     for i in range(0, len(rows), 3):  # and the engine's greedy is fairseq's
         sample = make_sample(rows[i: i + 3], d.pad())
