@@ -4,7 +4,7 @@ calls it: ``translate(sentence, beam=1, decoding=MODE)`` for every sentence, the
 modes taking turns sentence by sentence, ``greedy`` being fairseq's own.
 
     python scripts/diagnostics/hub_latency.py MODEL-DIR --input FILE [--sentences 200]
-        [--modes greedy iad] [--checkpoint model.pt] [--source-lang L --target-lang L] [--load N]
+        [--modes greedy iad ct2-best] [--checkpoint model.pt] [--source-lang L --target-lang L] [--load N]
 
 MODEL-DIR holds the checkpoint, its dictionaries and ``bpe.codes`` (as under
 ``models/``; the languages are read from its ``MODEL.json`` when not given);
@@ -34,7 +34,8 @@ def main(argv=None) -> int:
     ap.add_argument("--input", required=True)
     ap.add_argument("--checkpoint", default="model.pt")
     ap.add_argument("--sentences", type=int, default=200)
-    ap.add_argument("--modes", nargs="+", default=["greedy", "iad"], help="greedy (fairseq's) or a --decoding")
+    ap.add_argument("--modes", nargs="+", default=["greedy", "iad"],
+                    help="greedy (fairseq's), a --decoding, or ct2-best")
     ap.add_argument("--source-lang")
     ap.add_argument("--target-lang")
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
@@ -72,7 +73,12 @@ def main(argv=None) -> int:
 
     hub.task.inference_step = timed_step
 
+    ct2_call, names = _ct2_best(hub, os.path.join(a.model_dir, a.checkpoint), a.model_dir, lines) \
+        if "ct2-best" in a.modes else (None, {})
+
     def call(mode, s):
+        if mode == "ct2-best":
+            return ct2_call(s)
         return hub.translate(s, beam=1) if mode == "greedy" else hub.translate(s, beam=1, decoding=mode)
 
     print(f"machine: {describe_machine(machine_info())}; {len(lines)} sentences, one per call; "
@@ -96,11 +102,38 @@ def main(argv=None) -> int:
     n, first = len(lines), a.modes[0]
     for m in a.modes:
         same = sum(x == y for x, y in zip(outs[m], outs[first]))
-        print(f"{m}: {1000 * total[m] / n:.2f} ms per sentence (decoding {1000 * inside[m] / n:.2f}, "
-              f"the rest {1000 * (total[m] - inside[m]) / n:.2f}); {total[first] / total[m]:.2f}x {first}; "
+        split = "" if m == "ct2-best" else \
+            f" (decoding {1000 * inside[m] / n:.2f}, the rest {1000 * (total[m] - inside[m]) / n:.2f})"
+        print(f"{names.get(m, m)}: {1000 * total[m] / n:.2f} ms per sentence{split}; {total[first] / total[m]:.2f}x {first}; "
               f"the same output as {first} in {same}/{n}")
     print(f"threads of the process: {before} after the warm-up, {after} after {n} calls per mode")
     return 0
+
+
+def _ct2_best(hub, ckpt, model_dir, lines):
+    """(call(sentence) -> output, {"ct2-best": its name with the configuration}): CTranslate2 at its
+    fastest configuration on this machine, the hub's BPE around it, fairseq's length cap."""
+    import ctranslate2
+
+    from fairseq_aggressive.bench import ct2
+    from fairseq_aggressive.runtime.threads import usable_cpus
+
+    max_len = int(hub.cfg.generation.max_len_b)  # the hub's cap (max_len_a is 0 there)
+    ct2_dir = ct2.converted_model(ckpt, model_dir)
+    probe = [{"tokens": [hub.apply_bpe(hub.tokenize(s)).split()], "max_len": max_len}
+             for s in lines[:ct2.PROBE_SENTENCES]]
+    best = ct2.tune(ct2_dir, probe, ct2.thread_counts(usable_cpus()), min(5, len(probe)))
+    translator = ctranslate2.Translator(ct2_dir, device="cpu", compute_type=best["compute_type"],
+                                        inter_threads=1, intra_threads=best["threads"])
+
+    def call(s):
+        tokens = hub.apply_bpe(hub.tokenize(s)).split()
+        hyp = translator.translate_batch([tokens], beam_size=1, max_decoding_length=max_len,
+                                         min_decoding_length=1)[0].hypotheses[0]
+        return hub.detokenize(hub.remove_bpe(" ".join(hyp)))
+
+    threads = best["threads"]
+    return call, {"ct2-best": f"ct2-best ({best['compute_type']}, {threads} thread{'s' if threads > 1 else ''})"}
 
 
 if __name__ == "__main__":
