@@ -63,7 +63,14 @@ int state() {
 
 namespace {
 
-std::atomic<int> g_amx_min_rows{2};
+// The fewest rows a product runs on the tiles.  One block of B tiles serves up
+// to 16 rows at one cost, but it streams the weights more slowly than the
+// vector tiles, which read them once for up to 9 rows (linear.cpp) and twice
+// from 10.  On a 2-core Intel Xeon KVM guest with AMX (linear_rate.py
+// --decoder-layers 3, d=512 and d=1024, 1 and 2 threads) the tiles were
+// 5-15% slower than the vector tiles at 1-8 rows, even at 9, and 4-9% faster
+// from 10 rows on (the encoder's sentences, batches, long drafts).
+std::atomic<int> g_amx_min_rows{10};
 #if defined(FA_TEST_HOOKS)
 std::atomic<int64_t> g_amx_products{0};
 #endif
