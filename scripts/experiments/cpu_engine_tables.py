@@ -90,9 +90,11 @@ def runs(args, work: Path, out: Path, amx: bool):
                                       "1,2,3,4,5,6,8", "--prefix", "8", "--precision", p, "--rounds", "3"])
     if "amx" in args.parts and amx:
         rate = [py, str(ROOT / "scripts" / "diagnostics" / "linear_rate.py"), "--isa", "avx512amx", "--precision",
-                "int8", "--dim", "512", "--rows", "1,2,3,4,5,6,8,9,12,16", "--threads", "1", "2"]
-        yield ("amx-rate-tiles", rate + ["--amx-min-rows", "1"])
-        yield ("amx-rate-vectors", rate + ["--amx-min-rows", "99"])
+                "int8", "--rows", "1,2,3,4,5,6,8,9,10,12,16", "--threads", "1", "2", "--decoder-layers", "3"]
+        for dim, tag in ((512, ""), (1024, "-d1024")):
+            shape = ["--dim", str(dim), "--ffn", str(4 * dim)]
+            yield (f"amx-rate{tag}-tiles", rate + shape + ["--amx-min-rows", "1"])
+            yield (f"amx-rate{tag}-vectors", rate + shape + ["--amx-min-rows", "99"])
         for n, ckpt, s in models:
             if n in ("d512", "d1024"):
                 for load in args.loads:
