@@ -9,5 +9,6 @@ patch_checkpoint_loading()
 patch_cpu_distributed()  # fairseq's distributed training on CPU processes (GPU runs untouched)
 
 from . import criterions, models, tasks  # noqa: E402,F401  (register components)
+from .translator import Translator  # noqa: E402,F401
 
 __version__ = "0.1.0"

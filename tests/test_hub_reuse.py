@@ -133,10 +133,12 @@ def test_hub_latency_script(tmp_path):
 
     ct2 = ["ct2-best"] if importlib.util.find_spec("ctranslate2") else []
     out = run([sys.executable, "scripts/diagnostics/hub_latency.py", MODEL, "--input", str(src),
-               "--sentences", "4", "--modes", "greedy", "iad", *ct2]).stdout
+               "--sentences", "4", "--modes", "greedy", "iad", "translator:iad", *ct2]).stdout
     assert re.search(r"^greedy: [\d.]+ ms per sentence \(decoding [\d.]+, the rest [\d.]+\); 1\.00x greedy; "
                      r"the same output as greedy in 4/4$", out, re.M), out
     assert re.search(r"^iad: .*; the same output as greedy in 4/4$", out, re.M), out
+    assert re.search(r"^translator:iad: [\d.]+ ms per sentence \(decoding [\d.]+, the rest [\d.]+\); [\d.]+x greedy; "
+                     r"the same output as greedy in 4/4$", out, re.M), out
     if ct2:  # CTranslate2's fastest configuration, named
         assert re.search(r"^ct2-best \(\w+, \d+ threads?\): [\d.]+ ms per sentence; "
                          r"[\d.]+x greedy; the same output as greedy in \d/4$", out, re.M), out

@@ -13,7 +13,7 @@ MAX_LINES = 400
 LONG_ALLOWED = {os.path.join("evaluation", "m2.py")}
 ROOT_MODULES = {"__init__", "acceptance", "compat", "constants", "decoding", "decoding_options", "distributed",
                 "draft_budget", "draft_policy", "engines", "generator", "model_shapes", "options", "shortlist",
-                "stats"}
+                "stats", "translator"}
 
 
 def _modules():

@@ -1,7 +1,9 @@
 #!/usr/bin/env python
 """One sentence per call through fairseq's hub API, as a writing assistant
 calls it: ``translate(sentence, beam=1, decoding=MODE)`` for every sentence, the
-modes taking turns sentence by sentence, ``greedy`` being fairseq's own.
+modes taking turns sentence by sentence, ``greedy`` being fairseq's own;
+``translator:MODE`` calls a ``fairseq_aggressive.Translator`` (its generator
+built once, each sentence's tokens handed to it directly) instead of the hub.
 
     python scripts/diagnostics/hub_latency.py MODEL-DIR --input FILE [--sentences 200]
         [--modes greedy iad ct2-best] [--checkpoint model.pt] [--source-lang L --target-lang L] [--load N]
@@ -35,7 +37,7 @@ def main(argv=None) -> int:
     ap.add_argument("--checkpoint", default="model.pt")
     ap.add_argument("--sentences", type=int, default=200)
     ap.add_argument("--modes", nargs="+", default=["greedy", "iad"],
-                    help="greedy (fairseq's), a --decoding, or ct2-best")
+                    help="greedy (fairseq's), a --decoding, translator:DECODING, or ct2-best")
     ap.add_argument("--source-lang")
     ap.add_argument("--target-lang")
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
@@ -76,9 +78,15 @@ def main(argv=None) -> int:
     ct2_call, names = _ct2_best(hub, os.path.join(a.model_dir, a.checkpoint), a.model_dir, lines) \
         if "ct2-best" in a.modes else (None, {})
 
+    from fairseq_aggressive import Translator
+
+    translators = {m: Translator(hub, decoding=m.split(":", 1)[1]) for m in a.modes if m.startswith("translator:")}
+
     def call(mode, s):
         if mode == "ct2-best":
             return ct2_call(s)
+        if mode in translators:
+            return translators[mode].translate(s)
         return hub.translate(s, beam=1) if mode == "greedy" else hub.translate(s, beam=1, decoding=mode)
 
     print(f"machine: {describe_machine(machine_info())}; {len(lines)} sentences, one per call; "
@@ -104,8 +112,8 @@ def main(argv=None) -> int:
         same = sum(x == y for x, y in zip(outs[m], outs[first]))
         split = "" if m == "ct2-best" else \
             f" (decoding {1000 * inside[m] / n:.2f}, the rest {1000 * (total[m] - inside[m]) / n:.2f})"
-        print(f"{names.get(m, m)}: {1000 * total[m] / n:.2f} ms per sentence{split}; {total[first] / total[m]:.2f}x {first}; "
-              f"the same output as {first} in {same}/{n}")
+        print(f"{names.get(m, m)}: {1000 * total[m] / n:.2f} ms per sentence{split}; "
+              f"{total[first] / total[m]:.2f}x {first}; the same output as {first} in {same}/{n}")
     print(f"threads of the process: {before} after the warm-up, {after} after {n} calls per mode")
     return 0
 

@@ -1,0 +1,114 @@
+"""Sentences in, sentences out, with one generator kept: a per-sentence API.
+
+fairseq's hub interface (``TransformerModel.from_pretrained(...).translate``)
+builds a generator configuration, a dataset and a batch iterator on every call;
+for one sentence at a time those cost more than an aggressive decode of it.  A
+``Translator`` builds its generator once and hands each call's tokens to it
+directly.  Its outputs are the hub's ``translate(sentence, beam=1,
+**settings)``: the same tokenizer, BPE, dictionary, generation settings and
+length limits.
+
+    from fairseq_aggressive import Translator
+    t = Translator.from_pretrained("models/uagec-9x3", decoding="iad")
+    t.translate("вхідне речення")
+    t.translate_batch(["перше речення", "друге речення"])
+
+One generator decodes one batch at a time: calls from several threads on one
+``Translator`` take turns.  For decoding in parallel, make one ``Translator``
+per thread on one hub model (``Translator(hub, ...)``) with ``native_threads``
+set to the CPUs divided by the threads: their engines read one copy of the
+model's weights, each with its own threads and buffers.
+"""
+import copy
+import json
+import os
+import threading
+from typing import List, Sequence
+
+import torch
+from fairseq import utils
+from fairseq.data import data_utils
+from omegaconf import open_dict
+
+from fairseq_aggressive.tasks.aggressive_translation import _values
+
+
+class Translator:
+    """One hub model's generator, built once, called per sentence or per batch.
+
+    ``hub``: a fairseq hub interface (``TransformerModel.from_pretrained``);
+    ``settings``: generation settings as ``hub.translate`` takes them
+    (``decoding="iad"``, ``inference_precision="int8"``, ``native_threads=1``,
+    ...); ``beam`` defaults to 1.
+    """
+
+    def __init__(self, hub, **settings):
+        settings.setdefault("beam", 1)
+        cfg = copy.deepcopy(hub.cfg.generation)
+        known = set(_values(cfg)) | set(_values(hub.task.cfg))
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise ValueError(f"unknown generation setting(s) {', '.join(unknown)} for task {type(hub.task).__name__}")
+        with open_dict(cfg):
+            for key, value in settings.items():
+                setattr(cfg, key, value)
+        self.hub = hub
+        self.settings = dict(settings)
+        # a generator of its own (the task hands a thread's last one back to the hub's
+        # translate() calls, not to a caller that passes arguments of its own)
+        self.generator = hub.task.build_generator(hub.models, cfg, extra_gen_cls_kwargs={})
+        self._max_tokens = utils.resolve_max_positions(hub.task.max_positions(),
+                                                       *[m.max_positions() for m in hub.models])
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_pretrained(cls, model_dir: str, checkpoint_file: str = "model.pt", data_name_or_path: str = None,
+                        bpe_codes: str = None, source_lang: str = None, target_lang: str = None, **settings):
+        """A model directory as under ``models/``: the checkpoint, its dictionaries,
+        ``bpe.codes`` (subword-nmt) and ``MODEL.json`` (the languages, when not given)."""
+        from fairseq.models.transformer import TransformerModel
+
+        import fairseq_aggressive  # noqa: F401  (registers the task)
+
+        meta = os.path.join(model_dir, "MODEL.json")
+        langs = {}
+        if os.path.exists(meta):
+            with open(meta, encoding="utf-8") as f:
+                langs = json.load(f)
+        source_lang, target_lang = source_lang or langs.get("source_lang"), target_lang or langs.get("target_lang")
+        if not source_lang or not target_lang:
+            raise ValueError(f"{model_dir}: no MODEL.json with source_lang and target_lang; pass both")
+        codes = bpe_codes or os.path.join(model_dir, "bpe.codes")
+        extra = {"bpe": "subword_nmt", "bpe_codes": codes} if os.path.exists(codes) else {}
+        hub = TransformerModel.from_pretrained(model_dir, checkpoint_file, data_name_or_path or model_dir,
+                                               source_lang=source_lang, target_lang=target_lang, **extra)
+        return cls(hub.eval(), **settings)
+
+    def translate(self, sentence: str) -> str:
+        """The output for one sentence."""
+        return self.translate_batch([sentence])[0]
+
+    def translate_batch(self, sentences: Sequence[str]) -> List[str]:
+        """The outputs for a batch of sentences, in their order (decoded as one batch)."""
+        if isinstance(sentences, str):
+            raise TypeError("translate_batch takes a list of sentences; translate takes one")
+        if not sentences:
+            return []
+        tokens = [self.hub.encode(s) for s in sentences]
+        limit = _source_limit(self._max_tokens)
+        for i, t in enumerate(tokens):
+            if limit is not None and t.numel() > limit:
+                raise ValueError(f"sentence {i} is {t.numel()} tokens long after BPE; the model takes at most {limit}")
+        d = self.hub.src_dict
+        src = data_utils.collate_tokens(tokens, d.pad(), d.eos(), left_pad=self.hub.task.cfg.left_pad_source)
+        lengths = torch.tensor([t.numel() for t in tokens])
+        sample = {"id": torch.arange(len(tokens)), "nsentences": len(tokens), "ntokens": int(lengths.sum()),
+                  "net_input": {"src_tokens": src.to(self.hub.device), "src_lengths": lengths.to(self.hub.device)}}
+        with self._lock, torch.no_grad():
+            hypos = self.hub.task.inference_step(self.generator, self.hub.models, sample)
+        return [self.hub.decode(h[0]["tokens"]) for h in hypos]
+
+
+def _source_limit(max_positions):
+    """The most source tokens (fairseq's max positions: a number, a (source, target) pair, or None)."""
+    return max_positions[0] if isinstance(max_positions, (tuple, list)) else max_positions
