@@ -67,9 +67,10 @@ namespace {
 // to 16 rows at one cost, but it streams the weights more slowly than the
 // vector tiles, which read them once for up to 9 rows (linear.cpp) and twice
 // from 10.  On a 2-core Intel Xeon KVM guest with AMX (linear_rate.py
-// --decoder-layers 3, d=512 and d=1024, 1 and 2 threads) the tiles were
-// 5-15% slower than the vector tiles at 1-8 rows, even at 9, and 4-9% faster
-// from 10 rows on (the encoder's sentences, batches, long drafts).
+// --decoder-layers 3, d=512 and d=1024, 1 and 2 threads; two runs) the tiles
+// were up to 17% slower than the vector tiles at 1-6 rows, within 5% either
+// way at 8-9, 0-14% faster at 10 rows and 25-31% at 16 (an encoder's
+// sentences, batches, long drafts).
 std::atomic<int> g_amx_min_rows{10};
 #if defined(FA_TEST_HOOKS)
 std::atomic<int64_t> g_amx_products{0};
