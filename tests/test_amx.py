@@ -186,6 +186,23 @@ def test_an_amx_target_that_cannot_load_gives_way_to_the_next(fresh_loader, monk
 
 
 @needs_native
+@pytest.mark.skipif("avx512vnni" not in build.runnable_targets(), reason="needs a CPU with AVX-512 VNNI")
+def test_when_no_target_can_be_had_an_amx_cpu_says_so_once(fresh_loader, monkeypatch, caplog):
+    """The best target is avx512amx (cpuinfo faked) and no target can be had
+    (a compiler that fails, nothing packaged): the loader warns of nothing
+    itself (no "the next one loads" that then does not), the error is the
+    next target's, and the caller's one warning says why."""
+    def nothing_builds(target):
+        raise NativeUnavailable(f"building the native engine failed ({target.name})", setup=True)
+
+    monkeypatch.setattr(build, "_locate", nothing_builds)
+    with caplog.at_level(logging.WARNING, logger="fairseq_aggressive"):
+        with pytest.raises(NativeUnavailable, match=r"failed \(avx512vnni\)"):
+            build.library()
+    assert [r.getMessage() for r in caplog.records] == []
+
+
+@needs_native
 @pytest.mark.skipif("avx512amx" in build.runnable_targets(), reason="this CPU has AMX")
 def test_asking_for_amx_on_a_cpu_without_it_names_what_is_missing():
     with pytest.raises(NativeUnavailable, match=r"target avx512amx needs CPU features this CPU lacks \(.*amx_int8"):

@@ -35,8 +35,17 @@ def test_dry_run_lists_every_run_and_writes_nothing(tmp_path):
     assert "widen_model.py" in cmds[1] and "--dim 512" in cmds[1]
     assert "widen_model.py" in cmds[2] and "--dim 1024" in cmds[2]
     bench = [c for c in cmds if "fairseq-aggressive-bench" in c]
-    # ct2: 4 models x 2 loads; exact: 4 models; workers: W=1, then W=2 and 4 x 2 loads
-    assert len(bench) == 8 + 4 + 5, bench
+    # ct2: 4 models x 2 loads; exact: 4 models; workers: W=1, then W=2 and 4 x 2 loads; on a
+    # CPU whose AMX tiles the engine uses, amx: d=512 and d=1024 x 2 loads after the rest
+    from fairseq_aggressive.native import build
+
+    amx = "avx512amx" in build.runnable_targets()
+    assert len(bench) == 8 + 4 + 5 + (4 if amx else 0), bench
+    rates = [c for c in cmds if "linear_rate.py" in c]
+    assert len(rates) == (4 if amx else 0) and all("--decoder-layers 3" in c for c in rates)
+    if amx:
+        assert all("iad-int8:avx512vnni" in c for c in bench[-4:])
+        assert [c.split("--amx-min-rows ")[1].split()[0] for c in rates] == ["1", "99"] * 2
     assert all("ct2-best" in c for c in bench[:8])
     assert [c.split("--bench-load ")[1].split()[0] for c in bench[:8]] == ["0", "2"] * 4
     assert "--bench-max-sentences 60 " in bench[6] and "d1024.pt" in bench[6]

@@ -289,6 +289,7 @@ def library(isa: Optional[str] = None) -> ctypes.CDLL:
         if key in _LOADED:
             return _LOADED[key]
         runs = cpu_targets() if automatic and target.optional else [target]
+        skipped = []  # optional targets that did not load: one warning once another has
         for candidate in runs[runs.index(target):]:
             lib = _LOADED.get(candidate.name)
             if lib is not None:
@@ -297,10 +298,11 @@ def library(isa: Optional[str] = None) -> ctypes.CDLL:
                 lib = _load_target(candidate)
             except NativeUnavailable as e:
                 if not candidate.optional or candidate is runs[-1]:
-                    raise
-                logger.warning(f"the native engine's {candidate.name} target is not available here ({e}); "
-                               f"the next one this CPU runs loads (the same results)")
+                    raise  # nothing loads: the caller's one warning says why
+                skipped.append(f"the native engine's {candidate.name} target is not available here ({e})")
                 continue
+            for line in skipped:
+                logger.warning(f"{line}; {candidate.name}, the next one this CPU runs, loads (the same results)")
             state = lib.fa_amx_state()
             if state < 0:
                 logger.warning(f"the native engine {lib.fa_isa().decode()}: AMX tiles "
