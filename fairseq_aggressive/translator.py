@@ -59,6 +59,7 @@ class Translator:
         self.generator = hub.task.build_generator(hub.models, cfg, extra_gen_cls_kwargs={})
         self._max_tokens = utils.resolve_max_positions(hub.task.max_positions(),
                                                        *[m.max_positions() for m in hub.models])
+        self._left_pad = bool(hub.task.cfg.left_pad_source)  # (an OmegaConf read costs per call)
         self._lock = threading.Lock()
 
     @classmethod
@@ -100,13 +101,15 @@ class Translator:
             if limit is not None and t.numel() > limit:
                 raise ValueError(f"sentence {i} is {t.numel()} tokens long after BPE; the model takes at most {limit}")
         d = self.hub.src_dict
-        src = data_utils.collate_tokens(tokens, d.pad(), d.eos(), left_pad=self.hub.task.cfg.left_pad_source)
+        src = data_utils.collate_tokens(tokens, d.pad(), d.eos(), left_pad=self._left_pad)
         lengths = torch.tensor([t.numel() for t in tokens])
         sample = {"id": torch.arange(len(tokens)), "nsentences": len(tokens), "ntokens": int(lengths.sum()),
                   "net_input": {"src_tokens": src.to(self.hub.device), "src_lengths": lengths.to(self.hub.device)}}
         with self._lock, torch.no_grad():
             hypos = self.hub.task.inference_step(self.generator, self.hub.models, sample)
-        return [self.hub.decode(h[0]["tokens"]) for h in hypos]
+        # the dictionary's string() reads a list of ints as it reads a tensor, without a
+        # tensor element per token
+        return [self.hub.decode(h[0]["tokens"].tolist()) for h in hypos]
 
 
 def _source_limit(max_positions):
