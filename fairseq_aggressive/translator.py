@@ -53,37 +53,21 @@ class Translator:
             for key, value in settings.items():
                 setattr(cfg, key, value)
         self.hub = hub
-        self.settings = dict(settings)
         # a generator of its own (the task hands a thread's last one back to the hub's
         # translate() calls, not to a caller that passes arguments of its own)
         self.generator = hub.task.build_generator(hub.models, cfg, extra_gen_cls_kwargs={})
         self._max_tokens = utils.resolve_max_positions(hub.task.max_positions(),
                                                        *[m.max_positions() for m in hub.models])
+        self._limit = _source_limit(self._max_tokens)
         self._left_pad = bool(hub.task.cfg.left_pad_source)  # (an OmegaConf read costs per call)
         self._lock = threading.Lock()
 
     @classmethod
     def from_pretrained(cls, model_dir: str, checkpoint_file: str = "model.pt", data_name_or_path: str = None,
                         bpe_codes: str = None, source_lang: str = None, target_lang: str = None, **settings):
-        """A model directory as under ``models/``: the checkpoint, its dictionaries,
-        ``bpe.codes`` (subword-nmt) and ``MODEL.json`` (the languages, when not given)."""
-        from fairseq.models.transformer import TransformerModel
-
-        import fairseq_aggressive  # noqa: F401  (registers the task)
-
-        meta = os.path.join(model_dir, "MODEL.json")
-        langs = {}
-        if os.path.exists(meta):
-            with open(meta, encoding="utf-8") as f:
-                langs = json.load(f)
-        source_lang, target_lang = source_lang or langs.get("source_lang"), target_lang or langs.get("target_lang")
-        if not source_lang or not target_lang:
-            raise ValueError(f"{model_dir}: no MODEL.json with source_lang and target_lang; pass both")
-        codes = bpe_codes or os.path.join(model_dir, "bpe.codes")
-        extra = {"bpe": "subword_nmt", "bpe_codes": codes} if os.path.exists(codes) else {}
-        hub = TransformerModel.from_pretrained(model_dir, checkpoint_file, data_name_or_path or model_dir,
-                                               source_lang=source_lang, target_lang=target_lang, **extra)
-        return cls(hub.eval(), **settings)
+        """A model directory as under ``models/`` (:func:`load_hub`)."""
+        hub = load_hub(model_dir, checkpoint_file, data_name_or_path, bpe_codes, source_lang, target_lang)
+        return cls(hub, **settings)
 
     def translate(self, sentence: str) -> str:
         """The output for one sentence."""
@@ -96,10 +80,10 @@ class Translator:
         if not sentences:
             return []
         tokens = [self.hub.encode(s) for s in sentences]
-        limit = _source_limit(self._max_tokens)
         for i, t in enumerate(tokens):
-            if limit is not None and t.numel() > limit:
-                raise ValueError(f"sentence {i} is {t.numel()} tokens long after BPE; the model takes at most {limit}")
+            if self._limit is not None and t.numel() > self._limit:
+                raise ValueError(f"sentence {i} is {t.numel()} tokens long after BPE; "
+                                 f"the model takes at most {self._limit}")
         d = self.hub.src_dict
         src = data_utils.collate_tokens(tokens, d.pad(), d.eos(), left_pad=self._left_pad)
         lengths = torch.tensor([t.numel() for t in tokens])
@@ -110,6 +94,35 @@ class Translator:
         # the dictionary's string() reads a list of ints as it reads a tensor, without a
         # tensor element per token
         return [self.hub.decode(h[0]["tokens"].tolist()) for h in hypos]
+
+
+def model_languages(model_dir: str):
+    """(source, target) languages from ``MODEL_DIR/MODEL.json`` (None for each it lacks)."""
+    meta = os.path.join(model_dir, "MODEL.json")
+    if not os.path.exists(meta):
+        return None, None
+    with open(meta, encoding="utf-8") as f:
+        langs = json.load(f)
+    return langs.get("source_lang"), langs.get("target_lang")
+
+
+def load_hub(model_dir: str, checkpoint_file: str = "model.pt", data_name_or_path: str = None, bpe_codes: str = None,
+             source_lang: str = None, target_lang: str = None):
+    """The hub model (in eval mode) of a directory as under ``models/``: the checkpoint, its
+    dictionaries, ``bpe.codes`` (subword-nmt) and ``MODEL.json`` (the languages, when not given)."""
+    from fairseq.models.transformer import TransformerModel
+
+    import fairseq_aggressive  # noqa: F401  (registers the task)
+
+    src, tgt = model_languages(model_dir)
+    source_lang, target_lang = source_lang or src, target_lang or tgt
+    if not source_lang or not target_lang:
+        raise ValueError(f"{model_dir}: no MODEL.json with source_lang and target_lang; pass both")
+    codes = bpe_codes or os.path.join(model_dir, "bpe.codes")
+    extra = {"bpe": "subword_nmt", "bpe_codes": codes} if os.path.exists(codes) else {}
+    hub = TransformerModel.from_pretrained(model_dir, checkpoint_file, data_name_or_path or model_dir,
+                                           source_lang=source_lang, target_lang=target_lang, **extra)
+    return hub.eval()
 
 
 def _source_limit(max_positions):

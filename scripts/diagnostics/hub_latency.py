@@ -18,7 +18,6 @@ mode's, and the process's threads before and after (an aggressive mode keeps one
 engine per calling thread, whatever the number of calls).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -44,25 +43,18 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.sentences < 1 or len(set(a.modes)) != len(a.modes):
         ap.error("--sentences >= 1 and distinct --modes")
-    langs = {}
-    meta = os.path.join(a.model_dir, "MODEL.json")
-    if os.path.exists(meta):
-        with open(meta, encoding="utf-8") as f:
-            langs = json.load(f)
-    src, tgt = a.source_lang or langs.get("source_lang"), a.target_lang or langs.get("target_lang")
+    from fairseq_aggressive.translator import Translator, load_hub, model_languages
+
+    src, tgt = model_languages(a.model_dir)
+    src, tgt = a.source_lang or src, a.target_lang or tgt
     with open(a.input, encoding="utf-8") as f:
         lines = [line.strip() for line in f if line.strip()][:a.sentences]
     if not lines or not src or not tgt:
         ap.error("no sentences in --input" if not lines else "--source-lang and --target-lang (no MODEL.json)")
 
-    import fairseq_aggressive  # noqa: F401  (registers the task)
-    from fairseq.models.transformer import TransformerModel
-
     from fairseq_aggressive.native.machine import describe_machine, machine_info
 
-    hub = TransformerModel.from_pretrained(a.model_dir, a.checkpoint, a.model_dir, bpe="subword_nmt",
-                                           bpe_codes=os.path.join(a.model_dir, "bpe.codes"),
-                                           source_lang=src, target_lang=tgt).eval()
+    hub = load_hub(a.model_dir, a.checkpoint, source_lang=src, target_lang=tgt)
     decoding = {"spent": 0.0}
     step = hub.task.inference_step
 
@@ -77,8 +69,6 @@ def main(argv=None) -> int:
 
     ct2_call, names = _ct2_best(hub, os.path.join(a.model_dir, a.checkpoint), a.model_dir, lines) \
         if "ct2-best" in a.modes else (None, {})
-
-    from fairseq_aggressive import Translator
 
     translators = {m: Translator(hub, decoding=m.split(":", 1)[1]) for m in a.modes if m.startswith("translator:")}
 
