@@ -463,15 +463,23 @@ def test_linear_rows_give_the_same_bits_in_any_block(kind, isa):
 @needs_native
 def test_stream_hints_ask_for_the_line_ahead_and_stay_in_the_share():
     """A tile of several rows asks, once per cache line of its first panel, for
-    the line 64 lines (4096 bytes) further on in each of its panels, running
-    on into the next tile's panels, and never for a line at or past the end of
-    its thread's share: the offsets StreamHints computes once per tile against
-    that definition, for panels shorter and longer than the distance."""
-    import ctypes
+    the line kStreamAhead lines further on in each of its panels (64 lines,
+    4096 bytes; 32 on the AMX target), running on into the next tile's panels,
+    and never for a line at or past the end of its thread's share: the offsets
+    StreamHints computes once per tile against that definition, for panels
+    shorter and longer than the distance, on this machine's target and the
+    portable one."""
+    for isa in (None, "generic"):
+        lib = build.test_library(isa)
+        lines = lib.fa_test_stream_ahead_lines()
+        amx = isa is None and build.choose_target(None).name == "avx512amx"
+        assert lines == (32 if amx else 64)
+        _check_stream_hints(lib, lines * 64)
+
+
+def _check_stream_hints(lib, ahead):
     import numpy as np
 
-    lib = build.test_library()
-    ahead = 64 * 64
     asked = 0
     for step in (16, 32, 64):
         for steps in (1, 5, 18, 63, 64, 65, 100, 128, 256, 257, 512):
@@ -494,14 +502,16 @@ def test_stream_hints_ask_for_the_line_ahead_and_stay_in_the_share():
 
 
 @needs_native
-@pytest.mark.parametrize("isa", ["default", "generic-amx"])  # generic-amx: the portable vectors (test_amx.py builds it too)
+# generic: the portable vectors with 8-wide panels; generic-amx: with 16-wide ones (test_amx.py builds it too)
+@pytest.mark.parametrize("isa", ["default", "generic", "generic-amx"])
 def test_attention_gives_the_bits_of_its_definition(isa):
-    """attend computes 8 keys' scores at once (their lanes added as vectors
-    after a transpose), the last few keys with the last one repeated, and the
-    softmax's last exps as a vector: every output is the bits of the plain
-    definition (one key at a time, fixed lane order; fa_test_attend's
-    reference), for head widths with and without a partial 8, key counts
-    around multiples of 8, a second segment (a tree row's branch), rows of
+    """attend computes a panel of keys' scores at once from transposed keys
+    (each lane one key's chain), reads whole panels past the last key (NaN
+    there in the test), and the softmax's exps and weights a panel at a time:
+    every output is the bits of the plain definition (one key at a time,
+    fixed lane order; fa_test_attend's reference), for head widths with and
+    without a partial 8 or 16, key counts around multiples of 8 and 16, a
+    second segment (a tree row's branch) apart from the first, value rows of
     stride D (head-major caches) or wider, and peaked and flat scores."""
     import ctypes
     import numpy as np
@@ -528,6 +538,43 @@ def test_attention_gives_the_bits_of_its_definition(isa):
 
 
 @needs_native
+@pytest.mark.parametrize("isa", ["default", "generic", "generic-amx"])
+def test_row_logsumexp_and_argmax_give_the_bits_of_their_definition(isa):
+    """The log-softmax's logsumexp takes its exps a panel at a time and adds
+    them 8 lanes at a time; greedy's argmax finds the first maximum 8 values
+    at a time: both give their definition's bits and index (fa_test_row_reductions'
+    reference) for row lengths around multiples of 8 and 16, ties (the first
+    wins), a maximum in the last few values, -inf columns and an all -inf row."""
+    import ctypes
+    import numpy as np
+
+    lib = build.test_library(None if isa == "default" else isa)
+    rng = np.random.default_rng(5)
+    cases = 0
+    for n in (1, 7, 8, 9, 15, 16, 17, 33, 100, 8424):
+        for kind in ("normal", "ties", "last", "neginf", "allneginf"):
+            x = (rng.standard_normal(n) * 6).astype(np.float32)
+            if kind == "ties":
+                x[rng.integers(0, n, size=3)] = x.max() + 1.0
+            elif kind == "last":
+                x[-1] = x.max() + 2.0
+            elif kind == "neginf":
+                x[::3] = -np.inf
+            elif kind == "allneginf":
+                x[:] = -np.inf
+            lse, ref_lse = ctypes.c_float(), ctypes.c_float()
+            arg, ref_arg = ctypes.c_int(-1), ctypes.c_int(-2)
+            assert lib.fa_test_row_reductions(n, x.ctypes.data, ctypes.byref(lse), ctypes.byref(arg),
+                                              ctypes.byref(ref_lse), ctypes.byref(ref_arg)) == 0
+            assert arg.value == ref_arg.value == int(np.argmax(x)), (n, kind)
+            assert np.float32(lse.value).view(np.uint32) == np.float32(ref_lse.value).view(np.uint32), (n, kind)
+            if np.isfinite(x).any():  # against float64
+                assert abs(lse.value - float(np.logaddexp.reduce(x.astype(np.float64)))) < 1e-4 * max(1.0, abs(lse.value))
+            cases += 1
+    assert cases == 50
+
+
+@needs_native
 def test_test_entry_points_are_only_in_the_test_library():
     """The pool's self-test and its lost-completion hook are built into the test
     library (csrc/testing/), not into the engine decoding loads."""
@@ -535,7 +582,8 @@ def test_test_entry_points_are_only_in_the_test_library():
 
     lib = library()
     for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes", "fa_test_linear",
-                 "fa_test_attend", "fa_set_amx_min_rows", "fa_amx_products", "fa_test_amx_caller_shapes"):
+                 "fa_test_attend", "fa_test_row_reductions", "fa_test_stream_ahead_lines", "fa_set_amx_min_rows",
+                 "fa_amx_products", "fa_test_amx_caller_shapes"):
         with pytest.raises(AttributeError):
             getattr(lib, name)
         assert getattr(build.test_library(), name) is not None

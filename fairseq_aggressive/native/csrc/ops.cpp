@@ -31,41 +31,28 @@ inline float lane_max(V8 v) {
   return m;
 }
 
-// q . key[j] over D values for the 8 keys j < 8 into out[j], each with a
-// score's fixed operations: 8 lane partial sums (lane l: the d = l mod 8, in
-// order), added from lane 0, then the d past the last whole 8 by fused
-// multiply-adds.  The keys' chains run side by side (one key's chain alone
-// waits on each fused multiply-add's latency) and their lanes are added as
-// vectors, after a transpose, instead of one scalar addition chain per key.
-inline void dot8(const float* q, const float* const* key, int D, float* out) {
-  V8 acc[LANES];
-  for (int j = 0; j < LANES; ++j) acc[j] = V8::zero();
-  int d = 0;
-  for (; d + LANES <= D; d += LANES) {
-    const V8 qv = V8::load(q + d);
-    for (int j = 0; j < LANES; ++j) acc[j] = V8::fma(qv, V8::load(key[j] + d), acc[j]);
-  }
-  V8::transpose(acc);  // acc[l] lane j: key j's lane l
-  V8 s = V8::zero();
-  for (int l = 0; l < LANES; ++l) s = V8::add(s, acc[l]);
-  s.store(out);
-  for (; d < D; ++d)
-    for (int j = 0; j < LANES; ++j) out[j] = std::fma(q[d], key[j][d], out[j]);
-}
-
-// the scores q . k of n keys (rows of stride ld) into out, 8 at a time; the
-// last few with the last key repeated in the unused places
-inline void dots(const float* q, const float* k, size_t ld, int n, int D, float* out) {
-  const float* key[LANES];
-  for (int j = 0; j < n; j += LANES) {
-    for (int i = 0; i < LANES; ++i) key[i] = k + (size_t)std::min(j + i, n - 1) * ld;
-    if (j + LANES <= n) {
-      dot8(q, key, D, out + j);
-    } else {
-      float tail[LANES];
-      dot8(q, key, D, tail);
-      std::copy(tail, tail + (n - j), out + j);
-    }
+// The scores q . k of n keys, key j's D values in column j of kt (value d at
+// kt[d * ldk + j]), PANEL keys per vector, into out[0, n rounded up to
+// PANEL) (the columns past n are read and their scores left there; kt has
+// readable columns up to there).  Each score's fixed operations: 8 lane
+// partial sums (lane l: the d = l mod 8, in order, by fused multiply-adds),
+// added from lane 0, then the d past the last whole 8 by fused multiply-adds.
+// Over keys each vector lane is one key's chain, so the panel width changes
+// nothing and the keys need no transpose after the sums.
+inline void dots(const float* q, const float* kt, size_t ldk, int n, int D, float* out) {
+  const int whole = D / LANES * LANES;
+  for (int j = 0; j < n; j += PANEL) {
+    const float* col = kt + j;
+    VP acc[LANES];
+    for (int l = 0; l < LANES; ++l) acc[l] = VP::zero();
+    for (int d = 0; d < whole; d += LANES)
+      for (int l = 0; l < LANES; ++l)
+        acc[l] = VP::fma(VP::bcast(q[d + l]), VP::load(col + (size_t)(d + l) * ldk), acc[l]);
+    VP s = VP::zero();
+    if (whole > 0)
+      for (int l = 0; l < LANES; ++l) s = VP::add(s, acc[l]);
+    for (int d = whole; d < D; ++d) s = VP::fma(VP::bcast(q[d]), VP::load(col + (size_t)d * ldk), s);
+    s.store(out + j);
   }
 }
 
@@ -96,22 +83,35 @@ float abs_max_of(const float* x, int n) {
   return mx;
 }
 
-// 8 partial sums combined in a fixed order
+// 8 partial sums combined in a fixed order (the exps a panel at a time, each
+// value's own operations, then added 8 at a time in order)
 float logsumexp(const float* x, int n) {
   const float mx = max_of(x, n);
   if (mx == -std::numeric_limits<float>::infinity()) return mx;
+  const VP mp = VP::bcast(mx), neg1p = VP::bcast(-1.f);
   const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
+  alignas(64) float e[PANEL];
   V8 s8 = V8::zero();
   int v = 0;
+  for (; v + PANEL <= n; v += PANEL) {
+    VP::exp(VP::fma(mp, neg1p, VP::load(x + v))).store(e);
+    for (int h = 0; h < PANEL; h += LANES) s8 = V8::add(s8, V8::load(e + h));
+  }
   for (; v + LANES <= n; v += LANES) s8 = V8::add(s8, V8::exp(V8::fma(mv, neg1, V8::load(x + v))));
   float sum = lane_sum(s8);
   for (; v < n; ++v) sum = sum + fexp(x[v] - mx);
   return mx + std::log(sum);
 }
 
+// the maximum, then the first place that holds it, 8 values at a time
 int argmax_first(const float* x, int n) {
   const float mx = max_of(x, n);
-  for (int u = 0; u < n; ++u)
+  int u = 0;
+  for (; u + LANES <= n; u += LANES) {
+    const int at = V8::first_equal(V8::load(x + u), mx);
+    if (at >= 0) return u + at;
+  }
+  for (; u < n; ++u)
     if (x[u] == mx) return u;
   return 0;  // all NaN
 }
@@ -166,60 +166,58 @@ inline const float* value_row(const float* v, const float* v2, size_t ld, int n,
   return j < n ? v + j * ld : v2 + (j - n) * ld;
 }
 
-// out (NV vectors) = sum over the N keys j, in order, of p[j] * value row j,
-// each output one fused multiply-add chain
+// out (NV vectors of PANEL values) = sum over the N keys j, in order, of
+// p[j] * value row j, each output one fused multiply-add chain (the panel
+// width changes nothing)
 template <int NV>
 void weighted_values(const float* p, const float* v, const float* v2, size_t ld, int n, int N, float* out) {
-  V8 acc[NV];
-  for (int i = 0; i < NV; ++i) acc[i] = V8::zero();
+  VP acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = VP::zero();
   for (int j = 0; j < N; ++j) {
-    const V8 pj = V8::bcast(p[j]);
+    const VP pj = VP::bcast(p[j]);
     const float* vj = value_row(v, v2, ld, n, j);
-    for (int i = 0; i < NV; ++i) acc[i] = V8::fma(pj, V8::load(vj + i * LANES), acc[i]);
+    for (int i = 0; i < NV; ++i) acc[i] = VP::fma(pj, VP::load(vj + i * PANEL), acc[i]);
   }
-  for (int i = 0; i < NV; ++i) acc[i].store(out + i * LANES);
+  for (int i = 0; i < NV; ++i) acc[i].store(out + i * PANEL);
 }
 
-// weighted_values for head widths of 1 .. 16 vectors (the accumulators stay in registers)
+// weighted_values for head widths of 1 .. 8 panels (the accumulators stay in registers)
 using WeightedValues = void (*)(const float*, const float*, const float*, size_t, int, int, float*);
 template <int... I>
 constexpr std::array<WeightedValues, sizeof...(I)> weighted_values_table(std::integer_sequence<int, I...>) {
   return {&weighted_values<I + 1>...};
 }
-constexpr auto kWeightedValues = weighted_values_table(std::make_integer_sequence<int, 16>{});
+constexpr auto kWeightedValues = weighted_values_table(std::make_integer_sequence<int, 128 / PANEL>{});
 
 }  // namespace
 
 // Scores, softmax (8-lane partial sums in a fixed order), weighted sum of the
 // values (each output accumulated over keys in order).  The same keys give
 // the same operations whether they are one segment or two.
-void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out, float* scratch,
-            const float* k2, const float* v2, int n2) {
-  dots(q, k, ld, n, D, scratch);
-  if (n2 > 0) dots(q, k2, ld, n2, D, scratch + n);
+void attend(const float* q, const float* kt, size_t ldk, const float* v, size_t ldv, int n, int D, float* out,
+            float* scratch, const float* kt2, const float* v2, int n2) {
+  dots(q, kt, ldk, n, D, scratch);
+  if (n2 > 0) dots(q, kt2, ldk, n2, D, scratch + n);
   const int N = n + n2;
   const float mx = max_of(scratch, N);
-  const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
+  // the exps PANEL at a time (each value's own operations; scratch has room
+  // for the last panel), then their sum as 8 lane partial sums, the last few
+  // added one by one
+  const VP mp = VP::bcast(mx), neg1p = VP::bcast(-1.f);
+  for (int j = 0; j < N; j += PANEL) VP::exp(VP::fma(mp, neg1p, VP::load(scratch + j))).store(scratch + j);
   V8 s8 = V8::zero();
   int j = 0;
-  for (; j + LANES <= N; j += LANES) {
-    V8 e = V8::exp(V8::fma(mv, neg1, V8::load(scratch + j)));
-    e.store(scratch + j);
-    s8 = V8::add(s8, e);
-  }
+  for (; j + LANES <= N; j += LANES) s8 = V8::add(s8, V8::load(scratch + j));
   float sum = lane_sum(s8);
-  if (j < N) {  // the last few: the same exp on a vector (scratch has room), added one by one
-    V8::exp(V8::fma(mv, neg1, V8::load(scratch + j))).store(scratch + j);
-    for (; j < N; ++j) sum = sum + scratch[j];
-  }
-  const V8 sv = V8::bcast(sum);
-  for (j = 0; j < N; j += LANES) V8::div(V8::load(scratch + j), sv).store(scratch + j);  // the weights
-  if (D % LANES == 0 && D / LANES <= (int)kWeightedValues.size())
-    return kWeightedValues[D / LANES - 1](scratch, v, v2, ld, n, N, out);
+  for (; j < N; ++j) sum = sum + scratch[j];
+  const VP sv = VP::bcast(sum);
+  for (j = 0; j < N; j += PANEL) VP::div(VP::load(scratch + j), sv).store(scratch + j);  // the weights
+  if (D % PANEL == 0 && D / PANEL <= (int)kWeightedValues.size())
+    return kWeightedValues[D / PANEL - 1](scratch, v, v2, ldv, n, N, out);
   // other head widths: the same operations one value at a time
   for (int d = 0; d < D; ++d) out[d] = 0.f;
   for (j = 0; j < N; ++j) {
-    const float* vj = value_row(v, v2, ld, n, j);
+    const float* vj = value_row(v, v2, ldv, n, j);
     for (int d = 0; d < D; ++d) out[d] = std::fma(scratch[j], vj[d], out[d]);
   }
 }

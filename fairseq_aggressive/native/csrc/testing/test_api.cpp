@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -122,6 +123,9 @@ int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, co
   return -1;
 }
 
+// How many cache lines ahead StreamHints asks (kStreamAhead: per build target)
+int fa_test_stream_ahead_lines() { return fa::kStreamAhead; }
+
 // The lines StreamHints asks for: a tile of nr panels of panel_bytes, `step`
 // bytes (16, 32 or 64) per k step over `steps` steps, its thread's share ending
 // end_offset bytes after the tile's first panel.  out[k] for each k step: the
@@ -144,7 +148,9 @@ int fa_test_stream_hints(int64_t panel_bytes, int nr, int steps, int step, int64
 }
 
 // Attention of one query over n keys (then n2 more at k2/v2), rows of stride
-// ld, head width D: out from the engine's attend, ref from the operations it
+// ld, head width D: out from the engine's attend (given the keys transposed, as
+// the caches hold them: both segments in one buffer, the second 5 columns
+// after the first, the columns past them filled with NaN), ref from the operations it
 // is defined by, one value at a time (per key: 8 lane partial sums over d, d
 // mod 8 = lane, added from lane 0, then the d beyond the last whole 8 by fused
 // multiply-adds; the softmax: exp(s - max) with fexp, summed as 8 lane partials
@@ -154,8 +160,14 @@ int fa_test_stream_hints(int64_t panel_bytes, int nr, int steps, int step, int64
 int fa_test_attend(int D, int n, int n2, int64_t ld, const float* q, const float* k, const float* v, const float* k2,
                    const float* v2, float* out, float* ref) try {
   const int N = n + n2;
-  std::vector<float> scratch(((size_t)N + 7) / 8 * 8 + 16);
-  fa::attend(q, k, v, (size_t)ld, n, D, out, scratch.data(), k2, v2, n2);
+  std::vector<float> scratch((size_t)N + 16);
+  const int c2 = n + 5, cols = fa::kt_cols(c2 + n2);
+  std::vector<float> kt((size_t)D * cols, std::numeric_limits<float>::quiet_NaN());
+  for (int d = 0; d < D; ++d) {
+    for (int j = 0; j < n; ++j) kt[(size_t)d * cols + j] = k[(size_t)j * ld + d];
+    for (int j = 0; j < n2; ++j) kt[(size_t)d * cols + c2 + j] = k2[(size_t)j * ld + d];
+  }
+  fa::attend(q, kt.data(), (size_t)cols, v, (size_t)ld, n, D, out, scratch.data(), kt.data() + c2, v2, n2);
   auto key = [&](int j) { return j < n ? k + (size_t)j * ld : k2 + (size_t)(j - n) * ld; };
   auto val = [&](int j) { return j < n ? v + (size_t)j * ld : v2 + (size_t)(j - n) * ld; };
   std::vector<float> s(N), e(N);
@@ -186,6 +198,33 @@ int fa_test_attend(int D, int n, int n2, int64_t ld, const float* q, const float
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fa_test_attend: %s\n", e.what());
+  return -1;
+}
+
+// A row's logsumexp and first argmax (the scores of emitted tokens, greedy's
+// choice): lse/arg from the engine's, ref_lse/ref_arg from their definitions
+// (the maximum; exp(x - max) with fexp, summed as 8 lane partials over whole
+// groups of 8 added from lane 0, then the rest one by one; the first index
+// holding the maximum).  Returns 0, or -1 on an exception (the message on stderr).
+int fa_test_row_reductions(int n, const float* x, float* lse, int* arg, float* ref_lse, int* ref_arg) try {
+  *lse = fa::logsumexp(x, n);
+  *arg = fa::argmax_first(x, n);
+  float mx = x[0];
+  for (int j = 1; j < n; ++j) mx = std::max(mx, x[j]);
+  *ref_arg = (int)(std::find(x, x + n, mx) - x);
+  if (mx == -std::numeric_limits<float>::infinity()) {
+    *ref_lse = mx;
+    return 0;
+  }
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum = 0.f;
+  const int whole = n / 8 * 8;
+  for (int j = 0; j < whole; ++j) part[j % 8] = part[j % 8] + fa::fexp(x[j] - mx);
+  for (int l = 0; l < 8; ++l) sum = sum + part[l];
+  for (int j = whole; j < n; ++j) sum = sum + fa::fexp(x[j] - mx);
+  *ref_lse = mx + std::log(sum);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_test_row_reductions: %s\n", e.what());
   return -1;
 }
 
