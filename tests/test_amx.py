@@ -28,11 +28,12 @@ def _linear(lib, W, scale, bias, x, threads):
 @needs_native
 @pytest.mark.parametrize("isa", AMX_TARGETS)
 def test_amx_tiles_give_the_vector_tiles_bits(isa):
-    """Products of 1-40 rows (one to three row blocks of up to 16), widths
-    that end in a partial panel and a partial group of 4 panels, depths that
-    fill whole tiles of 64 k or end inside one, 1-3 threads: every output's
-    bits are the default target's (its vector tiles), whether the tiles start
-    at 1 row, at 2 (the default) or never; and the tiles do run."""
+    """Products of 1-64 rows (one to four row blocks of up to 16: alone, in
+    pairs that share each B tile, overlapping where the rows do not divide
+    evenly), widths that end in a partial panel and a partial group of 4
+    panels, depths that fill whole tiles of 64 k or end inside one, 1-3
+    threads: every output's bits are the default target's (its vector tiles),
+    whether the tiles start at 1 row, at 2 or never; and the tiles do run."""
     lib = build.test_library(isa)
     state = lib.fa_amx_state()
     if state != 1:
@@ -45,13 +46,13 @@ def test_amx_tiles_give_the_vector_tiles_bits(isa):
             W = rng.integers(-127, 128, size=(N, K), dtype=np.int8)
             scale = (rng.random(N) * 0.01 + 0.001).astype(np.float32)
             bias = rng.standard_normal(N).astype(np.float32)
-            x = rng.standard_normal((40, K)).astype(np.float32)
+            x = rng.standard_normal((64, K)).astype(np.float32)
             x[3] = 0.0  # a row of zeros (its scale is the fallback's)
             want = _linear(ref, W, scale, bias, x, 1)
-            for min_rows in (1, 2, 41):
+            for min_rows in (1, 2, 65):
                 lib.fa_set_amx_min_rows(min_rows)
                 for threads in (1, 2, 3):
-                    for M in list(range(1, 18)) + [24, 31, 32, 33, 40]:
+                    for M in list(range(1, 18)) + [24, 29, 31, 32, 33, 40, 47, 48, 49, 63, 64]:
                         before = lib.fa_amx_products()
                         y = _linear(lib, W, scale, bias, x[:M], threads)
                         assert np.array_equal(y.view(np.uint32), want[:M].view(np.uint32)), (N, K, min_rows, threads, M)

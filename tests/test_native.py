@@ -505,14 +505,14 @@ def _check_stream_hints(lib, ahead):
 # generic: the portable vectors with 8-wide panels; generic-amx: with 16-wide ones (test_amx.py builds it too)
 @pytest.mark.parametrize("isa", ["default", "generic", "generic-amx"])
 def test_attention_gives_the_bits_of_its_definition(isa):
-    """attend computes a panel of keys' scores at once from transposed keys
-    (each lane one key's chain), reads whole panels past the last key (NaN
-    there in the test), and the softmax's exps and weights a panel at a time:
-    every output is the bits of the plain definition (one key at a time,
-    fixed lane order; fa_test_attend's reference), for head widths with and
-    without a partial 8 or 16, key counts around multiples of 8 and 16, a
-    second segment (a tree row's branch) apart from the first, value rows of
-    stride D (head-major caches) or wider, and peaked and flat scores."""
+    """attend computes 8 keys' scores at once (their lanes added as vectors
+    after a transpose), the last few keys with the last one repeated, and the
+    softmax's exps and weights and the weighted values a panel at a time: every
+    output is the bits of the plain definition (one key at a time, fixed lane
+    order; fa_test_attend's reference), for head widths with and without a
+    partial 8 or 16, key counts around multiples of 8 and 16, a second segment
+    (a tree row's branch), rows of stride D (head-major caches) or wider, and
+    peaked and flat scores, on targets with 16- and 8-wide panels."""
     import ctypes
     import numpy as np
 

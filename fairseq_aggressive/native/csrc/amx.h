@@ -157,10 +157,12 @@ FA_AMX_TILE(7)
 #define FA_AMX_DPBUSD(C, A, B) \
   template <>                  \
   inline void dpbusd<C, A, B>() { _tile_dpbusd(C, A, B); }
-FA_AMX_DPBUSD(0, 4, 5)
-FA_AMX_DPBUSD(1, 4, 6)
-FA_AMX_DPBUSD(2, 4, 7)
-FA_AMX_DPBUSD(3, 4, 5)
+FA_AMX_DPBUSD(0, 4, 6)
+FA_AMX_DPBUSD(1, 4, 7)
+FA_AMX_DPBUSD(2, 4, 6)
+FA_AMX_DPBUSD(3, 4, 7)
+FA_AMX_DPBUSD(2, 5, 6)
+FA_AMX_DPBUSD(3, 5, 7)
 #undef FA_AMX_DPBUSD
 #endif
 

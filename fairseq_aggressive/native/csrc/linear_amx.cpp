@@ -4,9 +4,10 @@
 // outputs' 4 weights each in 64 bytes, so 16 consecutive groups are one B tile
 // (16 rows x 64 bytes, stride 64).  The rows of a product (up to 16 at a time)
 // are an A tile (their quantized inputs, 64 k per tile) and four C tiles hold
-// the int32 sums of 4 panels (64 outputs):
-//   tiles 0-3  C: rows x 16 int32   tile 4  A: rows x 64 uint8
-//   tiles 5-7  B: 16 k groups x 16 outputs x 4 int8 (a panel's, in turn)
+// int32 sums: of one block of rows and 4 panels (64 outputs), or of two blocks
+// and 2 panels, so that each B tile loaded serves 32 rows:
+//   tiles 0-3  C: rows x 16 int32   tiles 4-5  A: rows x 64 uint8
+//   tiles 6-7  B: 16 k groups x 16 outputs x 4 int8 (a panel's, in turn)
 // Every k group of a row runs through TDPBUSD once, in exact int32 sums, so
 // the outputs are the vector tiles' bits (linear_int8.h's q8_outputs turns
 // both into floats).  Rows are padded to whole tiles of k: on FA_AMX builds a
@@ -78,7 +79,6 @@ std::atomic<int64_t> g_amx_products{0};
 
 constexpr int kGroupsPerTile = amx::kRowBytes / Q8_GROUP;  // k groups in an A or B tile: 16
 constexpr int kPanelsPerTile = 4;                          // C tiles
-constexpr int kTileA = 4;
 
 // The shapes of a block of `rows` rows.  A thread loads them before its first
 // tile of a block of another size and at the start of each product
@@ -93,7 +93,7 @@ void configure(int rows, uint64_t call) {
   if (loaded.call == call && loaded.rows == rows) return;
   amx::Config c;
   for (int t = 0; t < 8; ++t) {
-    c.rows[t] = (uint8_t)(t < 5 ? rows : kGroupsPerTile);
+    c.rows[t] = (uint8_t)(t < 6 ? rows : kGroupsPerTile);
     c.colsb[t] = amx::kRowBytes;
   }
   amx::configure(c);
@@ -131,20 +131,20 @@ void amx_tile(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstri
   constexpr size_t kB = (size_t)Q8_GROUP * PANEL;  // bytes of one k group of a panel: a B tile's row
   for (int g = 0; g < KG; g += kGroupsPerTile) {
     const int8_t* b = panel + (size_t)g * kB;
-    amx::load<kTileA>(xq + (size_t)g * Q8_GROUP, ldq);
-    amx::load<5>(b, kB);
-    amx::dpbusd<0, kTileA, 5>();
+    amx::load<4>(xq + (size_t)g * Q8_GROUP, ldq);
+    amx::load<6>(b, kB);
+    amx::dpbusd<0, 4, 6>();
     if constexpr (NR > 1) {
-      amx::load<6>(b + pstride, kB);
-      amx::dpbusd<1, kTileA, 6>();
+      amx::load<7>(b + pstride, kB);
+      amx::dpbusd<1, 4, 7>();
     }
     if constexpr (NR > 2) {
-      amx::load<7>(b + 2 * pstride, kB);
-      amx::dpbusd<2, kTileA, 7>();
+      amx::load<6>(b + 2 * pstride, kB);
+      amx::dpbusd<2, 4, 6>();
     }
     if constexpr (NR > 3) {
-      amx::load<5>(b + 3 * pstride, kB);
-      amx::dpbusd<3, kTileA, 5>();
+      amx::load<7>(b + 3 * pstride, kB);
+      amx::dpbusd<3, 4, 7>();
     }
   }
   alignas(64) int32_t sums[kPanelsPerTile][amx::kMaxRows][PANEL];
@@ -154,6 +154,45 @@ void amx_tile(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstri
   if constexpr (NR > 3) amx::store<3>(sums[3], sizeof(sums[0][0]));
   q8_outputs(&sums[0][0][0], PANEL, (size_t)amx::kMaxRows * PANEL, rows, NR, sx, y, ldy, n0, L.N, L.ws.data(),
              L.wsum.data(), L.b.data(), L.has_bias);
+}
+
+// Two blocks of `rows` rows (from xa and xb) x NR <= 2 panels: each B tile
+// loaded feeds both blocks (C tiles 0-1: block a, 2-3: block b)
+template <int NR>
+void amx_tile_pair(const Q8In* xa, const Q8In* xb, int ldq, int KG, const int8_t* panel, size_t pstride, int rows,
+                   const float* sxa, const float* sxb, float* ya, float* yb, int ldy, int n0, const Linear& L) {
+  amx::zero<0>();
+  amx::zero<2>();
+  if constexpr (NR > 1) {
+    amx::zero<1>();
+    amx::zero<3>();
+  }
+  constexpr size_t kB = (size_t)Q8_GROUP * PANEL;
+  for (int g = 0; g < KG; g += kGroupsPerTile) {
+    const int8_t* b = panel + (size_t)g * kB;
+    amx::load<4>(xa + (size_t)g * Q8_GROUP, ldq);
+    amx::load<5>(xb + (size_t)g * Q8_GROUP, ldq);
+    amx::load<6>(b, kB);
+    amx::dpbusd<0, 4, 6>();
+    amx::dpbusd<2, 5, 6>();
+    if constexpr (NR > 1) {
+      amx::load<7>(b + pstride, kB);
+      amx::dpbusd<1, 4, 7>();
+      amx::dpbusd<3, 5, 7>();
+    }
+  }
+  alignas(64) int32_t sums[kPanelsPerTile][amx::kMaxRows][PANEL];
+  amx::store<0>(sums[0], sizeof(sums[0][0]));
+  amx::store<2>(sums[2], sizeof(sums[0][0]));
+  if constexpr (NR > 1) {
+    amx::store<1>(sums[1], sizeof(sums[0][0]));
+    amx::store<3>(sums[3], sizeof(sums[0][0]));
+  }
+  const size_t pstride_sums = (size_t)amx::kMaxRows * PANEL;
+  q8_outputs(&sums[0][0][0], PANEL, pstride_sums, rows, NR, sxa, ya, ldy, n0, L.N, L.ws.data(), L.wsum.data(),
+             L.b.data(), L.has_bias);
+  q8_outputs(&sums[2][0][0], PANEL, pstride_sums, rows, NR, sxb, yb, ldy, n0, L.N, L.ws.data(), L.wsum.data(),
+             L.b.data(), L.has_bias);
 }
 
 using AmxTileFn = void (*)(const Q8In*, int, int, const int8_t*, size_t, int, const float*, float*, int, int,
@@ -184,19 +223,29 @@ void linear_q8_amx(Pool& pool, const Linear& L, const Q8In* q, int ldq, const fl
   const uint64_t call = calls.fetch_add(1, std::memory_order_relaxed) + 1;
   const int KG = L.KG();
   const size_t pstride = (size_t)KG * Q8_GROUP * PANEL;
-  // row blocks of at most 16, as even as possible (one or two tile shapes)
-  const int nb = (M + amx::kMaxRows - 1) / amx::kMaxRows;
+  // row blocks of one size, at most 16 rows, the last one ending at row M (it
+  // may overlap the one before: those rows are computed twice, the same bits)
+  const int nb = (M + amx::kMaxRows - 1) / amx::kMaxRows, rows = (M + nb - 1) / nb;
   const int n_groups = (L.P + kPanelsPerTile - 1) / kPanelsPerTile;
   const int chunks = product_chunks(pool, L, M, n_groups);
   auto body = [&](int c) {
     const int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
-    for (int bi = 0; bi < nb; ++bi) {  // blocks outermost: a thread loads a block's shapes once
-      const int m0 = (M * bi) / nb, rows = (M * (bi + 1)) / nb - m0;
-      configure(rows, call);
-      for (int g = g0; g < g1; ++g) {
-        const int p0 = g * kPanelsPerTile, np = std::min(kPanelsPerTile, L.P - p0);
-        amx_tile_fn(np)(q + (size_t)m0 * ldq, ldq, KG, L.wq.data() + (size_t)p0 * pstride, pstride, rows, sx + m0,
-                        y + (size_t)m0 * ldy, ldy, p0 * PANEL, L);
+    configure(rows, call);
+    for (int g = g0; g < g1; ++g) {  // a group's weights read from memory once, for every block
+      const int p0 = g * kPanelsPerTile, np = std::min(kPanelsPerTile, L.P - p0);
+      const int8_t* w = L.wq.data() + (size_t)p0 * pstride;
+      int bi = 0;
+      for (; bi + 1 < nb; bi += 2) {  // blocks in pairs, 2 panels at a time
+        const int ma = bi * rows, mb = std::min((bi + 1) * rows, M - rows);
+        for (int pp = 0; pp < np; pp += 2)
+          (np - pp >= 2 ? amx_tile_pair<2> : amx_tile_pair<1>)(
+              q + (size_t)ma * ldq, q + (size_t)mb * ldq, ldq, KG, w + (size_t)pp * pstride, pstride, rows, sx + ma,
+              sx + mb, y + (size_t)ma * ldy, y + (size_t)mb * ldy, ldy, (p0 + pp) * PANEL, L);
+      }
+      if (bi < nb) {  // the last block alone, 4 panels at a time
+        const int m0 = M - rows;
+        amx_tile_fn(np)(q + (size_t)m0 * ldq, ldq, KG, w, pstride, rows, sx + m0, y + (size_t)m0 * ldy, ldy,
+                        p0 * PANEL, L);
       }
     }
   };

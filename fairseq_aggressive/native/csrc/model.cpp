@@ -119,11 +119,6 @@ void reserve_rows(Model& m, int M) {
   ensure(m.f, (size_t)M * m.cfg.F);
 }
 
-// a key's D values into column 0 of a transposed cache of `cols` columns (kt_at)
-inline void put_key(const float* key, float* col, int cols, int D) {
-  for (int d = 0; d < D; ++d) col[(size_t)d * cols] = key[d];
-}
-
 // f(row, head, scratch) for every head and every row of the groups [first[g],
 // first[g + 1]) (a group: one sentence's rows, which read the same keys and
 // values).  For each head a group's rows run one after another, so the head's
@@ -198,9 +193,9 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
     Sentence& s = st.sents[b];
     s.src_len = src_len[b];
     s.cap = cap;
-    s.enc_k.assign((size_t)nl * kt_cols(s.src_len) * C, 0.f);
+    s.enc_k.resize((size_t)nl * s.src_len * C);
     s.enc_v.resize((size_t)nl * s.src_len * C);
-    s.self_k.assign((size_t)nl * kt_cols(cap) * C, 0.f);
+    s.self_k.assign((size_t)nl * cap * C, 0.f);
     s.self_v.assign((size_t)nl * cap * C, 0.f);
   }
   ensure(m.kv, (size_t)M * 3 * C);
@@ -208,11 +203,10 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
     linear(m.pool, m.w.dec[l].ckv, st.enc_out.data(), E, M, m.kv.data(), 2 * C);
     for (int b = 0; b < B; ++b) {
       Sentence& s = st.sents[b];
-      const int cols = kt_cols(s.src_len);
       for (int t = 0; t < s.src_len; ++t) {
         const float* r = m.kv.data() + (size_t)(start[b] + t) * 2 * C;
         for (int hh = 0; hh < H; ++hh) {
-          put_key(r + hh * D, s.enc_k.data() + kt_at(l, hh, 0, H, cols, D) + t, cols, D);
+          std::copy(r + hh * D, r + (hh + 1) * D, s.enc_k.begin() + kv_at(l, hh, t, H, s.src_len, D));
           std::copy(r + C + hh * D, r + C + (hh + 1) * D, s.enc_v.begin() + kv_at(l, hh, t, H, s.src_len, D));
         }
       }
@@ -235,7 +229,6 @@ State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, in
     max_s = std::max(max_s, (int)src_len[b]);
   }
   reserve_rows(m, M);
-  ensure(m.h, (size_t)kt_cols(M) * C);  // the encoder's transposed keys
   std::vector<int32_t> pos(M);
   std::vector<int> start(B + 1, 0);
   for (int b = 0; b < B; ++b) {
@@ -253,23 +246,23 @@ State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, in
     }
     linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
     float* qkv = m.kv.data();
-    // keys transposed (kt_at's layout, M positions) in m.h and values
-    // head-major (kv_at's) in m.a, free until the output projection
-    const int cols = kt_cols(M);
+    // keys and values head-major (kv_at's layout, M positions) in m.h and m.a,
+    // free until the output projection: each head's keys contiguous
     float* keys = m.h.data();
     float* vals = m.a.data();
     for (int r = 0; r < M; ++r) {
       float* q = qkv + (size_t)r * 3 * C;
       for (int c = 0; c < C; ++c) q[c] *= m.scaling;
       for (int hh = 0; hh < H; ++hh) {
-        put_key(q + C + hh * D, keys + kt_at(0, hh, 0, H, cols, D) + r, cols, D);
+        std::copy(q + C + hh * D, q + C + (hh + 1) * D, keys + kv_at(0, hh, r, H, M, D));
         std::copy(q + 2 * C + hh * D, q + 2 * C + (hh + 1) * D, vals + kv_at(0, hh, r, H, M, D));
       }
     }
     for_heads(m, start, max_s, [&](int row, int hh, float* scratch) {
       const int b = (int)(std::upper_bound(start.begin(), start.end(), row) - start.begin()) - 1;
-      attend(qkv + (size_t)row * 3 * C + hh * D, keys + kt_at(0, hh, 0, H, cols, D) + start[b], cols,
-             vals + kv_at(0, hh, start[b], H, M, D), D, src_len[b], D, m.q.data() + (size_t)row * C + hh * D, scratch);
+      const size_t at = kv_at(0, hh, start[b], H, M, D);
+      attend(qkv + (size_t)row * 3 * C + hh * D, keys + at, vals + at, D, src_len[b], D,
+             m.q.data() + (size_t)row * C + hh * D, scratch);
     });
     linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
     add_rows(x, m.a.data(), (size_t)M * C);
@@ -325,10 +318,9 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
       for (int t = 0; t < row_len[r]; ++t) {
         const float* kvr = m.kv.data() + (size_t)(off[r] + t) * 3 * C;
         for (int hh = 0; hh < H; ++hh) {
-          const int cols = kt_cols(s.cap);
-          put_key(kvr + C + hh * D, s.self_k.data() + kt_at((int)l, hh, 0, H, cols, D) + s.len + t, cols, D);
-          std::copy(kvr + 2 * C + hh * D, kvr + 2 * C + (hh + 1) * D,
-                    s.self_v.begin() + kv_at((int)l, hh, s.len + t, H, s.cap, D));
+          const size_t at = kv_at((int)l, hh, s.len + t, H, s.cap, D);
+          std::copy(kvr + C + hh * D, kvr + C + (hh + 1) * D, s.self_k.begin() + at);
+          std::copy(kvr + 2 * C + hh * D, kvr + 2 * C + (hh + 1) * D, s.self_v.begin() + at);
         }
       }
     }
@@ -340,8 +332,7 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
     for_heads(m, off, max_keys, [&](int row, int hh, float* scratch) {
       const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1, t = row - off[r];
       const Sentence& s = st.sents[sent[r]];
-      const int cols = kt_cols(s.cap);
-      const float* ck = s.self_k.data() + kt_at((int)l, hh, 0, H, cols, D);
+      const float* ck = s.self_k.data() + kv_at((int)l, hh, 0, H, s.cap, D);
       const float* cv = s.self_v.data() + kv_at((int)l, hh, 0, H, s.cap, D);
       const float* qr = m.kv.data() + (size_t)row * 3 * C;
       const int n1 = keys(r, t);
@@ -350,9 +341,8 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
         b0 = branch_start[row];
         n2 = t - b0 + 1;
       }
-      const int seg = s.len + b0;
-      attend(qr + hh * D, ck, cols, cv, D, n1, D, m.q.data() + (size_t)row * C + hh * D, scratch, ck + seg,
-             cv + (size_t)seg * D, n2);
+      const size_t seg = (size_t)(s.len + b0) * D;
+      attend(qr + hh * D, ck, cv, D, n1, D, m.q.data() + (size_t)row * C + hh * D, scratch, ck + seg, cv + seg, n2);
     });
     clock.emplace(Stage::kSelfOut);
     linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
@@ -374,11 +364,10 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
     for_heads(m, off, max_keys, [&](int row, int hh, float* scratch) {
       const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
       const Sentence& s = st.sents[sent[r]];
-      const int cols = kt_cols(s.src_len);
-      const float* ek = s.enc_k.data() + kt_at((int)l, hh, 0, H, cols, D);
+      const float* ek = s.enc_k.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
       const float* ev = s.enc_v.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
-      attend(m.kv.data() + (size_t)row * C + hh * D, ek, cols, ev, D, s.src_len, D,
-             m.q.data() + (size_t)row * C + hh * D, scratch);
+      attend(m.kv.data() + (size_t)row * C + hh * D, ek, ev, D, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
+             scratch);
     });
     clock.emplace(Stage::kCrossOut);
     linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);

@@ -139,26 +139,18 @@ struct Model {
 
 // where position p of head h of layer l starts in a cache of `rows` positions per head (see Sentence)
 inline size_t kv_at(int l, int h, int p, int H, int rows, int D) { return (((size_t)l * H + h) * rows + p) * D; }
-// Keys transposed (attend's): per layer and head D rows of `cols` columns, a
-// position per column; where value d of head h of layer l starts (add the position)
-inline size_t kt_at(int l, int h, int d, int H, int cols, int D) { return (((size_t)l * H + h) * D + d) * cols; }
-// the columns of a transposed key cache of n positions: attend reads whole
-// panels of 16 columns from any position below n
-inline int kt_cols(int n) { return (n + 15) / 16 * 16 + 16; }
 
 // Packs the tensors of m.w.staged into the model's layers; "" or what is wrong
 std::string build_model(Model& m);
 
 // Attention keys and values, per layer and head: the head's D values of each
-// position together (kv_at), so the values one head's attention reads are
+// position together (kv_at), so the keys one head's attention reads are
 // contiguous (in a position-major cache a head's values of successive
-// positions lie C floats apart, map to few L1 sets and defeat the prefetchers);
-// the keys transposed (kt_at), so a head's scores go a panel of keys per
-// vector instruction
+// positions lie C floats apart, map to few L1 sets and defeat the prefetchers)
 struct Sentence {
   int src_len = 0, len = 0, cap = 0;
-  std::vector<float> enc_k, enc_v;    // per layer, per head: D x kt_cols(src_len), src_len x D
-  std::vector<float> self_k, self_v;  // per layer, per head: D x kt_cols(cap), cap x D
+  std::vector<float> enc_k, enc_v;    // per layer, per head: src_len x D
+  std::vector<float> self_k, self_v;  // per layer, per head: cap x D
   std::vector<int32_t> sl_ids;  // shortlist rows of this sentence beyond the common ones (ascending)
   Linear sl_extra;
 };

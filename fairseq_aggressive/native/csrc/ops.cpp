@@ -31,28 +31,41 @@ inline float lane_max(V8 v) {
   return m;
 }
 
-// The scores q . k of n keys, key j's D values in column j of kt (value d at
-// kt[d * ldk + j]), PANEL keys per vector, into out[0, n rounded up to
-// PANEL) (the columns past n are read and their scores left there; kt has
-// readable columns up to there).  Each score's fixed operations: 8 lane
-// partial sums (lane l: the d = l mod 8, in order, by fused multiply-adds),
-// added from lane 0, then the d past the last whole 8 by fused multiply-adds.
-// Over keys each vector lane is one key's chain, so the panel width changes
-// nothing and the keys need no transpose after the sums.
-inline void dots(const float* q, const float* kt, size_t ldk, int n, int D, float* out) {
-  const int whole = D / LANES * LANES;
-  for (int j = 0; j < n; j += PANEL) {
-    const float* col = kt + j;
-    VP acc[LANES];
-    for (int l = 0; l < LANES; ++l) acc[l] = VP::zero();
-    for (int d = 0; d < whole; d += LANES)
-      for (int l = 0; l < LANES; ++l)
-        acc[l] = VP::fma(VP::bcast(q[d + l]), VP::load(col + (size_t)(d + l) * ldk), acc[l]);
-    VP s = VP::zero();
-    if (whole > 0)
-      for (int l = 0; l < LANES; ++l) s = VP::add(s, acc[l]);
-    for (int d = whole; d < D; ++d) s = VP::fma(VP::bcast(q[d]), VP::load(col + (size_t)d * ldk), s);
-    s.store(out + j);
+// q . key[j] over D values for the 8 keys j < 8 into out[j], each with a
+// score's fixed operations: 8 lane partial sums (lane l: the d = l mod 8, in
+// order), added from lane 0, then the d past the last whole 8 by fused
+// multiply-adds.  The keys' chains run side by side (one key's chain alone
+// waits on each fused multiply-add's latency) and their lanes are added as
+// vectors, after a transpose, instead of one scalar addition chain per key.
+inline void dot8(const float* q, const float* const* key, int D, float* out) {
+  V8 acc[LANES];
+  for (int j = 0; j < LANES; ++j) acc[j] = V8::zero();
+  int d = 0;
+  for (; d + LANES <= D; d += LANES) {
+    const V8 qv = V8::load(q + d);
+    for (int j = 0; j < LANES; ++j) acc[j] = V8::fma(qv, V8::load(key[j] + d), acc[j]);
+  }
+  V8::transpose(acc);  // acc[l] lane j: key j's lane l
+  V8 s = V8::zero();
+  for (int l = 0; l < LANES; ++l) s = V8::add(s, acc[l]);
+  s.store(out);
+  for (; d < D; ++d)
+    for (int j = 0; j < LANES; ++j) out[j] = std::fma(q[d], key[j][d], out[j]);
+}
+
+// the scores q . k of n keys (rows of stride ld) into out, 8 at a time; the
+// last few with the last key repeated in the unused places
+inline void dots(const float* q, const float* k, size_t ld, int n, int D, float* out) {
+  const float* key[LANES];
+  for (int j = 0; j < n; j += LANES) {
+    for (int i = 0; i < LANES; ++i) key[i] = k + (size_t)std::min(j + i, n - 1) * ld;
+    if (j + LANES <= n) {
+      dot8(q, key, D, out + j);
+    } else {
+      float tail[LANES];
+      dot8(q, key, D, tail);
+      std::copy(tail, tail + (n - j), out + j);
+    }
   }
 }
 
@@ -194,10 +207,10 @@ constexpr auto kWeightedValues = weighted_values_table(std::make_integer_sequenc
 // Scores, softmax (8-lane partial sums in a fixed order), weighted sum of the
 // values (each output accumulated over keys in order).  The same keys give
 // the same operations whether they are one segment or two.
-void attend(const float* q, const float* kt, size_t ldk, const float* v, size_t ldv, int n, int D, float* out,
-            float* scratch, const float* kt2, const float* v2, int n2) {
-  dots(q, kt, ldk, n, D, scratch);
-  if (n2 > 0) dots(q, kt2, ldk, n2, D, scratch + n);
+void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out, float* scratch,
+            const float* k2, const float* v2, int n2) {
+  dots(q, k, ld, n, D, scratch);
+  if (n2 > 0) dots(q, k2, ld, n2, D, scratch + n);
   const int N = n + n2;
   const float mx = max_of(scratch, N);
   // the exps PANEL at a time (each value's own operations; scratch has room
@@ -213,11 +226,11 @@ void attend(const float* q, const float* kt, size_t ldk, const float* v, size_t 
   const VP sv = VP::bcast(sum);
   for (j = 0; j < N; j += PANEL) VP::div(VP::load(scratch + j), sv).store(scratch + j);  // the weights
   if (D % PANEL == 0 && D / PANEL <= (int)kWeightedValues.size())
-    return kWeightedValues[D / PANEL - 1](scratch, v, v2, ldv, n, N, out);
+    return kWeightedValues[D / PANEL - 1](scratch, v, v2, ld, n, N, out);
   // other head widths: the same operations one value at a time
   for (int d = 0; d < D; ++d) out[d] = 0.f;
   for (j = 0; j < N; ++j) {
-    const float* vj = value_row(v, v2, ldv, n, j);
+    const float* vj = value_row(v, v2, ld, n, j);
     for (int d = 0; d < D; ++d) out[d] = std::fma(scratch[j], vj[d], out[d]);
   }
 }

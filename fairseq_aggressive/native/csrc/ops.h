@@ -33,15 +33,12 @@ void add_rows(float* x, const float* y, size_t n);
 void gelu_rows(float* x, size_t n);
 void relu_rows(float* x, size_t n);
 
-// Attention of one query row over keys/values [0, n) of one head, then n2
-// more at kt2/v2 (a branch of a tree row, after the shared prefix): out (D
-// values) = softmax(q . k) weighted sum of the values.  Keys transposed: key
-// j's D values in column j of kt (value d at kt[d * ldk + j]; kt2 the same
-// way), read in whole panels of 16 columns, so columns up to n (n2) rounded up
-// to 16 must be readable (kt_cols, model.h); values as rows of stride ldv.
-// scratch: n + n2 + 16 floats.
-void attend(const float* q, const float* kt, size_t ldk, const float* v, size_t ldv, int n, int D, float* out,
-            float* scratch, const float* kt2 = nullptr, const float* v2 = nullptr, int n2 = 0);
+// Attention of one query row over keys/values [0, n) of one head (rows of
+// stride ld), then n2 more at k2/v2 (a branch of a tree row, after the shared
+// prefix): out (D values) = softmax(q . k) weighted sum of the values.
+// scratch: n + n2 floats (rounded up to a multiple of 8 plus 8 is enough).
+void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out, float* scratch,
+            const float* k2 = nullptr, const float* v2 = nullptr, int n2 = 0);
 
 // Rows r < M of x (C floats each): scale * E[tok[r]] (or *mask for tok[r] < 0)
 // + P[pos[r]] (when P is given) + add[r] (when add is given).

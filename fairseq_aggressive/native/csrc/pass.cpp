@@ -289,16 +289,16 @@ class Pass {
   // entries move right after the last token (where a single branch already is)
   void commit(int r, int w, int ne) {
     Sentence& s = sentence(r);
-    const int H = m_.cfg.H, D = m_.D, cols = kt_cols(s.cap);
+    const int H = m_.cfg.H, D = m_.D;
     if (b_start_[w] != 1)
       for (int l = 0; l < (int)m_.w.dec.size(); ++l)
         for (int hh = 0; hh < H; ++hh) {
-          float* ck = s.self_k.data() + kt_at(l, hh, 0, H, cols, D);
+          float* ck = s.self_k.data() + kv_at(l, hh, 0, H, s.cap, D);
           float* cv = s.self_v.data() + kv_at(l, hh, 0, H, s.cap, D);
           for (int j = 0; j < ne - 1; ++j) {
-            const int from = s.len + b_start_[w] + j, to = s.len + 1 + j;
-            for (int d = 0; d < D; ++d) ck[(size_t)d * cols + to] = ck[(size_t)d * cols + from];
-            std::copy(cv + (size_t)from * D, cv + (size_t)(from + 1) * D, cv + (size_t)to * D);
+            const size_t from = (size_t)(s.len + b_start_[w] + j) * D, to = (size_t)(s.len + 1 + j) * D;
+            std::copy(ck + from, ck + from + D, ck + to);
+            std::copy(cv + from, cv + from + D, cv + to);
           }
         }
     s.len += ne;

@@ -2,8 +2,8 @@
 // 16 float lanes in one __m512 (the same fused multiply-add per lane as every
 // other target), int8 pairs with vpmaddwd, and with VNNI int8 quads with
 // vpdpbusd (uint8 activations x int8 weights, four products summed exactly per
-// int32 lane), and attention's panels of keys and values.  Row sums stay on 8
-// lanes (vec_avx.h).
+// int32 lane), and attention's values and exps.  Row sums stay on 8 lanes
+// (vec_avx.h).
 #pragma once
 
 #include <immintrin.h>

@@ -148,9 +148,7 @@ int fa_test_stream_hints(int64_t panel_bytes, int nr, int steps, int step, int64
 }
 
 // Attention of one query over n keys (then n2 more at k2/v2), rows of stride
-// ld, head width D: out from the engine's attend (given the keys transposed, as
-// the caches hold them: both segments in one buffer, the second 5 columns
-// after the first, the columns past them filled with NaN), ref from the operations it
+// ld, head width D: out from the engine's attend, ref from the operations it
 // is defined by, one value at a time (per key: 8 lane partial sums over d, d
 // mod 8 = lane, added from lane 0, then the d beyond the last whole 8 by fused
 // multiply-adds; the softmax: exp(s - max) with fexp, summed as 8 lane partials
@@ -160,14 +158,8 @@ int fa_test_stream_hints(int64_t panel_bytes, int nr, int steps, int step, int64
 int fa_test_attend(int D, int n, int n2, int64_t ld, const float* q, const float* k, const float* v, const float* k2,
                    const float* v2, float* out, float* ref) try {
   const int N = n + n2;
-  std::vector<float> scratch((size_t)N + 16);
-  const int c2 = n + 5, cols = fa::kt_cols(c2 + n2);
-  std::vector<float> kt((size_t)D * cols, std::numeric_limits<float>::quiet_NaN());
-  for (int d = 0; d < D; ++d) {
-    for (int j = 0; j < n; ++j) kt[(size_t)d * cols + j] = k[(size_t)j * ld + d];
-    for (int j = 0; j < n2; ++j) kt[(size_t)d * cols + c2 + j] = k2[(size_t)j * ld + d];
-  }
-  fa::attend(q, kt.data(), (size_t)cols, v, (size_t)ld, n, D, out, scratch.data(), kt.data() + c2, v2, n2);
+  std::vector<float> scratch(((size_t)N + 7) / 8 * 8 + 16);
+  fa::attend(q, k, v, (size_t)ld, n, D, out, scratch.data(), k2, v2, n2);
   auto key = [&](int j) { return j < n ? k + (size_t)j * ld : k2 + (size_t)(j - n) * ld; };
   auto val = [&](int j) { return j < n ? v + (size_t)j * ld : v2 + (size_t)(j - n) * ld; };
   std::vector<float> s(N), e(N);
