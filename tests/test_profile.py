@@ -72,8 +72,9 @@ def test_pass_cost(trained):
 def test_compare_builds(trained, tmp_path):
     """scripts/diagnostics/compare_builds.py: two engine libraries side by side in
     one process (here the test library against the engine's own), greedy and
-    IAD and the encoder alone timed per sentence, outputs compared bit for bit,
-    each side on engines of its own library; a file that is not an
+    IAD and the encoder alone timed per sentence (alternating sentence by
+    sentence, or each over every sentence in turn), outputs compared bit for
+    bit, each side on engines of its own library; a file that is not an
     engine library is a clear error."""
     from helpers import NATIVE_REASON
 
@@ -96,11 +97,13 @@ def test_compare_builds(trained, tmp_path):
     for _, this, other, _, same, total in found:
         assert float(this) > 0 and float(other) > 0 and same == total == "8", proc.stdout
     proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other",
-                           build.test_library()._name, "--sentences", "2", "--threads", "1", "--rounds", "1",
-                           "--first", "other"],
+                           build.test_library()._name, "--sentences", "2", "--threads", "1", "--rounds", "2",
+                           "--first", "other", "--by", "round"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "engines made first: other's" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert f"other side's engines run: {build.test_library()._name}\n" in proc.stdout, proc.stdout
+    found = re.findall(r"^(greedy|iad|encoder): .* the same bits in (\d+)/(\d+) sentences$", proc.stdout, re.M)
+    assert found == [(m, "2", "2") for m in ("greedy", "iad", "encoder")], proc.stdout  # each build over every sentence
     bad = tmp_path / "not-a-library.so"
     bad.write_text("no")
     proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other", str(bad)],
