@@ -502,17 +502,15 @@ def _check_stream_hints(lib, ahead):
 
 
 @needs_native
-# generic: the portable vectors with 8-wide panels; generic-amx: with 16-wide ones (test_amx.py builds it too)
-@pytest.mark.parametrize("isa", ["default", "generic", "generic-amx"])
+@pytest.mark.parametrize("isa", ["default", "generic-amx"])  # generic-amx: the portable vectors (test_amx.py builds it too)
 def test_attention_gives_the_bits_of_its_definition(isa):
     """attend computes 8 keys' scores at once (their lanes added as vectors
     after a transpose), the last few keys with the last one repeated, and the
-    softmax's exps and weights and the weighted values a panel at a time: every
-    output is the bits of the plain definition (one key at a time, fixed lane
-    order; fa_test_attend's reference), for head widths with and without a
-    partial 8 or 16, key counts around multiples of 8 and 16, a second segment
-    (a tree row's branch), rows of stride D (head-major caches) or wider, and
-    peaked and flat scores, on targets with 16- and 8-wide panels."""
+    softmax's last exps as a vector: every output is the bits of the plain
+    definition (one key at a time, fixed lane order; fa_test_attend's
+    reference), for head widths with and without a partial 8, key counts
+    around multiples of 8, a second segment (a tree row's branch), rows of
+    stride D (head-major caches) or wider, and peaked and flat scores."""
     import ctypes
     import numpy as np
 
@@ -540,11 +538,11 @@ def test_attention_gives_the_bits_of_its_definition(isa):
 @needs_native
 @pytest.mark.parametrize("isa", ["default", "generic", "generic-amx"])
 def test_row_logsumexp_and_argmax_give_the_bits_of_their_definition(isa):
-    """The log-softmax's logsumexp takes its exps a panel at a time and adds
-    them 8 lanes at a time; greedy's argmax finds the first maximum 8 values
-    at a time: both give their definition's bits and index (fa_test_row_reductions'
-    reference) for row lengths around multiples of 8 and 16, ties (the first
-    wins), a maximum in the last few values, -inf columns and an all -inf row."""
+    """The log-softmax's logsumexp (exps summed as 8 lane partial sums) and
+    greedy's argmax (the first maximum) give their definition's bits and index
+    (fa_test_row_reductions' reference) for row lengths around multiples of 8
+    and 16, ties (the first wins), a maximum in the last few values, -inf
+    columns and an all -inf row, on this machine's target and the portable ones."""
     import ctypes
     import numpy as np
 

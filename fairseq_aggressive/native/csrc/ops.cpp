@@ -96,35 +96,22 @@ float abs_max_of(const float* x, int n) {
   return mx;
 }
 
-// 8 partial sums combined in a fixed order (the exps a panel at a time, each
-// value's own operations, then added 8 at a time in order)
+// 8 partial sums combined in a fixed order
 float logsumexp(const float* x, int n) {
   const float mx = max_of(x, n);
   if (mx == -std::numeric_limits<float>::infinity()) return mx;
-  const VP mp = VP::bcast(mx), neg1p = VP::bcast(-1.f);
   const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
-  alignas(64) float e[PANEL];
   V8 s8 = V8::zero();
   int v = 0;
-  for (; v + PANEL <= n; v += PANEL) {
-    VP::exp(VP::fma(mp, neg1p, VP::load(x + v))).store(e);
-    for (int h = 0; h < PANEL; h += LANES) s8 = V8::add(s8, V8::load(e + h));
-  }
   for (; v + LANES <= n; v += LANES) s8 = V8::add(s8, V8::exp(V8::fma(mv, neg1, V8::load(x + v))));
   float sum = lane_sum(s8);
   for (; v < n; ++v) sum = sum + fexp(x[v] - mx);
   return mx + std::log(sum);
 }
 
-// the maximum, then the first place that holds it, 8 values at a time
 int argmax_first(const float* x, int n) {
   const float mx = max_of(x, n);
-  int u = 0;
-  for (; u + LANES <= n; u += LANES) {
-    const int at = V8::first_equal(V8::load(x + u), mx);
-    if (at >= 0) return u + at;
-  }
-  for (; u < n; ++u)
+  for (int u = 0; u < n; ++u)
     if (x[u] == mx) return u;
   return 0;  // all NaN
 }
@@ -179,28 +166,27 @@ inline const float* value_row(const float* v, const float* v2, size_t ld, int n,
   return j < n ? v + j * ld : v2 + (j - n) * ld;
 }
 
-// out (NV vectors of PANEL values) = sum over the N keys j, in order, of
-// p[j] * value row j, each output one fused multiply-add chain (the panel
-// width changes nothing)
+// out (NV vectors) = sum over the N keys j, in order, of p[j] * value row j,
+// each output one fused multiply-add chain
 template <int NV>
 void weighted_values(const float* p, const float* v, const float* v2, size_t ld, int n, int N, float* out) {
-  VP acc[NV];
-  for (int i = 0; i < NV; ++i) acc[i] = VP::zero();
+  V8 acc[NV];
+  for (int i = 0; i < NV; ++i) acc[i] = V8::zero();
   for (int j = 0; j < N; ++j) {
-    const VP pj = VP::bcast(p[j]);
+    const V8 pj = V8::bcast(p[j]);
     const float* vj = value_row(v, v2, ld, n, j);
-    for (int i = 0; i < NV; ++i) acc[i] = VP::fma(pj, VP::load(vj + i * PANEL), acc[i]);
+    for (int i = 0; i < NV; ++i) acc[i] = V8::fma(pj, V8::load(vj + i * LANES), acc[i]);
   }
-  for (int i = 0; i < NV; ++i) acc[i].store(out + i * PANEL);
+  for (int i = 0; i < NV; ++i) acc[i].store(out + i * LANES);
 }
 
-// weighted_values for head widths of 1 .. 8 panels (the accumulators stay in registers)
+// weighted_values for head widths of 1 .. 16 vectors (the accumulators stay in registers)
 using WeightedValues = void (*)(const float*, const float*, const float*, size_t, int, int, float*);
 template <int... I>
 constexpr std::array<WeightedValues, sizeof...(I)> weighted_values_table(std::integer_sequence<int, I...>) {
   return {&weighted_values<I + 1>...};
 }
-constexpr auto kWeightedValues = weighted_values_table(std::make_integer_sequence<int, 128 / PANEL>{});
+constexpr auto kWeightedValues = weighted_values_table(std::make_integer_sequence<int, 16>{});
 
 }  // namespace
 
@@ -213,20 +199,23 @@ void attend(const float* q, const float* k, const float* v, size_t ld, int n, in
   if (n2 > 0) dots(q, k2, ld, n2, D, scratch + n);
   const int N = n + n2;
   const float mx = max_of(scratch, N);
-  // the exps PANEL at a time (each value's own operations; scratch has room
-  // for the last panel), then their sum as 8 lane partial sums, the last few
-  // added one by one
-  const VP mp = VP::bcast(mx), neg1p = VP::bcast(-1.f);
-  for (int j = 0; j < N; j += PANEL) VP::exp(VP::fma(mp, neg1p, VP::load(scratch + j))).store(scratch + j);
+  const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
   V8 s8 = V8::zero();
   int j = 0;
-  for (; j + LANES <= N; j += LANES) s8 = V8::add(s8, V8::load(scratch + j));
+  for (; j + LANES <= N; j += LANES) {
+    V8 e = V8::exp(V8::fma(mv, neg1, V8::load(scratch + j)));
+    e.store(scratch + j);
+    s8 = V8::add(s8, e);
+  }
   float sum = lane_sum(s8);
-  for (; j < N; ++j) sum = sum + scratch[j];
-  const VP sv = VP::bcast(sum);
-  for (j = 0; j < N; j += PANEL) VP::div(VP::load(scratch + j), sv).store(scratch + j);  // the weights
-  if (D % PANEL == 0 && D / PANEL <= (int)kWeightedValues.size())
-    return kWeightedValues[D / PANEL - 1](scratch, v, v2, ld, n, N, out);
+  if (j < N) {  // the last few: the same exp on a vector (scratch has room), added one by one
+    V8::exp(V8::fma(mv, neg1, V8::load(scratch + j))).store(scratch + j);
+    for (; j < N; ++j) sum = sum + scratch[j];
+  }
+  const V8 sv = V8::bcast(sum);
+  for (j = 0; j < N; j += LANES) V8::div(V8::load(scratch + j), sv).store(scratch + j);  // the weights
+  if (D % LANES == 0 && D / LANES <= (int)kWeightedValues.size())
+    return kWeightedValues[D / LANES - 1](scratch, v, v2, ld, n, N, out);
   // other head widths: the same operations one value at a time
   for (int d = 0; d < D; ++d) out[d] = 0.f;
   for (j = 0; j < N; ++j) {

@@ -7,8 +7,7 @@
 //                  canonical order everywhere
 //   VecF<PANEL>    the linear layers' weight panels: PANEL outputs per vector,
 //                  each output accumulated over k on its own (so the panel width
-//                  does not change a single result); attention's values and
-//                  exps, the log-softmax's exps (each value's own operations)
+//                  does not change a single result)
 //   Q8<PANEL, Q8_GROUP>  int8 products: exact integer sums, so any grouping of
 //                  k gives the same sums
 //

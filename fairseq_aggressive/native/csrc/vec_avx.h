@@ -49,11 +49,6 @@ struct VecF<8> {
     return {_mm256_blendv_ps(y, _mm256_setzero_ps(), tiny)};
   }
   void store(float* p) const { _mm256_storeu_ps(p, v); }
-  // the first lane equal to x, or -1
-  static int first_equal(VecF a, float x) {
-    const int m = _mm256_movemask_ps(_mm256_cmp_ps(a.v, _mm256_set1_ps(x), _CMP_EQ_OQ));
-    return m ? __builtin_ctz(m) : -1;
-  }
   // r[i] lane j <- r[j] lane i (8 x 8; moves only)
   static void transpose(VecF* r) {
     __m256 t[8], u[8];

@@ -34,12 +34,6 @@ struct VecF {
   }
   static VecF exp(VecF x) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = fexp(x.v[i]); return r; }
   void store(float* p) const { for (int i = 0; i < W; ++i) p[i] = v[i]; }
-  // the first lane equal to x, or -1
-  static int first_equal(VecF a, float x) {
-    for (int i = 0; i < W; ++i)
-      if (a.v[i] == x) return i;
-    return -1;
-  }
   // r[i] lane j <- r[j] lane i (W vectors of W lanes; moves only)
   static void transpose(VecF* r) {
     for (int i = 0; i < W; ++i)
