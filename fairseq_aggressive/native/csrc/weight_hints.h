@@ -44,7 +44,7 @@ struct Ahead {
 // decoder pass's products (linear_rate.py --decoder-layers 3) over 8 rows took
 // 710-730 us against 754-800 with prefetcht2 at 16-256 lines (one row: 584),
 // over 5 rows 655-667 against 664-708; float32 within 2%.
-#if defined(FA_AMX)
+#if defined(FA_AMX) && !defined(FA_AMX_EMULATE)
 constexpr int kStreamAhead = 32;
 constexpr int kStreamLocality = 3;  // __builtin_prefetch's: 3 = prefetcht0
 #else
