@@ -540,8 +540,8 @@ def test_attention_gives_the_bits_of_its_definition(isa):
 def test_row_logsumexp_and_argmax_give_the_bits_of_their_definition(isa):
     """The log-softmax's logsumexp (exps summed as 8 lane partial sums) and
     greedy's argmax (the first maximum) give their definition's bits and index
-    (fa_test_row_reductions' reference) for row lengths around multiples of 8
-    and 16, ties (the first wins), a maximum in the last few values, -inf
+    (fa_test_row_reductions' reference) for row lengths around multiples of 8,
+    16 and 32, ties (the first wins), a maximum in the last few values, -inf
     columns and an all -inf row, on this machine's target and the portable ones."""
     import ctypes
     import numpy as np
@@ -549,7 +549,7 @@ def test_row_logsumexp_and_argmax_give_the_bits_of_their_definition(isa):
     lib = build.test_library(None if isa == "default" else isa)
     rng = np.random.default_rng(5)
     cases = 0
-    for n in (1, 7, 8, 9, 15, 16, 17, 33, 100, 8424):
+    for n in (1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 8424):  # maxima: 4 x 8 lanes at a time
         for kind in ("normal", "ties", "last", "neginf", "allneginf"):
             x = (rng.standard_normal(n) * 6).astype(np.float32)
             if kind == "ties":
@@ -570,7 +570,7 @@ def test_row_logsumexp_and_argmax_give_the_bits_of_their_definition(isa):
                 exact = float(np.logaddexp.reduce(x.astype(np.float64)))
                 assert abs(lse.value - exact) < 1e-4 * max(1.0, abs(lse.value))
             cases += 1
-    assert cases == 50
+    assert cases == 75
 
 
 @needs_native

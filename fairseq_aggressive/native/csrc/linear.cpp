@@ -288,7 +288,7 @@ TileQ8Fn tile_q8_fn(int mr, int nr, bool hints) {
 
 void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
   if (M <= 0) return;
-  thread_local std::vector<Q8In> xq;
+  thread_local LineVector<Q8In> xq;
   thread_local std::vector<float> sx;
   const int KG = L.KG(), ldq = Q8_GROUP * KG;
   if (xq.size() < (size_t)M * ldq) xq.resize((size_t)M * ldq);

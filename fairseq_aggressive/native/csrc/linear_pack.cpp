@@ -11,7 +11,7 @@ namespace fa {
 namespace {
 
 template <typename T>
-void pack_into(std::vector<T>& dst, const T* W, int n, int k, int P) {
+void pack_into(LineVector<T>& dst, const T* W, int n, int k, int P) {
   dst.assign((size_t)P * k * PANEL, T(0));
   for (int r = 0; r < n; ++r)
     for (int c = 0; c < k; ++c) dst[((size_t)(r / PANEL) * k + c) * PANEL + r % PANEL] = W[(size_t)r * k + c];

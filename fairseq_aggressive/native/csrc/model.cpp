@@ -102,7 +102,7 @@ int set_sentence_shortlist(Model& m, State& st, int b, int n, const int32_t* ids
 }
 
 // ------------------------------------------------------------ computation
-void ensure(std::vector<float>& v, size_t n) {
+void ensure(LineVector<float>& v, size_t n) {
   if (v.size() < n) v.resize(n);
 }
 

@@ -125,7 +125,7 @@ struct Model {
   size_t eager_projection_bytes = kEagerProjectionBytes;
   Pool pool{1};
   // scratch
-  std::vector<float> x, h, q, kv, a, f, logits, att;
+  LineVector<float> x, h, q, kv, a, f, logits, att;
 
   // a second decoder on the weights of another (after build), with its own pool of one thread
   struct ShareWeightsOf {
@@ -149,8 +149,8 @@ std::string build_model(Model& m);
 // positions lie C floats apart, map to few L1 sets and defeat the prefetchers)
 struct Sentence {
   int src_len = 0, len = 0, cap = 0;
-  std::vector<float> enc_k, enc_v;    // per layer, per head: src_len x D
-  std::vector<float> self_k, self_v;  // per layer, per head: cap x D
+  LineVector<float> enc_k, enc_v;    // per layer, per head: src_len x D
+  LineVector<float> self_k, self_v;  // per layer, per head: cap x D
   std::vector<int32_t> sl_ids;  // shortlist rows of this sentence beyond the common ones (ascending)
   Linear sl_extra;
 };
@@ -180,7 +180,7 @@ int set_sentence_shortlist(Model& m, State& st, int b, int n, const int32_t* ids
 
 // ------------------------------------------------------------ computation
 // grows v to at least n values (scratch buffers)
-void ensure(std::vector<float>& v, size_t n);
+void ensure(LineVector<float>& v, size_t n);
 
 // Encodes B sentences (tokens without padding, concatenated) into a new state
 // with decoder caches of cap positions each.

@@ -28,6 +28,10 @@ struct VecF<8> {
   static VecF mul(VecF a, VecF b) { return {_mm256_mul_ps(a.v, b.v)}; }
   static VecF div(VecF a, VecF b) { return {_mm256_div_ps(a.v, b.v)}; }
   static VecF max(VecF a, VecF b) { return {_mm256_max_ps(a.v, b.v)}; }
+  // bit l set where lane l of a equals lane l of b
+  static unsigned equal_lanes(VecF a, VecF b) {
+    return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_EQ_OQ));
+  }
   // fexp on 8 lanes, the same operations in the same order
   static VecF exp(VecF xv) {
     __m256 x = xv.v;

@@ -33,6 +33,31 @@ struct VecF<16> {
   static VecF add(VecF a, VecF b) { return {_mm512_add_ps(a.v, b.v)}; }
   static VecF mul(VecF a, VecF b) { return {_mm512_mul_ps(a.v, b.v)}; }
   void store(float* p) const { _mm512_storeu_ps(p, v); }
+  // fexp on 16 lanes, the same operations in the same order as VecF<8>::exp
+  // (vec_avx.h), so each lane is the same bits
+  static VecF exp(VecF xv) {
+    __m512 x = xv.v;
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), x);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187e-06f), r);
+    __m512 p = _mm512_set1_ps(1.3981999507e-3f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r);
+    p = _mm512_add_ps(p, _mm512_set1_ps(1.f));
+    const __m512i bits = _mm512_slli_epi32(
+        _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    const __m512 y = _mm512_mul_ps(p, _mm512_castsi512_ps(bits));
+    return {_mm512_mask_blend_ps(tiny, y, _mm512_setzero_ps())};
+  }
+  // lanes 0-7 and 8-15
+  VecF<8> low() const { return {_mm512_castps512_ps256(v)}; }
+  VecF<8> high() const { return {_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))}; }
 };
 
 template <>

@@ -32,6 +32,11 @@ struct VecF {
     for (int i = 0; i < W; ++i) r.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
     return r;
   }
+  static unsigned equal_lanes(VecF a, VecF b) {
+    unsigned m = 0;
+    for (int i = 0; i < W; ++i) m |= (unsigned)(a.v[i] == b.v[i]) << i;
+    return m;
+  }
   static VecF exp(VecF x) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = fexp(x.v[i]); return r; }
   void store(float* p) const { for (int i = 0; i < W; ++i) p[i] = v[i]; }
   // r[i] lane j <- r[j] lane i (W vectors of W lanes; moves only)

@@ -123,6 +123,39 @@ int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, co
   return -1;
 }
 
+// Where the storage the kernels read starts, as bytes past a cache line: the
+// packed weights of float32, float16 and int8 layers (large and small, the
+// sizes malloc serves from mmap and from its heap) and the buffers a model's
+// rows, caches and logits live in (LineVector, grown as Model's ensure does).
+// Writes up to n offsets (0 on a line) and returns how many it checked.
+int fa_test_storage_offsets(int64_t* out, int n) try {
+  std::vector<int64_t> offs;
+  auto at = [&](const void* p) { offs.push_back((int64_t)((uintptr_t)p % 64)); };
+  for (const int rows : {1000, 17})
+    for (const int cols : {300, 5}) {
+      std::vector<float> W((size_t)rows * cols, 0.25f), scale(rows, 0.01f);
+      std::vector<uint16_t> Wh((size_t)rows * cols, 0x3c00);  // 1.0
+      std::vector<int8_t> Wq((size_t)rows * cols, 3);
+      fa::Linear f, h, q;
+      f.pack(W.data(), nullptr, nullptr, rows, cols);
+      h.pack(nullptr, Wh.data(), nullptr, rows, cols);
+      q.pack_q8(Wq.data(), scale.data(), nullptr, rows, cols);
+      at(f.w.data());
+      at(h.half ? (const void*)h.wh.data() : (const void*)h.w.data());
+      at(q.wq.data());
+    }
+  fa::LineVector<float> buf;
+  for (const size_t size : {(size_t)3, (size_t)1000, (size_t)300000}) {
+    fa::ensure(buf, size);
+    at(buf.data());
+  }
+  for (int i = 0; i < std::min(n, (int)offs.size()); ++i) out[i] = offs[i];
+  return (int)offs.size();
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_test_storage_offsets: %s\n", e.what());
+  return -1;
+}
+
 // How many cache lines ahead StreamHints asks (kStreamAhead: per build target)
 int fa_test_stream_ahead_lines() { return fa::kStreamAhead; }
 
