@@ -4,7 +4,9 @@
 //
 //   VecF<8>        row operations (dot products, maxima, softmax sums): 8 lanes
 //                  on every target, so their partial sums are combined in one
-//                  canonical order everywhere
+//                  canonical order everywhere (an element-wise step may run
+//                  wider, as the log-softmax's exps on VecF<16>: each lane's
+//                  own operations, the same bits)
 //   VecF<PANEL>    the linear layers' weight panels: PANEL outputs per vector,
 //                  each output accumulated over k on its own (so the panel width
 //                  does not change a single result)
