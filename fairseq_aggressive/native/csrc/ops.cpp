@@ -73,8 +73,8 @@ inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118
 
 }  // namespace
 
-// 4 x 8 lane maxima side by side (one chain waits on each maximum's latency:
-// a vocabulary's 8424 logits took 1053 dependent steps), then the tail.  A
+// 4 x 8 lane maxima side by side (one chain would wait on each maximum's latency:
+// a vocabulary's 8424 logits are 1053 dependent steps), then the tail.  A
 // maximum is exact, so any grouping gives the same value (NaN aside).
 float max_of(const float* x, int n) {
   const V8 lo = V8::bcast(-std::numeric_limits<float>::infinity());
