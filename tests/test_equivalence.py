@@ -2,9 +2,11 @@
 import random
 
 import pytest
+import torch
 
-from fairseq_aggressive.drafters import Drafter, single_drafts
-from helpers import aggressive, compare, fast_first, greedy, make_model, make_sample, make_task
+from fairseq_aggressive.drafters import Drafter, InputCopyDrafter, single_drafts
+from fairseq_aggressive.generator import AggressiveGenerator
+from helpers import aggressive, compare, fast_first, greedy, make_model, make_sample, make_task, random_rows
 
 SHAPES = {
     "post-norm, sinusoidal": {},
@@ -229,3 +231,35 @@ def test_joined_and_separate_dictionaries():
     # one pass: every token was drafted and accepted (all but the last, which the pass may add itself)
     assert gen.stats.passes == 1, gen.stats.summary()
     assert gen.stats.accepted >= sum(len(r) - 1 for r in greedy_rows), gen.stats.summary()
+
+
+def test_attention_backends_leave_out_cudnn_for_half_precision_on_cuda():
+    """Decoding passes change attention shapes every call: cuDNN's attention (a plan per shape)
+    is left out on CUDA in float16/bfloat16; elsewhere torch chooses."""
+    from torch.nn.attention import SDPBackend
+
+    from fairseq_aggressive.runtime.layer_ops import attention_backends
+
+    assert attention_backends(torch.device("cpu"), torch.float16) is None
+    assert attention_backends(torch.device("cuda"), torch.float32) is None
+    for dtype in (torch.float16, torch.bfloat16):
+        chosen = attention_backends(torch.device("cuda"), dtype)
+        assert SDPBackend.CUDNN_ATTENTION not in chosen and SDPBackend.EFFICIENT_ATTENTION in chosen
+
+
+def test_verifier_held_to_one_attention_backend_gives_greedy():
+    """The verifier's attention held to one backend (the math kernel) decodes greedy's output."""
+    from torch.nn.attention import SDPBackend
+
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=1)
+    rows = random_rows(d, 8, 1, 20, seed=4)
+    rows = [r[:-1] + r[: len(r) // 2] + [d.eos()] for r in rows]
+    sample = make_sample(rows, d.pad())
+    ref = greedy(model, d, sample, max_len_b=30)
+    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="torch", max_len_b=30)
+    gen.verifier.decoder.attention_backends = [SDPBackend.MATH]
+    out = gen.generate([model], sample)
+    assert [h[0]["tokens"].tolist() for h in out] == [h[0]["tokens"].tolist() for h in ref]
+    assert gen.stats.drafted > 0  # passes over several positions ran

@@ -151,7 +151,10 @@ class BlockNATDecoder(TransformerDecoderBase):
         layer arithmetic with encoder keys/values precomputed once per batch
         (``enc_kv`` from :func:`fairseq_aggressive.runtime.layer_ops.encoder_kv`) and
         fused attention; no per-call encoder projections."""
-        return self._layer_features(tokens, slots, encoder_out, enc_kv, slots, prefix_feats)
+        from ..runtime.layer_ops import attention_backends, attention_scope
+
+        with attention_scope(attention_backends(tokens.device, self.embed_tokens.weight.dtype)):
+            return self._layer_features(tokens, slots, encoder_out, enc_kv, slots, prefix_feats)
 
     def _layer_features(self, tokens: Tensor, slots: Tensor, encoder_out, enc_kv, block: Tensor,
                         prefix_feats: Optional[Tensor] = None, own=None) -> Tensor:

@@ -3,11 +3,35 @@
 path (bidirectional attention): the same parameters and the same operations in
 the same order as the stock layer, with the self-attention core supplied by the
 caller and the encoder-attention keys/values computed once per batch."""
+import contextlib
 from typing import Callable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+
+def attention_backends(device: torch.device, dtype: torch.dtype):
+    """The scaled-dot-product-attention backends for decoding passes on ``device`` in ``dtype``
+    (None: torch's own choice).  On CUDA in float16 and bfloat16, every backend but cuDNN's: a
+    decoding pass's attention changes shape from call to call (new positions x cached keys, a
+    mask), and cuDNN's attention builds an execution plan for each new shape, which costs far
+    more than the attention itself (docs/results-gpu.md).  The memory-efficient kernel takes
+    any shape and mask; flash takes the unmasked calls.  Float32 has no cuDNN attention."""
+    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+        return None
+    from torch.nn.attention import SDPBackend
+
+    return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+
+
+def attention_scope(backends):
+    """A context that holds scaled-dot-product attention to ``backends`` (None: no limit)."""
+    if backends is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import sdpa_kernel
+
+    return sdpa_kernel(backends)
 
 
 def position_table(emb, n: int, device=None) -> Optional[Tensor]:

@@ -12,7 +12,8 @@ same parameters, the same operations in the same order as
   numbers of tokens (ragged acceptance);
 * a causal mask over the new positions;
 * rollback by moving a length pointer (no recomputation, no copies);
-* encoder-attention keys/values computed once per batch.
+* encoder-attention keys/values computed once per batch;
+* attention held to the backends of :func:`attention_backends`.
 
 Decoder configurations whose incremental semantics we do not reproduce
 exactly are refused by :func:`~fairseq_aggressive.model_shapes.check_supported`
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..model_shapes import check_supported
-from ..runtime.layer_ops import decoder_layer, encoder_kv, position_table
+from ..runtime.layer_ops import attention_backends, attention_scope, decoder_layer, encoder_kv, position_table
 
 
 class VerifierState:
@@ -60,6 +61,9 @@ class CachedDecoderVerifier:
         self.num_heads = layer0.self_attn.num_heads
         self.head_dim = layer0.self_attn.head_dim
         self._pos_table: Optional[Tensor] = None
+        # backends a pass's attention may use; "auto": :func:`attention_backends` of the
+        # pass's device and dtype; None: torch's choice; or a list of SDPBackend
+        self.attention_backends = "auto"
 
     # ------------------------------------------------------------------ setup
     def encode(self, net_input):
@@ -127,9 +131,23 @@ class CachedDecoderVerifier:
         attn_mask = (keys.view(1, 1, -1) <= pos.unsqueeze(2)).unsqueeze(1)
         uniform = B == 1 or bool((pad_slot.sum(1) == 0).all() and (state.lengths == state.lengths[0]).all())
         start = int(state.lengths[0]) if uniform else 0
-        bidx = torch.arange(B, device=tokens.device).unsqueeze(1).expand(B, T)
 
-        for li, layer in enumerate(dec.layers):
+        backends = self.attention_backends
+        if backends == "auto":
+            backends = attention_backends(x.device, x.dtype)
+        with attention_scope(backends):
+            x = self._layers(state, x, T, pos, n_keys, attn_mask, uniform, start)
+
+        if dec.layer_norm is not None:
+            x = dec.layer_norm(x)
+        if dec.project_out_dim is not None:
+            x = dec.project_out_dim(x)
+        return x
+
+    def _layers(self, state, x, T, pos, n_keys, attn_mask, uniform, start):
+        B = x.size(0)
+        bidx = torch.arange(B, device=x.device).unsqueeze(1).expand(B, T)
+        for li, layer in enumerate(self.dec.layers):
             ck, cv = state.self_k[li], state.self_v[li]
 
             def cached_attention(q, k, v, ck=ck, cv=cv):
@@ -144,11 +162,6 @@ class CachedDecoderVerifier:
                 )
 
             x = decoder_layer(layer, x, cached_attention, state.enc_k[li], state.enc_v[li], state.enc_mask)
-
-        if dec.layer_norm is not None:
-            x = dec.layer_norm(x)
-        if dec.project_out_dim is not None:
-            x = dec.project_out_dim(x)
         return x
 
     def output_layer(self, features: Tensor) -> Tensor:

@@ -69,6 +69,6 @@ step "bench 9+3 at d=512 batch 1 float32" 60 gec /tmp/d512.pt 1 beam5,greedy,iad
 step "bench 9+3 at d=512 batch 32 float32" 45 gec /tmp/d512.pt 32 beam5,greedy,iad
 step "kernel launches per pass and attention backends, 9+3, float16" 90 $py scripts/diagnostics/gpu_launches.py \
     models/uagec-9x3 "$data/uagec" --fp16 --sentences 8 --sdpa-backends
-half=(--fp16 --bench-max-sentences 40)
-step "bench 9+3 (shipped) batch 1 float16" 90 gec models/uagec-9x3/model.pt 1 greedy,iad "${half[@]}"
-step "bench 9+3 (shipped) batch 32 float16" 60 gec models/uagec-9x3/model.pt 32 greedy,iad "${half[@]}"
+step "bench 9+3 (shipped) batch 1 float16" 70 gec models/uagec-9x3/model.pt 1 greedy,iad --fp16 "${one[@]}"
+step "bench 9+3 (shipped) batch 32 float16" 45 gec models/uagec-9x3/model.pt 32 greedy,iad --fp16
+step "bench 9+3 at d=512 batch 1 float16" 70 gec /tmp/d512.pt 1 greedy,iad --fp16 "${one[@]}"

@@ -5,15 +5,16 @@
 bound by launching kernels from Python, not by the GPU.
 
     python scripts/diagnostics/gpu_launches.py MODEL_DIR DATA_BIN [--sentences 30] [--fp16] [--sdpa-backends]
+        [--top-ops N]
 
 ``--sdpa-backends`` also times IAD with the verifier's attention held to each of torch's
-scaled-dot-product-attention backends in turn (default choice, flash, memory-efficient, cuDNN,
-math), those that cannot run the call reported as such.
+scaled-dot-product-attention backends in turn (the verifier's own choice, torch's, flash,
+memory-efficient, cuDNN, math), those that cannot run the call reported as such.
+``--top-ops N``: the N operators of an IAD decode with the most host time, and their GPU time.
 
 MODEL_DIR holds model.pt and its dictionaries; DATA_BIN a binarized test split with the same
 dictionaries."""
 import argparse
-import contextlib
 import time
 
 import torch
@@ -52,6 +53,7 @@ def main(argv=None):
     ap.add_argument("--sentences", type=int, default=30)
     ap.add_argument("--fp16", action="store_true")
     ap.add_argument("--sdpa-backends", action="store_true")
+    ap.add_argument("--top-ops", type=int, default=0)
     args = ap.parse_args(argv)
     from fairseq import checkpoint_utils, utils
     from fairseq.sequence_generator import SequenceGenerator
@@ -89,28 +91,49 @@ def main(argv=None):
     print("|---|---|---|---|---|---|")
     for name, n, ms_sent, ms_pass, k, busy in rows:
         print(f"| {name} | {n} | {ms_sent:.1f} | {ms_pass:.2f} | {k:.0f} | {busy:.3f} |")
+    if args.top_ops:
+        print_top_ops(iad, model, batches[: min(8, len(batches))], args.top_ops)
     if args.sdpa_backends:
         print_backends(iad, model, batches, passes)
 
 
-def print_backends(gen, model, batches, passes):
-    """IAD's time per pass with the attention held to each SDPA backend (warm-up first)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+def print_top_ops(gen, model, batches, n):
+    """The ``n`` operators with the most host time over an IAD decode of ``batches``."""
+    from torch.profiler import ProfilerActivity, profile
 
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        decode(gen, model, batches)
+        torch.cuda.synchronize()
+    print(f"IAD, {len(batches)} sentences: operators by host time")
+    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=n, max_name_column_width=60))
+
+
+def print_backends(gen, model, batches, passes):
+    """IAD's time per pass with the verifier's attention held to each SDPA backend (warm-up first)."""
+    from torch.nn.attention import SDPBackend
+
+    cached = gen.verifier.decoder  # the CachedDecoderVerifier under the torch verifier
     print("| attention backend | ms/pass (warm) |")
     print("|---|---|")
-    for name in ("default", "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
-        backend = getattr(SDPBackend, name, None) if name != "default" else None
-        if name != "default" and backend is None:
+    for name in ("the verifier's choice", "torch's choice", "FLASH_ATTENTION", "EFFICIENT_ATTENTION",
+                 "CUDNN_ATTENTION", "MATH"):
+        if name == "the verifier's choice":
+            cached.attention_backends = "auto"
+        elif name == "torch's choice":
+            cached.attention_backends = None
+        elif getattr(SDPBackend, name, None) is None:
             print(f"| {name} | not in this torch |")
             continue
+        else:
+            cached.attention_backends = [getattr(SDPBackend, name)]
         try:
-            with torch.no_grad(), (sdpa_kernel([backend]) if backend is not None else contextlib.nullcontext()):
+            with torch.no_grad():
                 decode(gen, model, batches[:5])
                 wall = timed(gen, model, batches)
             print(f"| {name} | {1000 * wall / passes:.2f} |")
         except RuntimeError as e:  # the backend cannot run this call (dtype, mask, head size)
             print(f"| {name} | cannot run it: {str(e).splitlines()[0][:80]} |")
+    cached.attention_backends = "auto"
 
 
 if __name__ == "__main__":
