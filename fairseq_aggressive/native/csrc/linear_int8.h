@@ -25,12 +25,15 @@ inline void quantize_rows(const float* x, int ldx, int M, int K, Q8In* q, int ld
     const float amax = abs_max_of(r, K);  // vectorized: a scalar max chain cost more than the tiles of a pass
     const float inv = 127.f / (amax == 0.f ? 1.f : amax);
     Q8In* qr = q + (size_t)m * ldq;
-    for (int k = 0; k < K; ++k) {
+    int k = 0;
+    for (; k + PANEL <= K; k += PANEL) Q8P::quantize(r + k, inv, qr + k);  // vectors: the same operations
+    for (; k < K; ++k) {
       float v = std::nearbyint(r[k] * inv);
-      v = std::min(std::max(v, -127.f), 127.f);
+      v = -127.f > v ? -127.f : v;
+      v = 127.f < v ? 127.f : v;
       qr[k] = (Q8In)((int)v + Q8_OFFSET);
     }
-    for (int k = K; k < ldq; ++k) qr[k] = (Q8In)Q8_OFFSET;
+    for (k = K; k < ldq; ++k) qr[k] = (Q8In)Q8_OFFSET;
     sx[m] = amax / 127.f;
   }
 }

@@ -96,6 +96,14 @@ struct Q8<8, 2> {
   }
   static Acc madd(Group a, Weights w, Acc acc) { return {_mm256_add_epi32(acc.v, _mm256_madd_epi16(a.v, w.v))}; }
   static void store(int32_t* p, Acc a) { _mm256_storeu_si256((__m256i*)p, a.v); }
+  // 8 activations' levels (the generic Q8::quantize's operations), as int16
+  static void quantize(const float* x, float inv, In* q) {
+    const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), _mm256_set1_ps(inv)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 c = _mm256_min_ps(_mm256_set1_ps(127.f), _mm256_max_ps(_mm256_set1_ps(-127.f), v));
+    const __m256i i = _mm256_cvtps_epi32(c);
+    _mm_storeu_si128((__m128i*)q, _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1)));
+  }
   static VecF<8> to_float(const int32_t* sums, const int32_t*) {  // offset 0
     return {_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i*)sums))};
   }

@@ -60,6 +60,15 @@ struct VecF<16> {
   VecF<8> high() const { return {_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))}; }
 };
 
+// 16 activations' int8 levels: round_half_even(x * inv) clamped to [-127, 127],
+// as int32 (the generic Q8::quantize's operations: max(-127, v), then min(127, v))
+inline __m512i q8_levels(const float* x, float inv) {
+  const __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(inv)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 c = _mm512_min_ps(_mm512_set1_ps(127.f), _mm512_max_ps(_mm512_set1_ps(-127.f), v));
+  return _mm512_cvtps_epi32(c);  // an integral value: exact
+}
+
 template <>
 struct Q8<16, 2> {
   using In = int16_t;
@@ -82,6 +91,9 @@ struct Q8<16, 2> {
   }
   static Acc madd(Group a, Weights w, Acc acc) { return {_mm512_add_epi32(acc.v, _mm512_madd_epi16(a.v, w.v))}; }
   static void store(int32_t* p, Acc a) { _mm512_storeu_si512((void*)p, a.v); }
+  static void quantize(const float* x, float inv, In* q) {
+    _mm256_storeu_si256((__m256i*)q, _mm512_cvtepi32_epi16(q8_levels(x, inv)));
+  }
   static VecF<16> to_float(const int32_t* sums, const int32_t*) {  // offset 0
     return {_mm512_maskz_cvtepi32_ps((__mmask16)0xffff, _mm512_loadu_si512((const void*)sums))};
   }
@@ -115,6 +127,9 @@ struct Q8<16, 4> {
   }
   static Acc madd(Group a, Weights w, Acc acc) { return {_mm512_dpbusd_epi32(acc.v, a.v, w.v)}; }
   static void store(int32_t* p, Acc a) { _mm512_storeu_si512((void*)p, a.v); }
+  static void quantize(const float* x, float inv, In* q) {  // levels + 128: 1 .. 255
+    _mm_storeu_si128((__m128i*)q, _mm512_cvtepi32_epi8(_mm512_add_epi32(q8_levels(x, inv), _mm512_set1_epi32(128))));
+  }
   // float(acc - 128 * wsum): the uint8 activations' offset removed exactly, then one rounding
   static VecF<16> to_float(const int32_t* sums, const int32_t* wsum) {
     const __m512i off = _mm512_maskz_slli_epi32((__mmask16)0xffff, _mm512_loadu_si512((const void*)wsum), 7);

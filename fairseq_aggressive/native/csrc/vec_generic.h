@@ -87,6 +87,15 @@ struct Q8 {
     return acc;
   }
   static void store(int32_t* p, Acc a) { for (int l = 0; l < W; ++l) p[l] = a.v[l]; }
+  // W activations' levels: round_half_even(x * inv) clamped to [-127, 127], plus the offset
+  static void quantize(const float* x, float inv, In* q) {
+    for (int l = 0; l < W; ++l) {
+      float v = std::nearbyint(x[l] * inv);
+      v = -127.f > v ? -127.f : v;  // max(-127, v)
+      v = 127.f < v ? 127.f : v;    // min(127, v)
+      q[l] = (In)((int)v + Q8Input<G>::offset);
+    }
+  }
   // float(sums - offset * wsum) per lane (sums: a stored Acc): the exact integer sum, rounded once to float
   static VecF<W> to_float(const int32_t* sums, const int32_t* wsum) {
     VecF<W> r;
