@@ -35,12 +35,12 @@ def test_dry_run_lists_every_run_and_writes_nothing(tmp_path):
     assert "widen_model.py" in cmds[1] and "--dim 512" in cmds[1]
     assert "widen_model.py" in cmds[2] and "--dim 1024" in cmds[2]
     bench = [c for c in cmds if "fairseq-aggressive-bench" in c]
-    # ct2: 4 models x 2 loads; exact: 4 models; workers: W=1, then W=2 and 4 x 2 loads; on a
+    # ct2: 4 models x 2 loads; exact: 4 models; workers, per model: W=1, then W=2 and 4 x 2 loads; on a
     # CPU whose AMX tiles the engine uses, amx: d=512 and d=1024 x 2 loads after the rest
     from fairseq_aggressive.native import build
 
     amx = "avx512amx" in build.runnable_targets()
-    assert len(bench) == 8 + 4 + 5 + (4 if amx else 0), bench
+    assert len(bench) == 8 + 4 + 4 * 5 + (4 if amx else 0), bench
     rates = [c for c in cmds if "linear_rate.py" in c]
     assert len(rates) == (4 if amx else 0) and all("--decoder-layers 3" in c for c in rates)
     if amx:
@@ -51,6 +51,10 @@ def test_dry_run_lists_every_run_and_writes_nothing(tmp_path):
     assert "--bench-max-sentences 60 " in bench[6] and "d1024.pt" in bench[6]
     assert "greedy,greedy-native,iad,greedy-int8" in bench[8]
     assert "--bench-worker-kind threads" in bench[12] and "--bench-workers 1 " in bench[12]
+    workers = bench[12:32]
+    for c, ckpt in zip(workers[::5], ("uagec-3x2/model.pt", "uagec-9x3/model.pt", "wide/d512.pt", "wide/d1024.pt")):
+        assert ckpt in c and "--bench-workers 1 " in c
+    assert all("ct2-best" in c and "--bench-workers " in c for i, c in enumerate(workers) if i % 5)
     passes = [c for c in cmds if "pass_cost.py" in c]
     assert [c.split("--precision ")[1].split()[0] for c in passes] == ["float32", "int8"]
     assert not work.exists()  # nothing written

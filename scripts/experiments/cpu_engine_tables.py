@@ -13,8 +13,8 @@ What docs/results-build-targets.md and docs/threads-and-load.md report, by part:
   of the run (``ct2-best``), batch 1, quiet and beside two CPU-bound processes (``--loads``);
 - ``exact``: every exact mode against fairseq's greedy of the same model (int8 modes: fairseq's
   greedy of the same int8 model, near-ties counted), quiet;
-- ``workers``: W = 2 and 4 decoders on one copy of the weights (the 3+2), sentences per second
-  and resident memory, against CTranslate2 with ``inter_threads`` = W;
+- ``workers``: W = 2 and 4 decoders on one copy of the weights (each model chosen), sentences per
+  second and resident memory, against CTranslate2 with ``inter_threads`` = W;
 - ``pass``: what one verification pass over T positions costs against a step, d=512
   (``scripts/diagnostics/pass_cost.py``);
 - ``amx``: on a CPU whose AMX tiles the engine can use, the int8 kernels by rows on the tiles
@@ -74,14 +74,15 @@ def runs(args, work: Path, out: Path, amx: bool):
     if "exact" in args.parts:
         for n, ckpt, s in models:
             yield bench_run(f"exact-{n}", ckpt, s, "--bench-modes", EXACT_MODES)
-    if "workers" in args.parts and "3x2" in args.models:
-        n, ckpt, s = next(m for m in models if m[0] == "3x2")
-        yield bench_run("workers-3x2-w1", ckpt, s, "--bench-modes", "iad,iad-int8", "--bench-workers", "1",
-                        "--bench-worker-kind", "threads")
-        for w in (2, 4):
-            for load in args.loads:
-                yield bench_run(f"workers-3x2-w{w}-load{load}", ckpt, s, "--bench-modes", "iad,iad-int8,ct2-best",
-                                "--bench-workers", str(w), "--bench-worker-kind", "threads", "--bench-load", str(load))
+    if "workers" in args.parts:
+        for n, ckpt, s in models:
+            yield bench_run(f"workers-{n}-w1", ckpt, s, "--bench-modes", "iad,iad-int8", "--bench-workers", "1",
+                            "--bench-worker-kind", "threads")
+            for w in (2, 4):
+                for load in args.loads:
+                    yield bench_run(f"workers-{n}-w{w}-load{load}", ckpt, s, "--bench-modes",
+                                    "iad,iad-int8,ct2-best", "--bench-workers", str(w), "--bench-worker-kind",
+                                    "threads", "--bench-load", str(load))
     if "pass" in args.parts and "d512" in args.models:
         for p in ("float32", "int8"):
             yield (f"pass-d512-{p}", [py, str(ROOT / "scripts" / "diagnostics" / "pass_cost.py"), data, "--path",
