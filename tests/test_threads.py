@@ -214,16 +214,22 @@ def test_outputs_bit_identical_for_any_threads_and_load():
         assert out == ref, (load, threads, copy)
     # the IAD runs drafted and had drafts accepted: the pool served multi-position passes
     assert all(gen.stats.accepted > 0 for _, _, copy, _, gen in runs if copy)
-    # the engines of several threads ran calls on their workers: on a busy machine (the suite runs
-    # a test process per core) the pool may keep every call on the caller, so decode again until
-    # workers took part
+    # the engines of several threads ran calls on their workers. On a machine whose cores are all
+    # busy (the suite runs a test process per core) a woken worker can come later than this small
+    # model's whole call, and the pool then keeps every call on the caller: decode a wider model,
+    # whose products are cut into items that outlast a wake-up, until workers took part, with the
+    # same bits as its one-thread decode
     took_part = any(gen.native.pool_stats()["worker_items"] > 0 for _, t, _, _, gen in runs if t > 1)
-    for _ in range(5):
-        if took_part:
-            break
-        out, gen = _decode(model, task, rows, 5, True)
-        assert out == ref
-        took_part = gen.native.pool_stats()["worker_items"] > 0
+    if not took_part:
+        wide = make_model(task, encoder_embed_dim=512, decoder_embed_dim=512, encoder_ffn_embed_dim=2048,
+                          decoder_ffn_embed_dim=2048)
+        wide_ref, _ = _decode(wide, task, rows[:6], 1, True)
+        for _ in range(5):
+            out, gen = _decode(wide, task, rows[:6], 5, True)
+            assert out == wide_ref
+            took_part = gen.native.pool_stats()["worker_items"] > 0
+            if took_part:
+                break
     assert took_part
     assert torch.get_num_threads() == before  # torch's count is restored after each batch
     for i in range(0, len(rows), 3):  # and the engine's greedy is fairseq's
