@@ -27,12 +27,7 @@ inline void quantize_rows(const float* x, int ldx, int M, int K, Q8In* q, int ld
     Q8In* qr = q + (size_t)m * ldq;
     int k = 0;
     for (; k + PANEL <= K; k += PANEL) Q8P::quantize(r + k, inv, qr + k);  // vectors: the same operations
-    for (; k < K; ++k) {
-      float v = std::nearbyint(r[k] * inv);
-      v = -127.f > v ? -127.f : v;
-      v = 127.f < v ? 127.f : v;
-      qr[k] = (Q8In)((int)v + Q8_OFFSET);
-    }
+    for (; k < K; ++k) qr[k] = q8_level<Q8_GROUP>(r[k], inv);
     for (k = K; k < ldq; ++k) qr[k] = (Q8In)Q8_OFFSET;
     sx[m] = amax / 127.f;
   }

@@ -73,40 +73,35 @@ inline float gelu(float x) { return 0.5f * x * (1.f + std::erf(x * 0.70710678118
 
 }  // namespace
 
-// 4 x 8 lane maxima side by side (one chain would wait on each maximum's latency:
-// a vocabulary's 8424 logits are 1053 dependent steps), then the tail.  A
-// maximum is exact, so any grouping gives the same value (NaN aside).
-float max_of(const float* x, int n) {
-  const V8 lo = V8::bcast(-std::numeric_limits<float>::infinity());
+namespace {
+
+// The maximum of x[0..n), or of |x[0..n)| (Abs; 0 for n = 0): 4 x 8 lane maxima
+// side by side (one chain would wait on each maximum's latency: a vocabulary's
+// 8424 logits are 1053 dependent steps), then the tail.  A maximum is exact, so
+// any grouping gives the same value (NaN aside).
+template <bool Abs>
+float lane_maxima(const float* x, int n) {
+  const V8 lo = Abs ? V8::zero() : V8::bcast(-std::numeric_limits<float>::infinity()), neg1 = V8::bcast(-1.f);
+  auto value = [&](int at) {
+    const V8 a = V8::load(x + at);
+    return Abs ? V8::max(a, V8::mul(a, neg1)) : a;  // |a|: -a is exact
+  };
   V8 m[4] = {lo, lo, lo, lo};
   int v = 0;
   for (; v + 4 * LANES <= n; v += 4 * LANES)
 #pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) m[i] = V8::max(m[i], V8::load(x + v + i * LANES));
-  for (; v + LANES <= n; v += LANES) m[0] = V8::max(m[0], V8::load(x + v));
+    for (int i = 0; i < 4; ++i) m[i] = V8::max(m[i], value(v + i * LANES));
+  for (; v + LANES <= n; v += LANES) m[0] = V8::max(m[0], value(v));
   float mx = lane_max(V8::max(V8::max(m[0], m[1]), V8::max(m[2], m[3])));
-  for (; v < n; ++v) mx = std::max(mx, x[v]);
+  for (; v < n; ++v) mx = std::max(mx, Abs ? std::fabs(x[v]) : x[v]);
   return mx;
 }
 
-float abs_max_of(const float* x, int n) {
-  const V8 neg1 = V8::bcast(-1.f);
-  V8 m[4] = {V8::zero(), V8::zero(), V8::zero(), V8::zero()};  // 4 chains, as max_of: exact in any grouping
-  int v = 0;
-  for (; v + 4 * LANES <= n; v += 4 * LANES)
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; ++i) {
-      const V8 a = V8::load(x + v + i * LANES);
-      m[i] = V8::max(m[i], V8::max(a, V8::mul(a, neg1)));  // |a|: -a is exact
-    }
-  for (; v + LANES <= n; v += LANES) {
-    const V8 a = V8::load(x + v);
-    m[0] = V8::max(m[0], V8::max(a, V8::mul(a, neg1)));
-  }
-  float mx = lane_max(V8::max(V8::max(m[0], m[1]), V8::max(m[2], m[3])));
-  for (; v < n; ++v) mx = std::max(mx, std::fabs(x[v]));
-  return mx;
-}
+}  // namespace
+
+float max_of(const float* x, int n) { return lane_maxima<false>(x, n); }
+
+float abs_max_of(const float* x, int n) { return lane_maxima<true>(x, n); }
 
 // 8 partial sums combined in a fixed order (lane l: the x[j], j = l mod 8, in
 // order).  With 16-lane vectors the exps run 16 at a time and their two halves

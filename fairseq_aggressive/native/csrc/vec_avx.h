@@ -96,7 +96,7 @@ struct Q8<8, 2> {
   }
   static Acc madd(Group a, Weights w, Acc acc) { return {_mm256_add_epi32(acc.v, _mm256_madd_epi16(a.v, w.v))}; }
   static void store(int32_t* p, Acc a) { _mm256_storeu_si256((__m256i*)p, a.v); }
-  // 8 activations' levels (the generic Q8::quantize's operations), as int16
+  // 8 activations' levels (q8_level's operations, vec_generic.h), as int16
   static void quantize(const float* x, float inv, In* q) {
     const __m256 v = _mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), _mm256_set1_ps(inv)),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -61,7 +61,7 @@ struct VecF<16> {
 };
 
 // 16 activations' int8 levels: round_half_even(x * inv) clamped to [-127, 127],
-// as int32 (the generic Q8::quantize's operations: max(-127, v), then min(127, v))
+// as int32 (q8_level's operations, vec_generic.h: max(-127, v), then min(127, v))
 inline __m512i q8_levels(const float* x, float inv) {
   const __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(inv)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -60,6 +60,16 @@ struct Q8Input<4> {
   static constexpr int offset = 128;
 };
 
+// An activation's int8 level: round_half_even(x * inv) clamped to [-127, 127]
+// (max(-127, v), then min(127, v)), plus the group's offset
+template <int G>
+inline typename Q8Input<G>::type q8_level(float x, float inv) {
+  float v = std::nearbyint(x * inv);
+  v = -127.f > v ? -127.f : v;
+  v = 127.f < v ? 127.f : v;
+  return (typename Q8Input<G>::type)((int)v + Q8Input<G>::offset);
+}
+
 // int8 products: W int32 lanes accumulating, per group of G consecutive k, the
 // products of G activations with each lane's G weights (lane l's at w[l * G + h])
 template <int W, int G>
@@ -87,14 +97,9 @@ struct Q8 {
     return acc;
   }
   static void store(int32_t* p, Acc a) { for (int l = 0; l < W; ++l) p[l] = a.v[l]; }
-  // W activations' levels: round_half_even(x * inv) clamped to [-127, 127], plus the offset
+  // W activations' levels (q8_level)
   static void quantize(const float* x, float inv, In* q) {
-    for (int l = 0; l < W; ++l) {
-      float v = std::nearbyint(x[l] * inv);
-      v = -127.f > v ? -127.f : v;  // max(-127, v)
-      v = 127.f < v ? 127.f : v;    // min(127, v)
-      q[l] = (In)((int)v + Q8Input<G>::offset);
-    }
+    for (int l = 0; l < W; ++l) q[l] = q8_level<G>(x[l], inv);
   }
   // float(sums - offset * wsum) per lane (sums: a stored Acc): the exact integer sum, rounded once to float
   static VecF<W> to_float(const int32_t* sums, const int32_t* wsum) {
