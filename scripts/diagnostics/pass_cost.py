@@ -41,11 +41,17 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds over the widths")
     ap.add_argument("--stages", action="store_true",
                     help="time each stage of the passes (the engine's test library)")
+    ap.add_argument("--amx-min-rows", type=int, default=None,
+                    help="AMX targets: the fewest rows an int8 product runs on AMX tiles (the engine's test library)")
     args = ap.parse_args(argv)
-    if args.stages:
+    if args.stages or args.amx_min_rows is not None:
         from fairseq_aggressive.diagnostics import stages
 
         stages.use_test_library()
+    if args.amx_min_rows is not None:
+        from fairseq_aggressive.native import build
+
+        build.test_library().fa_set_amx_min_rows(args.amx_min_rows)
     positions = [int(p) for p in args.positions.split(",")]
 
     torch.set_num_threads(args.threads)

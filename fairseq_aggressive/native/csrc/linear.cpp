@@ -158,10 +158,12 @@ void for_tiles(Pool& pool, const Linear& L, int M, const void* weights, size_t p
   const int group = panels_for((M + nb - 1) / nb, q8);  // the largest block's
   const int n_groups = (L.P + group - 1) / group;
   const int chunks = product_chunks(pool, L, M, n_groups);
+  const bool backward = !L.prefetch && panels_backward();  // see set_panels_backward
   auto body = [&](int c) {
     int g0 = (int)((int64_t)n_groups * c / chunks), g1 = (int)((int64_t)n_groups * (c + 1) / chunks);
     const int p_end = std::min(g1 * group, L.P);
-    for (int g = g0; g < g1; ++g) {
+    for (int i = g0; i < g1; ++i) {
+      const int g = backward ? g0 + g1 - 1 - i : i;
       const int p0 = g * group, np = std::min(group, L.P - p0);
       // the next group's lines in this share, and the tiles they are spread over
       const int next_lines = nb > 1 && L.prefetch
@@ -308,6 +310,12 @@ void linear_q8(Pool& pool, const Linear& L, const float* x, int ldx, int M, floa
 }
 
 }  // namespace
+
+namespace {
+thread_local bool t_panels_backward = false;
+}
+bool panels_backward() { return t_panels_backward; }
+void set_panels_backward(bool backward) { t_panels_backward = backward; }
 
 #if defined(FA_TEST_HOOKS)
 namespace {

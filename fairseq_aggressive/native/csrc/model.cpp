@@ -283,6 +283,8 @@ State* state_from_encoder_out(Model& m, int B, const float* enc_out, const int32
 void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
                   const std::vector<int>& off, int max_keys, const int32_t* bidir_from, const int32_t* branch_start,
                   const float* add) {
+  m.panels_backward = !m.panels_backward;  // this pass reads the weights in the other order (linear.h)
+  set_panels_backward(m.panels_backward);
   const int C = m.cfg.C, H = m.cfg.H, D = m.D;
   auto keys = [&](int r, int t) {
     const int len = st.sents[sent[r]].len;

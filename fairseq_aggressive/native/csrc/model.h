@@ -124,6 +124,7 @@ struct Model {
   // projection weight bytes beyond which a pass projects a path at once (pass.cpp; the tests move it)
   size_t eager_projection_bytes = kEagerProjectionBytes;
   Pool pool{1};
+  bool panels_backward = false;  // the order of the last decoder pass's products (set_panels_backward, linear.h)
   // scratch
   LineVector<float> x, h, q, kv, a, f, logits, att;
 
