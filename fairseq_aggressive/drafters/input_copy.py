@@ -23,6 +23,7 @@ overall rate as its prior).  A cost-aware budget
 """
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 from .base import Branch, Drafter, DrafterCaps, DraftOutcome, LoopResult, drafts_as
@@ -127,11 +128,11 @@ class InputCopyDrafter(Drafter):
     def copy_source(self, sample):
         """Each sentence's copy source (target ids, padding removed), concatenated,
         and their lengths: int32 arrays for a verifier's own loop."""
-        src_tokens = sample["net_input"]["src_tokens"].cpu()
-        keep = src_tokens.ne(self.pad)
+        ids = sample["net_input"]["src_tokens"].cpu().numpy()
+        keep = ids != self.pad
         if self.src_to_tgt is not None:
-            src_tokens = self.src_to_tgt[src_tokens]
-        return src_tokens[keep].to(torch.int32).numpy(), keep.sum(1).to(torch.int32).numpy()
+            ids = self.src_to_tgt.numpy()[ids]
+        return ids[keep].astype(np.int32), keep.sum(1, dtype=np.int32)
 
     def learn_from_loop(self, stats) -> None:
         """What a verifier's own loop counted (its CopyLoopStats) goes into the
