@@ -419,7 +419,8 @@ def test_linear_rows_give_the_same_bits_in_any_block(kind, isa):
     own shapes there) and outputs into panels across threads: every row's
     outputs are the bits that row alone gets, for every M, thread count and a
     width that ends in a partial panel, with and without the tiles that ask for
-    their weights ahead; on the default target and on the portable code's
+    their weights ahead, with the panel groups in either order (a decoder's
+    passes alternate it); on the default target and on the portable code's
     16-register shapes (its int8 on the vector tiles, not the emulated AMX ones)."""
     import ctypes
     import numpy as np
@@ -439,21 +440,22 @@ def test_linear_rows_give_the_same_bits_in_any_block(kind, isa):
     code = {"float32": 0, "float16": 1, "int8": 2}[kind]
     x = rng.standard_normal((24, K)).astype(np.float32)
 
-    def linear(rows, threads, ahead=False):
+    def linear(rows, threads, ahead=False, backward=False):
         rows = np.ascontiguousarray(rows)
         y = np.empty((rows.shape[0], N), dtype=np.float32)
-        rc = lib.fa_test_linear(threads, code + (4 if ahead else 0), N, K, rows.shape[0], W.ctypes.data,
-                                scale.ctypes.data, bias.ctypes.data, rows.ctypes.data, y.ctypes.data)
+        rc = lib.fa_test_linear(threads, code + (4 if ahead else 0) + (8 if backward else 0), N, K, rows.shape[0],
+                                W.ctypes.data, scale.ctypes.data, bias.ctypes.data, rows.ctypes.data, y.ctypes.data)
         assert rc == 0
         return y
 
     try:
         alone = np.concatenate([linear(x[i:i + 1], 1) for i in range(len(x))])
-        for ahead in (False, True):
+        for ahead, backward in ((False, False), (False, True), (True, False), (True, True)):
             for threads in (1, 2, 3):
                 for M in list(range(1, 21)) + [24]:
-                    y = linear(x[:M], threads, ahead)
-                    assert np.array_equal(y.view(np.uint32), alone[:M].view(np.uint32)), (kind, threads, M, ahead)
+                    y = linear(x[:M], threads, ahead, backward)
+                    assert np.array_equal(y.view(np.uint32), alone[:M].view(np.uint32)), \
+                        (kind, threads, M, ahead, backward)
     finally:
         if previous is not None:
             lib.fa_set_amx_min_rows(previous)

@@ -87,12 +87,12 @@ void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* 
 // int8) about fill a core's L2 (2 MB on recent Xeons): read in one order at
 // every pass, each line is evicted before its next use, while the reversed
 // order first reads the lines the last pass read last, still in the cache.
-// On a 2-core Xeon guest with AMX, one thread: greedy 3-7% faster on the
-// 3+2, 6+6 and 9+3 UA-GEC models (int8 and float32), IAD 0-2%; two threads
-// (half the weights per core) unchanged.  Products whose weights are asked
-// for ahead (Linear::prefetch: they outgrow the caches) keep one order.  Each
-// output is computed alone, so the order never changes a result;
-// consecutive passes take both orders, so every decode's tests check both.
+// On a 2-core Xeon guest with AMX, one thread: the 9+3's greedy 2-3% (int8)
+// and 5% (float32) faster, IAD within 1.3%; two threads (half the weights
+// per core) unchanged (docs/results-build-targets.md).  Products whose
+// weights are asked for ahead (Linear::prefetch: they outgrow the caches)
+// keep one order.  Each output is computed alone, so the order never changes
+// a result (tests/test_native.py runs the kernels both ways).
 bool panels_backward();
 void set_panels_backward(bool backward);
 

@@ -109,6 +109,7 @@ int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, co
   fa::Pool pool(threads);
   fa::Linear L;
   L.prefetch = (kind & 4) != 0;  // kind + 4: the tiles that ask for weights ahead
+  const bool backward = (kind & 8) != 0;  // kind + 8: the panel groups in the backward order
   kind &= 3;
   if (kind == 2)
     L.pack_q8(static_cast<const int8_t*>(W), scale, bias, N, K);
@@ -116,9 +117,12 @@ int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, co
     L.pack(nullptr, static_cast<const uint16_t*>(W), bias, N, K);
   else
     L.pack(static_cast<const float*>(W), nullptr, bias, N, K);
+  fa::set_panels_backward(backward);
   fa::linear(pool, L, x, K, M, y, N);
+  fa::set_panels_backward(false);
   return 0;
 } catch (const std::exception& e) {
+  fa::set_panels_backward(false);
   std::fprintf(stderr, "fa_test_linear: %s\n", e.what());
   return -1;
 }
