@@ -196,3 +196,35 @@ def test_threads_side_by_side(trained):
     bad = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--threads", "1"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--threads" in bad.stderr, bad.stderr[-2000:]
+
+
+def test_sentence_time(trained):
+    """scripts/diagnostics/sentence_time.py: a sentence's time split into the
+    engine's encoder call, its decoding loop and the Python around them (the
+    parts add up to the timed pass), for IAD and greedy; with --stages the
+    engine's stage timers per sentence."""
+    from helpers import NATIVE_REASON
+
+    if NATIVE_REASON is not None:
+        pytest.skip(NATIVE_REASON)
+    data, ckpt = trained
+    for mode, extra in (("iad", []), ("greedy", ["--stages"])):
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "sentence_time.py"),
+                               str(data), "--path", str(ckpt), "--sentences", "40", "--rounds", "2", "--mode", mode]
+                              + extra, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        out = proc.stdout
+        assert f"; int8; {mode}; " in out, out
+        rounds = re.findall(r"^round (\d): whole ([\d.]+) ms per sentence; timed pass ([\d.]+): encoder ([\d.]+), "
+                            r"loop ([\d.]+), python (-?[\d.]+)$", out, re.M)
+        assert [r[0] for r in rounds] == ["1", "2"], out
+        for _, whole, timed, enc, loop, py in rounds:
+            assert float(whole) > 0 and float(enc) > 0 and float(loop) > 0, out
+            assert abs(float(enc) + float(loop) + float(py) - float(timed)) <= 0.002, out
+        stage_lines = re.findall(r"^  stages, ms per sentence: (.*)$", out, re.M)
+        if not extra:
+            assert not stage_lines, out
+            continue
+        assert len(stage_lines) == 2, out
+        stages = dict(re.findall(r"([a-z/ ]+) ([\d.]+)(?:, |$)", stage_lines[0]))
+        assert float(stages["encoder"]) > 0 and float(stages["pass"]) > 0 and float(stages["projection"]) > 0, out
