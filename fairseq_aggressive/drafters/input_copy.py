@@ -23,9 +23,9 @@ overall rate as its prior).  A cost-aware budget
 """
 from typing import Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 
+from ..runtime.token_rows import unpadded
 from .base import Branch, Drafter, DrafterCaps, DraftOutcome, LoopResult, drafts_as
 
 # alignments tried after an edit: (kind, source tokens replaced minus output tokens emitted since)
@@ -128,11 +128,8 @@ class InputCopyDrafter(Drafter):
     def copy_source(self, sample):
         """Each sentence's copy source (target ids, padding removed), concatenated,
         and their lengths: int32 arrays for a verifier's own loop."""
-        ids = sample["net_input"]["src_tokens"].cpu().numpy()
-        keep = ids != self.pad
-        if self.src_to_tgt is not None:
-            ids = self.src_to_tgt.numpy()[ids]
-        return ids[keep].astype(np.int32), keep.sum(1, dtype=np.int32)
+        flat, lengths, _ = unpadded(sample["net_input"]["src_tokens"], self.pad, self.src_to_tgt)
+        return flat, lengths
 
     def learn_from_loop(self, stats) -> None:
         """What a verifier's own loop counted (its CopyLoopStats) goes into the

@@ -21,6 +21,7 @@ from ..runtime.fingerprint import model_fingerprint
 from ..runtime.layer_ops import position_table
 from ..runtime.quantization import Int8Linear
 from ..runtime.threads import engine_threads
+from ..runtime.token_rows import unpadded
 from . import c_api
 from .batch import NativeBatch
 from .build import NativeUnavailable, library
@@ -264,10 +265,7 @@ class NativeEngine:
         restricts each sentence's output vocabulary; ``tree_room``: cache positions
         beyond a plain row that a pass over several drafts (tree rows) may use."""
         rows = src_tokens.cpu()
-        ids = rows.numpy()  # numpy on a batch's few ids: a fraction of torch's per-call cost
-        keep = ids != self.src_pad
-        lengths = keep.sum(1, dtype=np.int32)
-        flat = ids[keep].astype(np.int32)
+        flat, lengths, keep = unpadded(rows, self.src_pad)
         batch = NativeBatch(self, len(lengths), flat, lengths, max_len + 2 + max(0, int(tree_room)))
         batch.src_keep = torch.from_numpy(keep)
         if shortlist is not None:
