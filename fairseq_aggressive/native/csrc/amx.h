@@ -24,7 +24,7 @@
 #if !(defined(__AMX_TILE__) && defined(__AMX_INT8__))
 #error "FA_AMX needs -mamx-tile -mamx-int8 (or FA_AMX_EMULATE)"
 #endif
-#include <immintrin.h>
+#include "intrinsics.h"
 #endif
 
 namespace fa {

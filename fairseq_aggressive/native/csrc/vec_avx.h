@@ -3,7 +3,7 @@
 // (vec_generic.h) on all lanes at once.
 #pragma once
 
-#include <immintrin.h>
+#include "intrinsics.h"
 
 #include <cstring>
 

@@ -5,7 +5,7 @@
 // int32 lane).  Row operations stay on 8 lanes (vec_avx.h).
 #pragma once
 
-#include <immintrin.h>
+#include "intrinsics.h"
 
 #include <cstring>
 
