@@ -30,7 +30,7 @@ void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float
     for (int j = 0; j < NR; ++j) acc[i][j] = VP::zero();
   AheadCursor cursor(ahead);
   StreamHints streams;
-  if (H && MR > 1 && !ahead.lines && ahead.end)
+  if (H && MR >= kStreamMinRows && !ahead.lines && ahead.end)
     streams = StreamHints((const char*)panel, pstride * sizeof(WT), NR, K, PANEL * sizeof(WT), ahead.end);
   for (int k = 0; k < K; ++k) {
     VP w[NR];
@@ -38,7 +38,7 @@ void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float
     if constexpr (H) {
       if (ahead.lines)
         cursor.step(K);
-      else if (MR > 1)
+      else if (MR >= kStreamMinRows)
         streams.ask<PANEL * sizeof(WT)>(cur, pstride * sizeof(WT), NR, k);
     }
     for (int j = 0; j < NR; ++j)
@@ -223,7 +223,7 @@ void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstrid
     for (int j = 0; j < NR; ++j) acc[i][j] = Q8P::zero();
   AheadCursor cursor(ahead);
   StreamHints streams;
-  if (H && MR > 1 && !ahead.lines && ahead.end)
+  if (H && MR >= kStreamMinRows && !ahead.lines && ahead.end)
     streams = StreamHints((const char*)panel, pstride, NR, KG, Q8_GROUP * PANEL, ahead.end);
   for (int k = 0; k < KG; ++k) {
     typename Q8P::Weights w[NR];
@@ -231,7 +231,7 @@ void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstrid
     if constexpr (H) {
       if (ahead.lines)
         cursor.step(KG);
-      else if (MR > 1)
+      else if (MR >= kStreamMinRows)
         streams.ask<Q8_GROUP * PANEL>(cur, pstride, NR, k);
     }
     for (int j = 0; j < NR; ++j)

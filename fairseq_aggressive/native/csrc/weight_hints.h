@@ -31,8 +31,13 @@ struct Ahead {
 // streams start cold, and a tile whose many multiply-adds per weight keep few
 // loads in flight waits at each start (hints that stopped at a panel's end,
 // 16-256 k groups ahead, changed nothing measurable).  One-row tiles (greedy
-// steps) keep enough loads in flight of their own (hints there, tried on the
-// Xeon below, were no faster).  The hints go to the outer caches (prefetcht2;
+// steps) ask too, from kStreamMinRows rows: on the Zen 4 guest, 1 thread,
+// int8 greedy at d=512 1.04-1.13x and at d=1024 1.14-1.15x as fast with them
+// (compare_builds.py, against one-row tiles without hints, both orders; IAD
+// and the encoder within 1-4%; float32 d=512 greedy 0.98-1.08x, the host's
+// spread); on the Xeon with AMX below they were no faster on one row
+// (linear_rate.py: 584-590 against 575-592 us), so that target keeps them to
+// tiles of several rows.  The hints go to the outer caches (prefetcht2;
 // L1 on AMX CPUs, below) and never past the thread's share.  On a 2-core EPYC
 // (Zen 4) guest, 1 thread, whole IAD decodes with both kinds of hints
 // (compare_builds.py, against the build without hints): d=512 int8 1.21x,
@@ -47,9 +52,11 @@ struct Ahead {
 #if defined(FA_AMX) && !defined(FA_AMX_EMULATE)
 constexpr int kStreamAhead = 32;
 constexpr int kStreamLocality = 3;  // __builtin_prefetch's: 3 = prefetcht0
+constexpr int kStreamMinRows = 2;  // the fewest rows of a tile that asks
 #else
 constexpr int kStreamAhead = 64;
 constexpr int kStreamLocality = 1;  // prefetcht2
+constexpr int kStreamMinRows = 1;
 #endif
 // Where a tile's line kStreamAhead lines on lies, from the line it reads: a
 // constant distance while it stays in the tile's panels, another once it has
