@@ -71,7 +71,7 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path, name):
 def test_demo_end_to_end(tmp_path):
     proc = subprocess.run([sys.executable, DEMO, "--work", str(tmp_path),
                            "--sentences", "30", "--threads", "1"],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "machine: " in out and "native bf16" in out
@@ -86,7 +86,7 @@ def test_translation_demo_end_to_end(tmp_path):
 
     demo_mt = os.path.join(ROOT, "scripts", "demo_mt.py")
     proc = subprocess.run([sys.executable, demo_mt, "--work", str(tmp_path), "--sentences", "30", "--threads", "1"],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
     assert "aggressive decoding (feature-ar): 300 sentences" in out

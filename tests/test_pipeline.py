@@ -195,6 +195,7 @@ def m2_cli(hyps, gold, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
     """The shortest pipeline, as CI runs it: sample -> BPE/binarize -> 9+3 for a minute ->
     greedy / IAD on the whole test set -> M2 F0.5 and GLEU -> benchmark (beam 5, greedy, IAD)."""
@@ -223,6 +224,7 @@ def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     """Every translation step at toy size on the bundled sample: teacher -> Seq-KD -> block_nat
     drafter and blockwise heads (fine-tuned and frozen), a one-decoder-layer student on the

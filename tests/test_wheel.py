@@ -20,7 +20,7 @@ import pytest
 from helpers import ROOT, run
 
 # builds the wheel (five compilations of the engine on x86-64): about a minute on 2 cores
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MODEL = os.path.join(ROOT, "models", "uagec-9x3")
 SENTENCES = 40
