@@ -300,6 +300,23 @@ def test_bad_thread_counts_are_clear_errors(monkeypatch):
 
 
 # ------------------------------------------------------------ the benchmark
+def test_bench_torch_threads_leave_the_loaded_cores(monkeypatch):
+    """The torch modes' threads: --threads where given, else torch's own, at
+    most the CPUs less the --bench-load processes, at least one."""
+    import argparse
+
+    import torch
+
+    from fairseq_aggressive.bench import run as bench_run
+
+    monkeypatch.setattr(bench_run, "usable_cpus", lambda: 4)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    for threads, load, want in ((None, 0, 3), (None, 1, 3), (None, 2, 2), (None, 4, 1), (None, 9, 1),
+                                (2, 0, 2), (4, 3, 4)):
+        bench = argparse.Namespace(threads=threads, bench_load=load)
+        assert bench_run.torch_threads(bench) == want, (threads, load)
+
+
 @pytest.mark.slow
 def test_bench_under_load_and_with_workers(trained, tmp_path):
     """--bench-load N: every mode, CTranslate2 included, decodes beside N
@@ -318,6 +335,7 @@ def test_bench_under_load_and_with_workers(trained, tmp_path):
     proc = run(common + ["--bench-modes", modes, "--bench-load", "1", "--bench-json", str(js)])
     res = json.loads(js.read_text())
     assert res["load"] == 1 and "load: 1 CPU-bound process beside it" in proc.stdout
+    assert 1 <= res["threads"]["torch"] <= max(1, usable_cpus() - 1)
     assert res["modes"]["iad"]["identical_to_greedy"] == 20
     assert res["modes"]["ct2"]["identical_to_greedy"] >= 19
     if native:

@@ -16,7 +16,7 @@ def add_bench_args(parser):
     g.add_argument("--threads", type=int, default=None,
                    help="threads of every engine (torch, the native engine, CTranslate2); default: each "
                    "engine's own default (the native engine: --native-threads auto; CTranslate2: the "
-                   "CPUs this process may use)")
+                   "CPUs this process may use; torch: its own, at most the CPUs less --bench-load N)")
     g.add_argument("--bench-load", type=int, default=0, metavar="N",
                    help="run N CPU-bound processes beside the decoder for the whole run (every mode, "
                    "CTranslate2 included): a machine that is also doing other work")

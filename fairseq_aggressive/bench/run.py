@@ -35,8 +35,7 @@ def gen_args_for(cfg_generation, overrides) -> argparse.Namespace:
 def run(cfg, bench) -> Dict:
     from fairseq import checkpoint_utils, tasks, utils
 
-    if bench.threads is not None:
-        torch.set_num_threads(bench.threads)
+    torch.set_num_threads(torch_threads(bench))
     modes = [m.strip() for m in bench.bench_modes.split(",") if m.strip()]
     overrides = {m: mode_overrides(m, bench) for m in modes}
     if bench.threads is not None:
@@ -191,6 +190,18 @@ def count_near_ties(modes, per_sent, models, eos) -> Dict[str, int]:
             n += abs(float(lp[a[k]] - lp[b[k]])) < tol
         out[m] = n
     return out
+
+
+def torch_threads(bench) -> int:
+    """torch's threads for the torch modes: ``--threads``, else torch's own,
+    at most the CPUs this process may use less the ``--bench-load`` processes
+    (at least one).  torch's OpenMP threads meet at the end of every operation,
+    so one that waits for a core behind a busy process stalls the others
+    (docs/threads-and-load.md)."""
+    own = torch.get_num_threads()
+    if bench.threads is not None:
+        return bench.threads
+    return min(own, max(1, usable_cpus() - bench.bench_load)) if bench.bench_load else own
 
 
 def ct2_threads(bench) -> int:
