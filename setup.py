@@ -11,8 +11,11 @@ best one the CPU runs.  It needs a C++17 compiler (g++ or clang++).
 compiles the engine at first use where a compiler exists, else decodes on the
 torch path).
 """
+import functools
 import importlib.util
 import os
+import shutil
+import subprocess
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -45,7 +48,9 @@ class NativeLibrary(Extension):
 
 class BuildNative(build_ext):
     """build_ext with each target's flags and its own object directory, the
-    targets compiled in parallel, and a clear error where there is no compiler."""
+    targets compiled in parallel, each library kept in build/native/ under a
+    digest of its inputs (an editable install and a wheel built after it
+    compile once), and a clear error where there is no compiler."""
 
     def finalize_options(self):
         super().finalize_options()
@@ -66,6 +71,11 @@ class BuildNative(build_ext):
                                                            for p in inputs):
             return
         cflags = TARGETS.COMPILE_FLAGS + ext.target.cflags + TARGETS.defines(csrc)
+        cached = self.cached_library(ext, cflags)
+        if cached and not self.force and os.path.isfile(cached):  # built before from the same inputs
+            self.mkpath(os.path.dirname(path))
+            shutil.copy2(cached, path)
+            return
         try:
             objects = self.compiler.compile(ext.sources, output_dir=os.path.join(self.build_temp, ext.target.name),
                                             extra_postargs=cflags)
@@ -82,6 +92,41 @@ class BuildNative(build_ext):
                 "It needs a C++17 compiler (g++ or clang++; e.g. apt-get install g++). To install without it "
                 "(decoding then runs on the torch path, several times slower), set "
                 "FAIRSEQ_AGGRESSIVE_BUILD_NATIVE=0.") from e
+        if cached:  # kept in place of the target's library of other inputs
+            try:
+                folder = os.path.dirname(cached)
+                os.makedirs(folder, exist_ok=True)
+                for old in os.listdir(folder):
+                    if old.startswith(ext.target.name + "-") and old.endswith(".so"):
+                        os.remove(os.path.join(folder, old))
+                tmp = f"{cached}.{os.getpid()}.tmp"
+                shutil.copy2(path, tmp)
+                os.replace(tmp, cached)
+            except OSError:  # a source tree we cannot write: nothing kept, nothing lost
+                pass
+
+    def cached_library(self, ext, cflags):
+        """Where this source tree keeps the library of ``ext`` built with these
+        sources, flags and compiler (build/native/), so that an editable install
+        and a wheel built after it compile each target once; None where the
+        compiler cannot tell its version."""
+        command = (list(self.compiler.compiler_so) + cflags + ["--link"] + list(self.compiler.linker_so)
+                   + TARGETS.LINK_FLAGS + ext.target.cflags)
+        version = _compiler_version(self.compiler.compiler_so[0])
+        if version is None:
+            return None
+        extra = b"".join(open(p, "rb").read() for p in (TARGETS.__file__, os.path.join(HERE, "setup.py")))
+        key = TARGETS.library_key(command, version, extra, os.path.join(HERE, CSRC))
+        return os.path.join(HERE, "build", "native", f"{ext.target.name}-{key}.so")
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_version(compiler):
+    try:
+        proc = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 and proc.stdout.strip() else None
 
 
 def native_libraries():

@@ -119,6 +119,18 @@ def source_key(csrc: str = CSRC) -> str:
     return h.hexdigest()[:16]
 
 
+def library_key(command: List[str], compiler_version: str, extra: bytes = b"", csrc: str = CSRC) -> str:
+    """A digest of what makes a library: every file under csrc/, the whole
+    command lines (compiler, its flags from the environment and ours), the
+    compiler's version and ``extra`` (the build scripts' own text).  Two builds
+    with the same key give the same library."""
+    h = hashlib.sha256(source_key(csrc).encode())
+    for part in (*command, compiler_version):
+        h.update(part.encode() + b"\0")
+    h.update(extra)
+    return h.hexdigest()[:20]
+
+
 def defines(csrc: str = CSRC) -> List[str]:
     """The flags that record the sources in the library."""
     return [f'-DFA_SOURCE_KEY="{source_key(csrc)}"']
