@@ -74,7 +74,7 @@ class BuildNative(build_ext):
         cached = self.cached_library(ext, cflags)
         if cached and not self.force and os.path.isfile(cached):  # built before from the same inputs
             self.mkpath(os.path.dirname(path))
-            shutil.copy2(cached, path)
+            shutil.copy(cached, path)  # (a new mtime: up to date for the check above)
             return
         try:
             objects = self.compiler.compile(ext.sources, output_dir=os.path.join(self.build_temp, ext.target.name),
