@@ -143,7 +143,7 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     license="MIT",
-    classifiers=["License :: OSI Approved :: MIT License", "Programming Language :: Python :: 3",
+    classifiers=["Programming Language :: Python :: 3",
                  "Programming Language :: C++", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
     packages=find_packages(include=["fairseq_aggressive", "fairseq_aggressive.*"]),
     # the native engine: one library per target (built here), and its sources
