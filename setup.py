@@ -115,9 +115,14 @@ class BuildNative(build_ext):
         version = _compiler_version(self.compiler.compiler_so[0])
         if version is None:
             return None
-        extra = b"".join(open(p, "rb").read() for p in (TARGETS.__file__, os.path.join(HERE, "setup.py")))
+        extra = b"".join(_read(p) for p in (TARGETS.__file__, os.path.join(HERE, "setup.py")))
         key = TARGETS.library_key(command, version, extra, os.path.join(HERE, CSRC))
         return os.path.join(HERE, "build", "native", f"{ext.target.name}-{key}.so")
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
 
 
 @functools.lru_cache(maxsize=None)
