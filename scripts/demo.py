@@ -13,7 +13,8 @@ test split is part of UA-GEC's test partition, which the shipped model never saw
 * the model is usable: IAD accepts at least MIN_TOKENS_PER_PASS tokens per pass (a GEC model
   copies most of its input; a broken one accepts ~1) and, when trained here, its validation loss
   is below MAX_VALID_LOSS; otherwise it says so and stops instead of benchmarking garbage;
-* IAD's output is identical to greedy's on every sentence.
+* IAD's output is identical to greedy's on every sentence; on the native engine, IAD on the
+  model's int8 copy is identical to that copy's greedy too (beside CTranslate2's int8).
 
 Results are the same on every CPU (training is float32 with an update budget, decoding float32);
 the speed numbers are printed with the machine they were measured on.
@@ -159,7 +160,12 @@ def main(argv=None):
     import importlib.util
 
     has_ct2 = importlib.util.find_spec("ctranslate2") is not None  # make setup installs it
-    print(f"== 3/3 beam 5 vs greedy vs IAD{' vs CTranslate2 greedy (float32, and its fastest configuration)' if has_ct2 else ''}, batch 1"
+    from fairseq_aggressive.native import available
+
+    # the int8 model on the engine (int8 weights, dynamically quantized activations): its IAD
+    # against its own greedy, bit for bit, and against CTranslate2's int8
+    int8 = available() is None
+    print(f"== 3/3 beam 5 vs greedy vs IAD{' (float32 and int8)' if int8 else ''}{' vs CTranslate2 greedy (float32, and its fastest configuration)' if has_ct2 else ''}, batch 1"
           + (f", {args.threads} threads" if args.threads else "")
           + (f", beside {args.load} CPU-bound processes" if args.load else "") + " (fairseq-aggressive-bench)")
     js = work / "bench.json"
@@ -168,7 +174,8 @@ def main(argv=None):
                "--batch-size", "1", *(["--threads", str(args.threads)] if args.threads else []),
                "--bench-load", str(args.load), *LEN,
                *(["--bench-max-sentences", str(args.sentences)] if args.sentences else []),
-               "--bench-modes", "beam5,greedy,iad" + (",ct2,ct2-best" if has_ct2 else ""),
+               "--bench-modes", "beam5,greedy,iad" + (",greedy-native-int8,iad-int8" if int8 else "")
+               + (",ct2,ct2-best" if has_ct2 else ""),
                "--bench-json", str(js), "--bench-plot", str(work / "bench.png")])
     print(proc.stdout.rstrip())
     res = json.loads(js.read_text())
@@ -186,9 +193,20 @@ def main(argv=None):
               f"(float32, {res['threads']['ctranslate2']} thread(s)); at its fastest configuration on this machine "
               f"({cfg['compute_type']}, {cfg['threads']} thread(s)) {best['mean_ms_per_sentence']:.1f} ms. IAD "
               f"{r['iad']['mean_ms_per_sentence']:.1f} ms: {r['iad']['speedup_vs_ct2']:.2f}x CTranslate2's fastest")
+    if int8:
+        q = r["iad-int8"]
+        same8 = sum(s["iad-int8"]["tokens"] == s["greedy-native-int8"]["tokens"] for s in res["per_sentence"])
+        print(f"IAD on the int8 model: {q['mean_ms_per_sentence']:.1f} ms per sentence"
+              + (f", {q['speedup_vs_ct2']:.2f}x CTranslate2's fastest" if has_ct2 else "")
+              + f"; identical to that model's greedy on the engine: {same8}/{n} sentences (to the float32 "
+              f"greedy: {q['identical_to_fp32_greedy']}/{n}"
+              + (f"; CTranslate2's fastest: {r['ct2-best']['identical_to_fp32_greedy']}/{n}" if has_ct2 else "")
+              + ")")
     print(f"(per-sentence JSON and the speedup-vs-edit-ratio plot: {js}, {work / 'bench.png'})")
     if same != n:
         sys.exit(f"error: IAD differed from greedy on {n - same} of {n} sentences")
+    if int8 and same8 != n:
+        sys.exit(f"error: IAD on the int8 model differed from its greedy on {n - same8} of {n} sentences")
 
 
 if __name__ == "__main__":

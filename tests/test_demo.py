@@ -7,6 +7,7 @@ scripts/demo_mt.py)."""
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,12 @@ def test_demo_end_to_end(tmp_path):
     assert "machine: " in out and "native bf16" in out
     assert "IAD output identical to greedy: 30/30 sentences" in out
     assert "speedup over beam 5" in out and "aggressive decoding (iad): 300 sentences" in out
+    from fairseq_aggressive.native import available
+
+    if available() is None:  # the int8 copy on the engine: IAD bit for bit its greedy
+        assert "| iad-int8 |" in out and "| greedy-native-int8 |" in out
+        assert re.search(r"IAD on the int8 model: [\d.]+ ms per sentence(, [\d.]+x CTranslate2's fastest)?; "
+                         r"identical to that model's greedy on the engine: 30/30 sentences", out), out[-2000:]
 
 
 def test_translation_demo_end_to_end(tmp_path):
