@@ -2,14 +2,19 @@
 """Cost of one verification pass of the native engine at T positions.
 
     python scripts/diagnostics/pass_cost.py DATA-BIN --path CKPT [--sentences 200] [--threads 2]
-        [--positions 1,2,4,8,16] [--prefix 8] [--precision int8] [--shortlist N] [--subset test]
+        [--positions 1,2,4,8,16] [--prefix 8] [--warm-steps 0] [--precision int8] [--shortlist N]
+        [--subset test]
 
 For each sentence, greedy's output is computed first; then, on a freshly
 encoded batch whose cache already holds the first ``--prefix`` output tokens
 (0: none), one pass over the next T positions ([last token, the next T-1
 output tokens]) is timed, so every drafted token is accepted and all T
 positions are projected (the most a pass of T positions costs; T=1 is a
-greedy step).  The encoder is not included.  Prints the median and mean ms
+greedy step).  ``--warm-steps N`` runs N one-token steps along greedy's output
+(untimed) between the prefix and the timed pass, as a decode in the middle of
+its sentence does: the encoder's run leaves the decoder's weights in memory,
+each pass brings back into the outer caches what they can hold.  The encoder
+is not included.  Prints the median and mean ms
 per pass for each T and its ratio to T=1, side by side in one run (``--rounds``
 alternating rounds over the widths), and names the machine.
 
@@ -36,6 +41,8 @@ def main(argv=None):
     ap.add_argument("--positions", default="1,2,4,8,16")
     ap.add_argument("--shortlist", type=int, default=None, help="--vocab-shortlist N (approximate)")
     ap.add_argument("--prefix", type=int, default=0, help="output tokens in the cache before the timed pass")
+    ap.add_argument("--warm-steps", type=int, default=0,
+                    help="one-token steps (untimed) between the prefix and the timed pass")
     ap.add_argument("--precision", choices=["float32", "int8"], default="float32",
                     help="int8: the model quantized as --inference-precision int8 does")
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds over the widths")
@@ -53,6 +60,8 @@ def main(argv=None):
 
         build.test_library().fa_set_amx_min_rows(args.amx_min_rows)
     positions = [int(p) for p in args.positions.split(",")]
+    if args.prefix < 0 or args.warm_steps < 0:
+        ap.error("--prefix and --warm-steps must be >= 0")
 
     torch.set_num_threads(args.threads)
     model, task, samples = load_model_and_samples(args.data, args.path, args.subset, args.sentences,
@@ -69,19 +78,22 @@ def main(argv=None):
                               native_threads=args.threads)
     outputs = [gen.generate([model], s)[0][0]["tokens"].tolist() for s in samples]
     print(f"machine: {describe_machine(machine_info())}; {args.threads} threads; engine {gen.native.isa}; "
-          f"{args.precision}; prefix {args.prefix}" + (f"; shortlist {args.shortlist}" if shortlist else ""))
-    P = args.prefix
+          f"{args.precision}; prefix {args.prefix}" +
+          (f"; {args.warm_steps} warm steps" if args.warm_steps else "") + (f"; shortlist {args.shortlist}" if shortlist else ""))
+    P, W = args.prefix, args.warm_steps
     times = {T: [] for T in positions}
     spent = {T: {} for T in positions}
     for _ in range(args.rounds):
         for T in positions:
             for sample, out in zip(samples, outputs):
-                if len(out) < P + T:
+                if len(out) < P + W + T:
                     continue
                 batch = gen.native.begin(sample["net_input"]["src_tokens"], 1024, shortlist)
                 if P > 0:  # the cache holds the first P output tokens
                     batch.step([0], [[d.eos()] + out[: P - 1]], 1024, 1, 0.0, 1.0)
-                row = ([d.eos()] + out)[P: P + T]
+                for i in range(P, P + W):  # one-token steps along greedy's output
+                    batch.step([0], [[([d.eos()] + out)[i]]], 1024, 1, 0.0, 1.0)
+                row = ([d.eos()] + out)[P + W: P + W + T]
                 if args.stages:
                     stages.read()
                 t0 = time.perf_counter()
