@@ -33,9 +33,10 @@ def test_profile_pass(trained):
 
 def test_pass_cost(trained):
     """scripts/diagnostics/pass_cost.py: a pass over T positions after a prefix in the
-    cache (float32: after 2 more one-token steps), float32 and int8, each width timed and
-    its ratio to a one-token step printed; with --stages (int8 here) the time of each
-    stage of the passes by width; a negative count is refused."""
+    cache (float32: after 2 more one-token steps, beside a CPU-bound process), float32
+    and int8, each width timed and its ratio to a one-token step printed; with --stages
+    (int8 here) the time of each stage of the passes by width; a negative count is
+    refused."""
     from helpers import NATIVE_REASON
 
     if NATIVE_REASON is not None:
@@ -45,13 +46,14 @@ def test_pass_cost(trained):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
                                "--path", str(ckpt), "--sentences", "12", "--threads", "1", "--positions", "1,2,4",
                                "--prefix", "2", "--precision", precision, "--rounds", "2"]
-                              + (["--stages"] if precision == "int8" else ["--warm-steps", "2"]),
+                              + (["--stages"] if precision == "int8" else ["--warm-steps", "2", "--load", "1"]),
                               capture_output=True, text=True, timeout=600)
         # (the script fails where a timed pass does not accept greedy's own continuation,
         # so warm steps that fed other tokens than greedy's would fail it)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = proc.stdout
         assert f"; {precision}; prefix 2" + ("; 2 warm steps" if precision == "float32" else "") in out, out
+        assert ("; 1 CPU-bound processes beside it" in out) == (precision == "float32"), out
         rows = re.findall(r"^T=\s*(\d+): (\d+) passes, median ([\d.]+) ms, mean [\d.]+ ms per pass, ([\d.]+)x T=1$",
                           out, re.M)
         assert [r[0] for r in rows] == ["1", "2", "4"], out
@@ -72,7 +74,7 @@ def test_pass_cost(trained):
             assert abs(float(stages["total"][i]) - float(mean)) <= 0.002, out
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
                            "--path", str(ckpt), "--warm-steps", "-1"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 2 and "--warm-steps must be >= 0" in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 2 and "--warm-steps and --load must be >= 0" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_compare_builds(trained, tmp_path):

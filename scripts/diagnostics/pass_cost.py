@@ -3,7 +3,7 @@
 
     python scripts/diagnostics/pass_cost.py DATA-BIN --path CKPT [--sentences 200] [--threads 2]
         [--positions 1,2,4,8,16] [--prefix 8] [--warm-steps 0] [--precision int8] [--shortlist N]
-        [--subset test]
+        [--subset test] [--load N]
 
 For each sentence, greedy's output is computed first; then, on a freshly
 encoded batch whose cache already holds the first ``--prefix`` output tokens
@@ -14,9 +14,10 @@ greedy step).  ``--warm-steps N`` runs N one-token steps along greedy's output
 (untimed) between the prefix and the timed pass, as a decode in the middle of
 its sentence does: the encoder's run leaves the decoder's weights in memory,
 each pass brings back into the outer caches what they can hold.  The encoder
-is not included.  Prints the median and mean ms
-per pass for each T and its ratio to T=1, side by side in one run (``--rounds``
-alternating rounds over the widths), and names the machine.
+is not included.  Prints the median and mean ms per pass for each T and its
+ratio to T=1, side by side in one run (``--rounds`` alternating rounds over
+the widths), and names the machine.  ``--load N`` times the passes beside N
+CPU-bound processes.
 
 ``--stages`` runs the engine's test library, which times the stages of each
 pass (csrc/stages.h), and adds a table: ms per pass in each stage for each T,
@@ -28,6 +29,7 @@ import time
 
 import torch
 
+from fairseq_aggressive.bench.load import cpu_load
 from fairseq_aggressive.diagnostics.loading import load_model_and_samples
 
 
@@ -43,6 +45,7 @@ def main(argv=None):
     ap.add_argument("--prefix", type=int, default=0, help="output tokens in the cache before the timed pass")
     ap.add_argument("--warm-steps", type=int, default=0,
                     help="one-token steps (untimed) between the prefix and the timed pass")
+    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside the timed passes")
     ap.add_argument("--precision", choices=["float32", "int8"], default="float32",
                     help="int8: the model quantized as --inference-precision int8 does")
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds over the widths")
@@ -60,8 +63,8 @@ def main(argv=None):
 
         build.test_library().fa_set_amx_min_rows(args.amx_min_rows)
     positions = [int(p) for p in args.positions.split(",")]
-    if args.prefix < 0 or args.warm_steps < 0:
-        ap.error("--prefix and --warm-steps must be >= 0")
+    if args.prefix < 0 or args.warm_steps < 0 or args.load < 0:
+        ap.error("--prefix, --warm-steps and --load must be >= 0")
 
     torch.set_num_threads(args.threads)
     model, task, samples = load_model_and_samples(args.data, args.path, args.subset, args.sentences,
@@ -78,12 +81,32 @@ def main(argv=None):
                               native_threads=args.threads)
     outputs = [gen.generate([model], s)[0][0]["tokens"].tolist() for s in samples]
     print(f"machine: {describe_machine(machine_info())}; {args.threads} threads; engine {gen.native.isa}; "
-          f"{args.precision}; prefix {args.prefix}" +
-          (f"; {args.warm_steps} warm steps" if args.warm_steps else "") + (f"; shortlist {args.shortlist}" if shortlist else ""))
-    P, W = args.prefix, args.warm_steps
+          f"{args.precision}; prefix {args.prefix}"
+          + (f"; {args.warm_steps} warm steps" if args.warm_steps else "")
+          + (f"; shortlist {args.shortlist}" if shortlist else "")
+          + (f"; {args.load} CPU-bound processes beside it" if args.load else ""))
+    with cpu_load(args.load):
+        times, spent = time_passes(gen, d, samples, outputs, positions, args.prefix, args.warm_steps, args.rounds,
+                                   stages if args.stages else None, shortlist)
+    base = statistics.median(times[positions[0]]) if times[positions[0]] else None
+    for T in positions:
+        if times[T]:
+            med = statistics.median(times[T])
+            ratio = f", {med / base:.2f}x T={positions[0]}" if base else ""
+            print(f"T={T:3d}: {len(times[T])} passes, median {1000 * med:.3f} ms, "
+                  f"mean {1000 * statistics.mean(times[T]):.3f} ms per pass{ratio}")
+    if args.stages:
+        print_stages(positions, times, spent)
+
+
+def time_passes(gen, d, samples, outputs, positions, P, W, rounds, stages, shortlist):
+    """For each width T, the seconds of each timed pass (and, with the stage
+    timers, the seconds in each stage): on a fresh batch of each sentence, a
+    pass over greedy's first P tokens, W one-token steps, then the timed pass
+    over the next T positions."""
     times = {T: [] for T in positions}
     spent = {T: {} for T in positions}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for T in positions:
             for sample, out in zip(samples, outputs):
                 if len(out) < P + W + T:
@@ -94,24 +117,16 @@ def main(argv=None):
                 for i in range(P, P + W):  # one-token steps along greedy's output
                     batch.step([0], [[([d.eos()] + out)[i]]], 1024, 1, 0.0, 1.0)
                 row = ([d.eos()] + out)[P + W: P + W + T]
-                if args.stages:
+                if stages is not None:
                     stages.read()
                 t0 = time.perf_counter()
                 _, _, n_match, _, _ = batch.step([0], [row], 1024, 1, 0.0, 1.0)
                 times[T].append(time.perf_counter() - t0)
-                if args.stages:
+                if stages is not None:
                     for name, sec in stages.read().items():
                         spent[T][name] = spent[T].get(name, 0.0) + sec
                 assert n_match[0] == T - 1, "the pass did not accept greedy's own continuation"
-    base = statistics.median(times[positions[0]]) if times[positions[0]] else None
-    for T in positions:
-        if times[T]:
-            med = statistics.median(times[T])
-            ratio = f", {med / base:.2f}x T={positions[0]}" if base else ""
-            print(f"T={T:3d}: {len(times[T])} passes, median {1000 * med:.3f} ms, "
-                  f"mean {1000 * statistics.mean(times[T]):.3f} ms per pass{ratio}")
-    if args.stages:
-        print_stages(positions, times, spent)
+    return times, spent
 
 
 def print_stages(positions, times, spent):
