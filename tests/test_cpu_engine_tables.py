@@ -56,7 +56,12 @@ def test_dry_run_lists_every_run_and_writes_nothing(tmp_path):
         assert ckpt in c and "--bench-workers 1 " in c
     assert all("ct2-best" in c and "--bench-workers " in c for i, c in enumerate(workers) if i % 5)
     passes = [c for c in cmds if "pass_cost.py" in c]
-    assert [c.split("--precision ")[1].split()[0] for c in passes] == ["float32", "int8"]
+    # pass: each precision; then each precision right after 12 tokens and after 8 and 4 steps, x 2 loads
+    precisions = [c.split("--precision ")[1].split()[0] for c in passes]
+    assert precisions == ["float32", "int8"] + ["float32"] * 4 + ["int8"] * 4, precisions
+    where = [(c.split("--load ")[1].split()[0], c.split("--prefix ")[1].split()[0], "--warm-steps 4" in c)
+             for c in passes[2:6]]
+    assert where == [("0", "12", False), ("0", "8", True), ("2", "12", False), ("2", "8", True)], where
     assert not work.exists()  # nothing written
 
 

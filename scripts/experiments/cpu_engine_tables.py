@@ -16,7 +16,8 @@ What docs/results-build-targets.md and docs/threads-and-load.md report, by part:
 - ``workers``: W = 2 and 4 decoders on one copy of the weights (each model chosen), sentences per
   second and resident memory, against CTranslate2 with ``inter_threads`` = W;
 - ``pass``: what one verification pass over T positions costs against a step, d=512
-  (``scripts/diagnostics/pass_cost.py``);
+  (``scripts/diagnostics/pass_cost.py``), and the same right after a 12-token prefix and after
+  4 one-token steps (the middle of a sentence), quiet and beside ``--loads``;
 - ``amx``: on a CPU whose AMX tiles the engine can use, the int8 kernels by rows on the tiles
   and on the vector tiles (``linear_rate.py``), and decodes on both targets in one run.
 
@@ -84,11 +85,17 @@ def runs(args, work: Path, out: Path, amx: bool):
                                     "iad,iad-int8,ct2-best", "--bench-workers", str(w), "--bench-worker-kind",
                                     "threads", "--bench-load", str(load))
     if "pass" in args.parts and "d512" in args.models:
+        cost = [py, str(ROOT / "scripts" / "diagnostics" / "pass_cost.py"), data, "--path",
+                str(work / "wide" / "d512.pt"), "--sentences", str(max(1, round(60 * args.sentences_scale))),
+                "--threads", "1", "--rounds", "3"]
         for p in ("float32", "int8"):
-            yield (f"pass-d512-{p}", [py, str(ROOT / "scripts" / "diagnostics" / "pass_cost.py"), data, "--path",
-                                      str(work / "wide" / "d512.pt"), "--sentences",
-                                      str(max(1, round(60 * args.sentences_scale))), "--threads", "1", "--positions",
-                                      "1,2,3,4,5,6,8", "--prefix", "8", "--precision", p, "--rounds", "3"])
+            yield (f"pass-d512-{p}", cost + ["--positions", "1,2,3,4,5,6,8", "--prefix", "8", "--precision", p])
+        # the same place of the same sentences right after the prefix and in the middle of a sentence
+        for p in ("float32", "int8"):
+            for load in args.loads:
+                for tag, where in (("after12", ["--prefix", "12"]), ("warm4", ["--prefix", "8", "--warm-steps", "4"])):
+                    yield (f"pass-d512-{p}-{tag}-load{load}",
+                           cost + ["--positions", "1,2,4,5,6,8", "--precision", p, "--load", str(load)] + where)
     if "amx" in args.parts and amx:
         rate = [py, str(ROOT / "scripts" / "diagnostics" / "linear_rate.py"), "--isa", "avx512amx", "--precision",
                 "int8", "--rows", "1,2,3,4,5,6,8,9,10,12,16", "--threads", "1", "2", "--decoder-layers", "3"]
