@@ -54,6 +54,8 @@ def main(argv=None):
     ap.add_argument("--amx-min-rows", type=int, default=None,
                     help="AMX targets: the fewest rows an int8 product runs on AMX tiles (the engine's test library)")
     args = ap.parse_args(argv)
+    if args.prefix < 0 or args.warm_steps < 0 or args.load < 0:
+        ap.error("--prefix, --warm-steps and --load must be >= 0")
     if args.stages or args.amx_min_rows is not None:
         from fairseq_aggressive.diagnostics import stages
 
@@ -63,8 +65,6 @@ def main(argv=None):
 
         build.test_library().fa_set_amx_min_rows(args.amx_min_rows)
     positions = [int(p) for p in args.positions.split(",")]
-    if args.prefix < 0 or args.warm_steps < 0 or args.load < 0:
-        ap.error("--prefix, --warm-steps and --load must be >= 0")
 
     torch.set_num_threads(args.threads)
     model, task, samples = load_model_and_samples(args.data, args.path, args.subset, args.sentences,
@@ -111,12 +111,13 @@ def time_passes(gen, d, samples, outputs, positions, P, W, rounds, stages, short
             for sample, out in zip(samples, outputs):
                 if len(out) < P + W + T:
                     continue
+                inputs = [d.eos()] + out  # the decoder's input at each output position
                 batch = gen.native.begin(sample["net_input"]["src_tokens"], 1024, shortlist)
                 if P > 0:  # the cache holds the first P output tokens
-                    batch.step([0], [[d.eos()] + out[: P - 1]], 1024, 1, 0.0, 1.0)
+                    batch.step([0], [inputs[:P]], 1024, 1, 0.0, 1.0)
                 for i in range(P, P + W):  # one-token steps along greedy's output
-                    batch.step([0], [[([d.eos()] + out)[i]]], 1024, 1, 0.0, 1.0)
-                row = ([d.eos()] + out)[P + W: P + W + T]
+                    batch.step([0], [inputs[i: i + 1]], 1024, 1, 0.0, 1.0)
+                row = inputs[P + W: P + W + T]
                 if stages is not None:
                     stages.read()
                 t0 = time.perf_counter()

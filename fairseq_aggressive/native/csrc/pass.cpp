@@ -158,8 +158,8 @@ class Pass {
 
   // The next chunk of each open branch's path, sorted (grouped by row).  With
   // projection weights that stay in a core's L2 (small models: at d=128 up to
-  // 8,192 words in int8, 2,048 in float32), its first position (the last token, which a tree
-  // row's branches share), then 8, 16, 32, ... positions: a draft is often
+  // 8,192 words in int8, 2,048 in float32), its first position (the last token,
+  // which a tree row's branches share), then 8, 16, 32, ... positions: a draft is often
   // rejected at its first token (after an edit, IAD's copy), a position past a
   // rejection needs no projection, and there the projection is bound by
   // arithmetic, so each position skipped is saved.  With larger projection
