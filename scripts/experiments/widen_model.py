@@ -36,6 +36,7 @@ cost a narrow model's:
 import argparse
 import copy
 import math
+import os
 import sys
 
 import torch
@@ -206,6 +207,15 @@ def check(narrow_path: str, wide_path: str, data: str):
     return worst, same
 
 
+def save(obj, path):
+    """torch.save into path's folder (made if missing) through a temporary file:
+    an interrupted run leaves no half-written checkpoint."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("narrow", help="a trained checkpoint (pre-norm, shared embeddings, sinusoidal positions)")
@@ -225,12 +235,12 @@ def main(argv=None):
     if state.get("args") is None and not isinstance((state.get("cfg") or {}).get("model"), argparse.Namespace):
         raise SystemExit("error: the checkpoint's model configuration is not an argparse namespace")
     wide = widen(state, args.dim, args.ffn, args.heads)
-    torch.save(wide, args.out)
+    save(wide, args.out)
     n = sum(t.numel() for k, t in wide["model"].items() if not k.endswith(".version"))
     print(f"{args.out}: d={args.dim}, ffn {args.ffn}, {args.heads} heads, {n:,} parameters")
     if args.drafter:
         drafter = torch.load(args.drafter, map_location="cpu", weights_only=False)
-        torch.save(drafter_for_wide(drafter, wide, model_args(state), args.dim, args.heads, args.out),
+        save(drafter_for_wide(drafter, wide, model_args(state), args.dim, args.heads, args.out),
                    args.drafter_out)
         print(f"{args.drafter_out}: the drafter of {args.drafter}, reading {args.out}")
     if args.check_data:
