@@ -104,6 +104,8 @@ def time_passes(gen, d, samples, outputs, positions, P, W, rounds, stages, short
     timers, the seconds in each stage): on a fresh batch of each sentence, a
     pass over greedy's first P tokens, W one-token steps, then the timed pass
     over the next T positions."""
+    from fairseq_aggressive.generator import length_cap
+
     times = {T: [] for T in positions}
     spent = {T: {} for T in positions}
     for _ in range(rounds):
@@ -112,16 +114,19 @@ def time_passes(gen, d, samples, outputs, positions, P, W, rounds, stages, short
                 if len(out) < P + W + T:
                     continue
                 inputs = [d.eos()] + out  # the decoder's input at each output position
-                batch = gen.native.begin(sample["net_input"]["src_tokens"], 1024, shortlist)
+                src = sample["net_input"]["src_tokens"]
+                # the cache sized as decoding sizes it (fairseq's length rule), not for a longest sentence
+                max_len = length_cap(gen.max_len_a, gen.max_len_b, src.size(1), gen.max_len)
+                batch = gen.native.begin(src, max_len, shortlist)
                 if P > 0:  # the cache holds the first P output tokens
-                    batch.step([0], [inputs[:P]], 1024, 1, 0.0, 1.0)
+                    batch.step([0], [inputs[:P]], max_len, 1, 0.0, 1.0)
                 for i in range(P, P + W):  # one-token steps along greedy's output
-                    batch.step([0], [inputs[i: i + 1]], 1024, 1, 0.0, 1.0)
+                    batch.step([0], [inputs[i: i + 1]], max_len, 1, 0.0, 1.0)
                 row = inputs[P + W: P + W + T]
                 if stages is not None:
                     stages.read()
                 t0 = time.perf_counter()
-                _, _, n_match, _, _ = batch.step([0], [row], 1024, 1, 0.0, 1.0)
+                _, _, n_match, _, _ = batch.step([0], [row], max_len, 1, 0.0, 1.0)
                 times[T].append(time.perf_counter() - t0)
                 if stages is not None:
                     for name, sec in stages.read().items():
