@@ -241,7 +241,7 @@ def main(argv=None):
     if args.drafter:
         drafter = torch.load(args.drafter, map_location="cpu", weights_only=False)
         save(drafter_for_wide(drafter, wide, model_args(state), args.dim, args.heads, args.out),
-                   args.drafter_out)
+             args.drafter_out)
         print(f"{args.drafter_out}: the drafter of {args.drafter}, reading {args.out}")
     if args.check_data:
         worst, same = check(args.narrow, args.out, args.check_data)
