@@ -106,17 +106,18 @@ def time_passes(gen, d, samples, outputs, positions, P, W, rounds, stages, short
     over the next T positions."""
     from fairseq_aggressive.generator import length_cap
 
+    # per sentence: its source, the decoder's input at each output position, and its cache
+    # sized as decoding sizes it (fairseq's length rule), not for a longest sentence
+    sents = [(s["net_input"]["src_tokens"], [d.eos()] + out,
+              length_cap(gen.max_len_a, gen.max_len_b, s["net_input"]["src_tokens"].size(1), gen.max_len))
+             for s, out in zip(samples, outputs)]
     times = {T: [] for T in positions}
     spent = {T: {} for T in positions}
     for _ in range(rounds):
         for T in positions:
-            for sample, out in zip(samples, outputs):
-                if len(out) < P + W + T:
+            for src, inputs, max_len in sents:
+                if len(inputs) - 1 < P + W + T:
                     continue
-                inputs = [d.eos()] + out  # the decoder's input at each output position
-                src = sample["net_input"]["src_tokens"]
-                # the cache sized as decoding sizes it (fairseq's length rule), not for a longest sentence
-                max_len = length_cap(gen.max_len_a, gen.max_len_b, src.size(1), gen.max_len)
                 batch = gen.native.begin(src, max_len, shortlist)
                 if P > 0:  # the cache holds the first P output tokens
                     batch.step([0], [inputs[:P]], max_len, 1, 0.0, 1.0)

@@ -208,12 +208,12 @@ def check(narrow_path: str, wide_path: str, data: str):
 
 
 def save(obj, path):
-    """torch.save into path's folder (made if missing) through a temporary file:
-    an interrupted run leaves no half-written checkpoint."""
+    """Into path's folder (made if missing), by fairseq's atomic save (a temporary
+    file renamed): an interrupted run leaves no half-written checkpoint."""
+    from fairseq.checkpoint_utils import torch_persistent_save
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    torch_persistent_save(obj, path)
 
 
 def main(argv=None):
