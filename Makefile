@@ -17,7 +17,7 @@ $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip setuptools wheel
 	$(BIN)/pip install torch==2.13.0
-	$(BIN)/pip install -e ".[data,bench,test,ct2]"
+	$(BIN)/pip install -e ".[data,bench,test,ct2,serve]"
 	touch $@
 
 setup: $(BIN)/.installed

@@ -173,7 +173,11 @@ setup(
         "bench": ["matplotlib"],
         # pytest-timeout: a per-test time limit (pytest.ini) that fails a hung test with every thread's stack
         # pytest-xdist: make test runs a worker per CPU; filelock: those workers train the shared test models once
-        "test": ["pytest", "pytest-timeout", "pytest-xdist", "filelock"],
+        # httpx, starlette, uvicorn, prometheus_client: tests/test_serving_app.py
+        "test": ["pytest", "pytest-timeout", "pytest-xdist", "filelock",
+                 "httpx", "starlette", "uvicorn", "prometheus_client"],
+        # the HTTP service (fairseq_aggressive/serving): httpx for Starlette's test client
+        "serve": ["starlette>=0.37", "uvicorn>=0.29", "prometheus_client>=0.20", "httpx"],
         # CTranslate2 as a benchmark baseline (bench modes ct2, ct2-int8)
         "ct2": ["ctranslate2>=4.0"],
         # ERRANT (BEA-19 evaluation); pulls in spaCy. The English model must be
