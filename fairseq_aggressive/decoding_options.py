@@ -24,7 +24,7 @@ class DecodingOptions:
     """The decoding options of ``tasks/config.py``, checked: ``decoding`` (``beam``
     or an aggressive decoding), ``engine``, ``max_draft_len`` (None: the
     engine's default), IAD's ``iad_ngram_min/max`` and ``iad_branches``,
-    ``draft_cost`` (None: off, ``auto`` or ``FIXED,PER_POSITION``), GAD's
+    ``draft_cost`` (None: the default, ``off``, ``auto`` or ``FIXED,PER_POSITION``: :func:`~fairseq_aggressive.draft_policy.build_draft_policy`), GAD's
     ``drafter_path``, ``block_size``, ``drafter_bf16``, ``drafter_precision``, ``drafter_shortlist``,
     the feature drafter's ``draft_confidence``,
     ``gad_beta``/``gad_tau``, blockwise ``blockwise_topk``/``min_block_size``,
@@ -75,9 +75,7 @@ class DecodingOptions:
         if lo < 1 or hi < lo:
             raise ValueError(f"--iad-ngram-min/--iad-ngram-max must satisfy 1 <= min <= max, got {lo}..{hi}")
         draft_cost = option("draft_cost")
-        if draft_cost in (None, "off"):
-            draft_cost = None
-        elif draft_cost != "auto":
+        if draft_cost not in (None, "off", "auto"):
             check_draft_cost(draft_cost)
         drafter_precision = str(get("drafter_precision", "float32"))
         if drafter_precision not in PRECISIONS:

@@ -3,7 +3,11 @@ generator's loop consults (as vLLM's speculative decoding hands its loop a
 proposer-length policy).
 
 :class:`FixedDrafts` verifies the drafts as the drafter made them (capped by
-``--max-draft-len``); :class:`BudgetedDrafts` keeps, per pass, the positions
+``--max-draft-len``); :class:`EngineBudget` hands the choice to the native
+engine's loop, which keeps per pass and per row the positions that pay for
+themselves under the pass cost it measures, against the acceptance it learns
+(``csrc/draft_lengths.h``: a lone sentence drafts long, a full batch falls
+back toward greedy); :class:`BudgetedDrafts` keeps, per pass, the positions
 that pay for themselves under a pass cost (``--draft-cost``,
 :mod:`fairseq_aggressive.draft_budget`), may skip the drafter on a pass, and
 learns the cost from the loop's own iterations.  :func:`build_draft_policy`
@@ -18,6 +22,8 @@ logger = logging.getLogger("fairseq_aggressive")
 
 # with a cost-aware budget and no --max-draft-len, the longest branch it may keep
 BUDGET_DRAFT_CAP = 16
+# with the engine's budget and no --max-draft-len, the longest draft a pass may verify
+ENGINE_BUDGET_CAP = 8
 # when the budget skips the drafter, one pass in this many drafts anyway (the cost is learnt from them)
 BUDGET_EXPLORE = 16
 
@@ -27,6 +33,8 @@ class FixedDrafts:
 
     #: whether a verifier's own loop (which makes whole drafts) may run the batch
     whole_drafts = True
+    #: whether that loop chooses each pass's lengths by the engine's policy
+    engine_budget = False
 
     def default_cap(self, verifier) -> Optional[int]:
         """The draft cap of open-ended drafters when ``--max-draft-len`` is unset."""
@@ -46,6 +54,18 @@ class FixedDrafts:
 
     def observe_pass(self, positions: int, seconds: float, several: bool) -> None:
         """The loop's whole iteration over ``positions`` positions took ``seconds``."""
+
+
+class EngineBudget(FixedDrafts):
+    """The lengths each pass of the engine's own loop chooses
+    (:meth:`~fairseq_aggressive.native.NativeBatch.decode_copy` with
+    ``budget``); where that loop does not run a batch (a batch the engine
+    cannot take goes to torch), the drafts as made."""
+
+    engine_budget = True
+
+    def default_cap(self, verifier) -> Optional[int]:
+        return ENGINE_BUDGET_CAP
 
 
 class BudgetedDrafts(FixedDrafts):
@@ -92,11 +112,18 @@ class BudgetedDrafts(FixedDrafts):
 
 
 def build_draft_policy(draft_cost: Optional[str], verifier, drafter):
-    """``--draft-cost``: None/``off`` fixed lengths; ``auto`` a budget whose cost
-    is measured on the first batch; ``FIXED,PER_POSITION`` a given cost (a bad
-    value is an error even where no budget applies).  A budget needs a verifier
-    that takes branches and a drafter whose branches carry gains."""
-    if draft_cost in (None, "off"):
+    """``--draft-cost``: unset (None) or ``auto``: the engine's own budget
+    where the native engine runs the drafter's loop itself (IAD with one
+    branch), else fixed lengths (unset) or a budget whose cost is measured on
+    the first batch (``auto``); ``off`` fixed lengths; ``FIXED,PER_POSITION`` a
+    given cost for the generator's loop (a bad value is an error even where no
+    budget applies).  A budget in the generator's loop needs a verifier that
+    takes branches and a drafter whose branches carry gains."""
+    if draft_cost == "off":
+        return FixedDrafts()
+    if draft_cost in (None, "auto") and getattr(verifier, "runs_engine_loops", False) and drafter.engine_budget():
+        return EngineBudget()
+    if draft_cost is None:
         return FixedDrafts()
     cost = PassCost(1.0, 1.0) if draft_cost == "auto" else PassCost.parse(draft_cost)
     if verifier.branch_capable and drafter.caps.branches:

@@ -148,7 +148,8 @@ class AggressiveGenerator(nn.Module):
         """The draft -> verify -> accept loop over one batch the verifier has begun."""
         if self.engine_loop and self.policy.whole_drafts:  # the drafter's loop inside the verifier's engine
             first = self.eos if bos_token is None else bos_token
-            done = self.drafter.decode_in_engine(self.verifier, sample, max_len, first, self.max_draft_len)
+            kw = dict(budget=True) if self.policy.engine_budget else {}
+            done = self.drafter.decode_in_engine(self.verifier, sample, max_len, first, self.max_draft_len, **kw)
             if done is not None:
                 return self._from_engine_loop(sample, done)
         src_tokens = sample["net_input"]["src_tokens"]

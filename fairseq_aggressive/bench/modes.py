@@ -97,15 +97,15 @@ def mode_overrides(name: str, args) -> Dict:
         return dict(MODES[name])
     if name in COMPUTE_TYPES:
         return {}
-    m = re.fullmatch(r"iad(?:@(\d+))?(?:-b(\d+))?(-cost)?", name)
-    if m:  # IAD with a draft length cap (the SAD paper's Lmax), branches after an edit, a cost budget
+    m = re.fullmatch(r"iad(?:@(\d+))?(?:-b(\d+))?(-cost|-fixed)?", name)
+    if m:  # IAD with a draft length cap (the SAD paper's Lmax), branches after an edit, a cost budget or fixed drafts
         ov = dict(beam=1, decoding="iad")
         if m.group(1):
             ov["max_draft_len"] = int(m.group(1))
         if m.group(2):
             ov["iad_branches"] = int(m.group(2))
         if m.group(3):
-            ov["draft_cost"] = "auto"
+            ov["draft_cost"] = "auto" if m.group(3) == "-cost" else "off"
         return ov
     m = re.fullmatch(r"feature-ar(?:@(\d+))?(?:-c(0?\.\d+))?", name)
     if m:  # the autoregressive feature drafter (--decoding feature-ar), -cP: --draft-confidence P

@@ -107,14 +107,21 @@ class Drafter:
         those of the sentences before it."""
 
     def decode_in_engine(self, verifier, sample, max_len: int, first: int,
-                         max_draft: Optional[int]) -> Optional["LoopResult"]:
+                         max_draft: Optional[int], budget: bool = False) -> Optional["LoopResult"]:
         """The batch ``sample`` (begun by ``verifier``, not by this drafter)
         decoded by a loop inside ``verifier``'s engine that makes exactly this
         drafter's drafts, one call per batch (the output and counters of the
         generator's loop), or None where no such loop runs it (the generator
         then runs its own).  ``first``: the token before the output;
-        ``max_draft``: the cap on each draft (None: none)."""
+        ``max_draft``: the cap on each draft (None: none); ``budget``: each
+        pass's lengths chosen by the engine's draft-length policy (only a
+        drafter whose :meth:`engine_budget` is true is asked for it)."""
         return None
+
+    def engine_budget(self) -> bool:
+        """Whether :meth:`decode_in_engine` can choose each pass's lengths by
+        the engine's draft-length policy."""
+        return False
 
     def draft(self, sent: int, output: List[int], cap: int) -> List[int]:
         """The first draft :meth:`propose` gives one sentence (a convenience)."""

@@ -115,15 +115,19 @@ class InputCopyDrafter(Drafter):
             return self.ngram_min, self.ngram_max
         return None
 
-    def decode_in_engine(self, verifier, sample, max_len: int, first: int, max_draft):
+    def decode_in_engine(self, verifier, sample, max_len: int, first: int, max_draft, budget: bool = False):
         ngrams = self.copy_loop()
         if ngrams is None or not verifier.runs_engine_loops:
             return None
         src, src_len = self.copy_source(sample)
         toks, scores, passes, st = verifier.decode_copy(src, src_len, first,
-                                                        max_len if max_draft is None else max_draft, *ngrams)
+                                                        max_len if max_draft is None else max_draft, *ngrams,
+                                                        budget=budget)
         self.learn_from_loop(st)
         return LoopResult(toks, scores, passes, st.loop)
+
+    def engine_budget(self) -> bool:
+        return self.copy_loop() is not None
 
     def copy_source(self, sample):
         """Each sentence's copy source (target ids, padding removed), concatenated,

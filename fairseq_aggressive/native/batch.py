@@ -165,7 +165,7 @@ class NativeBatch:
 
     def decode_copy(self, src: np.ndarray, src_len: np.ndarray, first: int, max_draft: int, ngram_min: int,
                     ngram_max: int, max_len: int, min_len: int, unk_penalty: float, temperature: float,
-                    beta: int = 1, tau: float = 0.0):
+                    beta: int = 1, tau: float = 0.0, budget: bool = False):
         """Decodes the whole batch (just begun) in the engine with source-copy
         drafts of at most ``max_draft`` tokens (0: greedy search), as
         :class:`~fairseq_aggressive.drafters.InputCopyDrafter` with one branch
@@ -173,9 +173,11 @@ class NativeBatch:
         removed; ``src_len[b]`` tokens each, concatenated), the loop starts from
         the token ``first``; re-anchoring after a rejection uses output suffixes
         of ``ngram_min`` .. ``ngram_max`` tokens; the other arguments are
-        :meth:`step`'s.  Returns per sentence its tokens, their scores and the
-        passes it took part in, and the loop's counters
-        (:class:`~fairseq_aggressive.native.c_api.CopyLoopStats`)."""
+        :meth:`step`'s.  With ``budget``, each pass verifies the lengths (up to
+        ``max_draft``) the engine's draft-length policy chooses for its rows
+        (``csrc/draft_lengths.h``), the same output.  Returns per sentence its
+        tokens, their scores and the passes it took part in, and the loop's
+        counters (:class:`~fairseq_aggressive.native.c_api.CopyLoopStats`)."""
         n = len(src_len)
         src = np.ascontiguousarray(src, dtype=np.int32)
         src_len = np.ascontiguousarray(src_len, dtype=np.int32)
@@ -183,7 +185,8 @@ class NativeBatch:
             raise ValueError(f"{len(src)} source tokens, the lengths add up to {int(src_len.sum())}")
         buf = _LoopBuffers(n, max_len)
         a = c_api.CopyLoopArgs(n=n, src=_addr(src), src_len=_addr(src_len), first=first, max_draft=max_draft,
-                               ngram_min=ngram_min, ngram_max=ngram_max, output=buf.output(),
+                               ngram_min=ngram_min, ngram_max=ngram_max, budget=int(bool(budget)),
+                               output=buf.output(),
                                rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
         stats = c_api.CopyLoopStats()
         rc = self.lib.fa_decode_copy(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))

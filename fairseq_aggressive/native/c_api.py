@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 14
+API_VERSION = 15
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -29,7 +29,7 @@ class PassArgs(ctypes.Structure):
                 ("branch_len", P), ("max_len", ctypes.c_int32), ("min_len", ctypes.c_int32),
                 ("unk_penalty", ctypes.c_float), ("temperature", ctypes.c_float), ("beta", ctypes.c_int32),
                 ("tau", ctypes.c_float), ("choice", P), ("score", P), ("n_emit", P), ("n_match", P), ("done", P),
-                ("winner", P), ("feats", P)]
+                ("winner", P), ("feats", P), ("row_max_len", P)]
     del P
 
 
@@ -56,7 +56,7 @@ class CopyLoopArgs(ctypes.Structure):
     P, I = ctypes.c_void_p, ctypes.c_int32
     _anonymous_ = ("rules", "output")  # their fields read and set as the struct's own
     _fields_ = [("n", I), ("src", P), ("src_len", P), ("first", I), ("max_draft", I), ("ngram_min", I),
-                ("ngram_max", I), ("rules", LoopRules), ("output", LoopOutput)]
+                ("ngram_max", I), ("budget", I), ("rules", LoopRules), ("output", LoopOutput)]
     del P, I
 
 
@@ -110,6 +110,27 @@ class CopyLoopStats(ctypes.Structure):
         "copy_trials", "copy_hits", "sync_trials", "sync_hits", "cont_trials", "cont_hits")]
 
 
+class RunSettings(ctypes.Structure):
+    """fa::RunSettings (csrc/running_batch.h): what every row of a running batch shares."""
+
+    I, F = ctypes.c_int32, ctypes.c_float
+    _fields_ = [("first", I), ("max_draft", I), ("ngram_min", I), ("ngram_max", I), ("budget", I),
+                ("min_len", I), ("unk_penalty", F), ("temperature", F), ("beta", I), ("tau", F)]
+    del I, F
+
+
+# passes counted by their rows in RunStats (kRunRowsHist; the last counts 64 rows or more)
+RUN_ROWS_HIST = 65
+
+
+class RunStats(ctypes.Structure):
+    """fa::RunStats (csrc/running_batch.h): a running batch's counters since it was made."""
+
+    _anonymous_ = ("loop",)
+    _fields_ = [("loop", LoopStats)] + [(n, ctypes.c_int64) for n in ("emitted", "joined", "left")] + [
+        ("pass_rows", ctypes.c_int64 * RUN_ROWS_HIST)]
+
+
 def declare(lib) -> None:
     """Set the argument and result types of every function of the library."""
     P, I, I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
@@ -150,6 +171,15 @@ def declare(lib) -> None:
         "fa_set_heads": (I, [P, P, P, I, P, P, I]),
         "fa_heads": (I, [P, P, I, P, P, P]),
         "fa_decode_blockwise": (I, [P, P, ctypes.POINTER(BlockwiseLoopArgs), ctypes.POINTER(LoopStats)]),
+        "fa_run_new": (P, [P, ctypes.POINTER(RunSettings)]),
+        "fa_run_free": (None, [P]),
+        "fa_run_join": (I, [P, P, I, P, P, P, P, P, P]),
+        "fa_run_step": (I, [P, P, I, P, I]),
+        "fa_run_take": (I, [P, I, P, P, I, P]),
+        "fa_run_wake": (None, [P]),
+        "fa_run_active": (I, [P]),
+        "fa_run_stats": (None, [P, ctypes.POINTER(RunStats)]),
+        "fa_pass_cost": (I, [P, P, I]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -202,7 +232,7 @@ def mismatch(lib):
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
     declare(lib)
     for struct in (Config, PassArgs, LoopRules, LoopOutput, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs,
-                   FeatureLoopArgs, BlockwiseLoopArgs):
+                   FeatureLoopArgs, BlockwiseLoopArgs, RunSettings, RunStats):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

@@ -62,12 +62,14 @@ class NativeVerifier(Verifier):
         """Whether :meth:`decode_copy` and :meth:`decode_feature` run the batch begun last (in the engine)."""
         return not self._on_torch
 
-    def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int):
+    def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int,
+                    budget: bool = False):
         """The batch begun last, decoded in the engine with source-copy drafts
-        (:meth:`~fairseq_aggressive.native.NativeBatch.decode_copy`)."""
+        (:meth:`~fairseq_aggressive.native.NativeBatch.decode_copy`; ``budget``:
+        lengths by the engine's draft-length policy)."""
         r = self.rules
         return self.batch.decode_copy(src, src_len, first, max_draft, ngram_min, ngram_max, self.max_len, r.min_len,
-                                      r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau)
+                                      r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau, budget=budget)
 
     def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int,
                        min_prob: float = 0.0):

@@ -15,11 +15,13 @@
 #include "block_drafter.h"
 #include "blockwise_loop.h"
 #include "copy_loop.h"
+#include "draft_lengths.h"
 #include "amx.h"
 #include "feature_loop.h"
 #include "model.h"
 #include "parallel.h"
 #include "pass.h"
+#include "running_batch.h"
 #include "vec.h"
 
 using fa::Model;
@@ -29,7 +31,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 14;
+constexpr int kApiVersion = 15;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -78,6 +80,8 @@ int fa_sizeof(const char* name) {
   if (std::strcmp(name, "LoopOutput") == 0) return (int)sizeof(fa::LoopOutput);
   if (std::strcmp(name, "FeatureLoopArgs") == 0) return (int)sizeof(fa::FeatureLoopArgs);
   if (std::strcmp(name, "BlockwiseLoopArgs") == 0) return (int)sizeof(fa::BlockwiseLoopArgs);
+  if (std::strcmp(name, "RunSettings") == 0) return (int)sizeof(fa::RunSettings);
+  if (std::strcmp(name, "RunStats") == 0) return (int)sizeof(fa::RunStats);
   return -1;
 }
 
@@ -170,7 +174,9 @@ int64_t fa_weights_id(void* mp) { return (int64_t)(intptr_t)&model(mp).w; }
 // 0, or -2 if the threads could not be started (fa_model_error says why)
 int fa_set_threads(void* mp, int n) {
   return guarded(mp, -2, [&] {
-    model(mp).pool.resize(n);
+    Model& m = model(mp);
+    m.pool.resize(n);
+    if (m.policy) m.policy->cost.clear();  // measured again for these threads
     return 0;
   });
 }
@@ -245,6 +251,54 @@ int fa_pass(void* mp, void* sp, const fa::PassArgs* args) {
 // failed (fa_model_error says why; the batch's state is then undefined).
 int fa_decode_copy(void* mp, void* sp, const fa::CopyLoopArgs* args, fa::CopyLoopStats* stats) {
   return guarded(mp, -2, [&] { return fa::decode_copy(model(mp), state(sp), *args, *stats); });
+}
+
+// ------------------------------------------------------------ running batches
+// Continuous batching (fa::RunningBatch in csrc/running_batch.h): rows join
+// and leave between passes.  One thread drives a running batch (join, run,
+// take) on one decoder mp; fa_run_wake may come from any thread.
+void* fa_run_new(void* mp, const fa::RunSettings* s) {
+  return guarded<void*>(mp, nullptr, [&]() -> void* {
+    if (s->max_draft < 0 || s->ngram_min < 1 || s->ngram_max < s->ngram_min || s->min_len < 0)
+      throw std::invalid_argument("running batch: bad draft or length settings");
+    return new fa::RunningBatch(*s);
+  });
+}
+void fa_run_free(void* rp) { delete static_cast<fa::RunningBatch*>(rp); }
+
+// n sentences join (RunningBatch::join); 0, -1 (nothing joined: an argument
+// out of range), or -2 (fa_model_error; the rows joined before stay as they were)
+int fa_run_join(void* mp, void* rp, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
+                const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
+  return guarded(mp, -2, [&] {
+    return static_cast<fa::RunningBatch*>(rp)->join(model(mp), n, tokens, src_len, copy, copy_len, max_len,
+                                                    slot_out);
+  });
+}
+
+// passes until a row finishes, max_passes or a wake (RunningBatch::run): the
+// number of finished slots written, or -2 (fa_model_error; the batch is then undefined)
+int fa_run_step(void* mp, void* rp, int max_passes, int32_t* finished, int cap) {
+  return guarded(mp, -2, [&] { return static_cast<fa::RunningBatch*>(rp)->run(model(mp), max_passes, finished, cap); });
+}
+
+int fa_run_take(void* rp, int slot, int32_t* tokens, float* scores, int cap, int32_t* passes) {
+  return static_cast<fa::RunningBatch*>(rp)->take(slot, tokens, scores, cap, passes);
+}
+void fa_run_wake(void* rp) { static_cast<fa::RunningBatch*>(rp)->wake(); }
+int fa_run_active(void* rp) { return static_cast<fa::RunningBatch*>(rp)->active(); }
+void fa_run_stats(void* rp, fa::RunStats* out) { *out = static_cast<fa::RunningBatch*>(rp)->stats(); }
+
+// The decoder's pass cost (ms at the knots of fa::PassCost, at most cap of
+// them, measured now where it was not yet): the number written, or -2
+int fa_pass_cost(void* mp, double* out, int cap) {
+  return guarded(mp, -2, [&] {
+    const fa::DraftPolicy& p = fa::draft_policy(model(mp));
+    const auto& k = fa::PassCost::knots();
+    const int n = std::min(cap, (int)k.size());
+    for (int i = 0; i < n; ++i) out[i] = p.cost.ms(k[i]);
+    return n;
+  });
 }
 
 // A block drafter's slot input vector (C floats); 0, or -2 (fa_model_error).

@@ -6,95 +6,85 @@
 #include <stdexcept>
 #include <vector>
 
+#include "copy_source.h"
+#include "draft_lengths.h"
 #include "pass.h"
 
 namespace fa {
 
-namespace {
-
-constexpr int kNone = -1;
-
-// One sentence's copy source and where its copy stands (input_copy.py's
-// src, ptr; anchor and since only serve several branches, absent here).
-struct Copy {
-  const int32_t* src = nullptr;
-  int len = 0;
-  int ptr = 0;  // the next source position to draft, or kNone
-};
-
-// The source position right after the unique occurrence of out's suffix of n
-// tokens, for the shortest n in [nmin, nmax] (n <= out's length) whose suffix
-// occurs once; kNone where the shortest that occurs at all occurs more than
-// once up to nmax, where one does not occur (no longer one can), or where the
-// unique occurrence ends the source (input_copy.py's _resync).
-int resync(const Copy& c, const std::vector<int32_t>& out, int nmin, int nmax) {
-  const int have = (int)out.size();
-  for (int n = nmin; n <= std::min(nmax, have); ++n) {
-    const int32_t* suffix = out.data() + have - n;
-    int found = 0, end = kNone;
-    for (int e = n; e <= c.len && found < 2; ++e)
-      if (std::equal(suffix, suffix + n, c.src + e - n)) {
-        ++found;
-        end = e;
-      }
-    if (found == 0) return kNone;
-    if (found == 1) return end < c.len ? end : kNone;
-  }
-  return kNone;
-}
-
-}  // namespace
 
 int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats) {
   const int B = a.n, max_len = a.rules.max_len;
   if (B != (int)st.sents.size() || a.output.out_cap < max_len + 1 || a.max_draft < 0 || a.ngram_min < 1 ||
       a.ngram_max < a.ngram_min)
     return -1;
-  std::vector<Copy> copy(B);
+  std::vector<CopySource> copy(B);
   for (int b = 0, o = 0; b < B; o += a.src_len[b++]) {
     if (a.src_len[b] < 0 || st.sents[b].len != 0) return -1;
-    copy[b].src = a.src + o;
-    copy[b].len = a.src_len[b];
-    copy[b].ptr = copy[b].len > 0 ? 0 : kNone;
+    copy[b].start(a.src + o, a.src_len[b]);
   }
   LoopBatch batch(B, a.first, a.rules, a.output);
-  std::vector<int32_t> start, kind;  // per row: the source position its draft copies from (kNone: no draft), re-anchored
+  DraftPolicy* policy = a.budget ? &draft_policy(m) : nullptr;
+  // per row: the source position its draft copies from (kNoCopy: none), re-anchored,
+  // the verifier's confidence in its last token, the longest draft it may verify
+  std::vector<int32_t> start, kind;
+  std::vector<DraftCandidate> cand;
+  std::vector<int> lens;
 
   using Clock = std::chrono::steady_clock;
   while (!batch.active().empty()) {
     const int n = (int)batch.active().size();
     const auto t0 = Clock::now();
-    start.assign(n, kNone);
+    start.assign(n, kNoCopy);
     kind.assign(n, 0);
+    cand.resize(n);
     for (int i = 0; i < n; ++i) {
       const int b = batch.active()[i];
       const int cap = std::min(max_len - batch.outputs().length(b), a.max_draft);
-      int r = kNone;
+      int r = kNoCopy;
       if (cap > 0) {
-        r = copy[b].ptr;
-        kind[i] = r == kNone;
-        if (r == kNone) r = resync(copy[b], batch.outputs().tokens(b), a.ngram_min, a.ngram_max);
+        bool resynced;
+        r = copy[b].draft_start(batch.outputs().tokens(b), a.ngram_min, a.ngram_max, &resynced);
+        kind[i] = resynced;
       }
-      const int L = r != kNone ? std::min(cap, copy[b].len - r) : 0;
-      batch.add_row(b, L > 0 ? copy[b].src + r : nullptr, L);
-      start[i] = L > 0 ? r : kNone;
+      start[i] = r;
+      cand[i] = {r != kNoCopy ? std::min(cap, copy[b].len - r) : 0, kind[i] != 0,
+                 Acceptance::confidence(batch.outputs().last_score(b))};
     }
-    stats.loop.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    if (policy != nullptr) {
+      policy->choose(cand, lens);
+    } else {
+      lens.resize(n);
+      for (int i = 0; i < n; ++i) lens[i] = cand[i].cap;
+    }
+    int positions = 0;
+    for (int i = 0; i < n; ++i) {
+      const int b = batch.active()[i], L = lens[i];
+      batch.add_row(b, L > 0 ? copy[b].src + start[i] : nullptr, L);
+      // drafts as made: a copy goes on only from a verified draft; a policy that
+      // shortened one to nothing keeps its place (the row's token is checked against it)
+      if (policy == nullptr && L == 0) start[i] = kNoCopy;
+      positions += 1 + L;
+    }
+    const auto t1 = Clock::now();
+    stats.loop.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
     batch.verify(m, st, stats.loop);
+    if (policy != nullptr) {
+      policy->cost.observe(positions, std::chrono::duration<double, std::milli>(Clock::now() - t1).count());
+      for (int i = 0; i < n; ++i)
+        policy->acceptance.observe(cand[i].resynced, cand[i].conf, batch.drafted(i), batch.accepted(i));
+    }
     // what the drafter learns (InputCopyDrafter.update with one branch)
     batch.settle(stats.loop, [&](int i, int b, int, int) {
-      Copy& c = copy[b];
-      c.ptr = kNone;
-      if (start[i] == kNone) return;
       const int L = batch.drafted(i), k = batch.accepted(i);
+      copy[b].update(start[i], L, k, batch.last(b));
+      if (L == 0) return;
       (kind[i] ? stats.sync_trials : stats.copy_trials) += 1;
       (kind[i] ? stats.sync_hits : stats.copy_hits) += k >= 1;
       if (k >= 1) {
         stats.cont_hits += k - 1;
         stats.cont_trials += k - 1 + (k < L);
       }
-      const int nxt = start[i] + k;
-      if (k == L && nxt < c.len && batch.last(b) == c.src[nxt] && nxt + 1 < c.len) c.ptr = nxt + 1;
     });
   }
   batch.finish();

@@ -31,6 +31,10 @@ struct CopyLoopArgs {
   const int32_t* src_len;
   int32_t first;
   int32_t max_draft, ngram_min, ngram_max;
+  // 0: every draft verified as made (up to max_draft); 1: each pass keeps the
+  // lengths (up to max_draft) the decoder's draft-length policy chooses
+  // (draft_lengths.h), the same output
+  int32_t budget;
   LoopRules rules;
   LoopOutput output;
 };

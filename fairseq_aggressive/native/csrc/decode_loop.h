@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "model.h"
@@ -55,6 +56,8 @@ class LoopOutputs {
     scores_[b].insert(scores_[b].end(), score, score + n);
   }
   const std::vector<int32_t>& tokens(int b) const { return tokens_[b]; }
+  // the score of sentence b's last token (NaN before its first)
+  float last_score(int b) const { return scores_[b].empty() ? std::numeric_limits<float>::quiet_NaN() : scores_[b].back(); }
   int length(int b) const { return (int)tokens_[b].size(); }
   // into o's arrays; throws if a sentence has more than o.out_cap tokens
   void write(const LoopOutput& o) const;

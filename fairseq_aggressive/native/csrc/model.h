@@ -15,6 +15,8 @@
 
 namespace fa {
 
+class DraftPolicy;
+
 // The model's shape and fairseq options (mirrored by _Config in engine.py)
 struct Config {
   int32_t C, H, F, enc_layers, dec_layers, src_vocab, tgt_vocab;
@@ -124,7 +126,9 @@ struct Model {
   // projection weight bytes beyond which a pass projects a path at once (pass.cpp; the tests move it)
   size_t eager_projection_bytes = kEagerProjectionBytes;
   Pool pool{1};
-  bool panels_backward = false;  // the order of the last decoder pass's products (set_panels_backward, linear.h)
+  bool panels_backward = false;
+  // the decoder's draft-length policy (draft_lengths.h: its pass cost is this decoder's, threads included)
+  std::shared_ptr<DraftPolicy> policy;  // the order of the last decoder pass's products (set_panels_backward, linear.h)
   // scratch
   LineVector<float> x, h, q, kv, a, f, logits, att;
 

@@ -104,6 +104,12 @@ class Pass {
   std::vector<int32_t> chosen_;
 
   Sentence& sentence(int r) { return st_.sents[a_.sent[r]]; }
+  // the score rules of row r (its own max_len where the pass gives one per row)
+  ScoreRules rules(int r) const {
+    ScoreRules rr = rules_;
+    if (a_.row_max_len != nullptr) rr.max_len = a_.row_max_len[r];
+    return rr;
+  }
   int row_at(int p) const { return (int)(std::upper_bound(off_.begin(), off_.end(), p) - off_.begin()) - 1; }
   // flat position of path index j of branch i: the last token, then the branch
   int path(int i, int j) const { return off_[row_of_[i]] + (j == 0 ? 0 : b_start_[i] + j - 1); }
@@ -213,7 +219,7 @@ class Pass {
       float* lg = logits_at(p);
       if (a_.temperature != 1.f)
         for (int v = 0; v < W; ++v) lg[v] = lg[v] / a_.temperature;
-      const int u = rules_.choose(lg, W, s.len + out_step(r, p));
+      const int u = rules(r).choose(lg, W, s.len + out_step(r, p));
       column_[p] = u;
       chosen_[p] = token_of_column(m_, st_, s, u);
     }
@@ -226,10 +232,11 @@ class Pass {
     if (col < 0) return false;
     const int W = columns(m_, st_, s), out_pos = s.len + out_step(r, p);
     const float* lg = logits_at(p);
-    const float a = rules_.adjusted(lg, col, out_pos);
-    if (a == kNegInf || a < rules_.adjusted(lg, column_[p], out_pos) - a_.tau) return false;
+    const ScoreRules rr = rules(r);
+    const float a = rr.adjusted(lg, col, out_pos);
+    if (a == kNegInf || a < rr.adjusted(lg, column_[p], out_pos) - a_.tau) return false;
     int better = 0;
-    for (int v = 0; v < W && better < a_.beta; ++v) better += rules_.adjusted(lg, v, out_pos) > a;
+    for (int v = 0; v < W && better < a_.beta; ++v) better += rr.adjusted(lg, v, out_pos) > a;
     return better < a_.beta;
   }
 
@@ -273,11 +280,12 @@ class Pass {
       }
     const int W = columns(m_, st_, s);
     const float* x = m_.x.data();
+    const ScoreRules rr = rules(r);
     for (int j = 0; j < ne; ++j) {
       const int p = path(w, j), c = emitted(j);
       const float* lg = logits_at(p);
       const float lse = logsumexp(lg, W);
-      const float val = rules_.adjusted(lg, c == chosen_[p] ? column_[p] : column_of(m_, st_, s, c), s.len + j);
+      const float val = rr.adjusted(lg, c == chosen_[p] ? column_[p] : column_of(m_, st_, s, c), s.len + j);
       a_.choice[o + j] = c;
       a_.score[o + j] = val - lse;
       if (a_.feats != nullptr) std::copy(x + (size_t)p * C, x + (size_t)(p + 1) * C, a_.feats + (size_t)(o + j) * C);

@@ -18,7 +18,8 @@ namespace fa {
 // continuation of the last token (a tree row, see decoder_rows).
 //
 // Greedy's choice follows fairseq's rules (ScoreRules in pass.cpp): pad never,
-// unk_penalty subtracted from unk, only EOS from output position max_len on,
+// unk_penalty subtracted from unk, only EOS from output position max_len (or
+// the row's row_max_len) on,
 // no EOS before min_len; logits are divided by temperature first.  beta > 1
 // accepts GAD++'s way (Xia et al. 2023): a drafted token passes if fewer than
 // beta tokens score strictly higher than it and its score is within tau of
@@ -48,6 +49,9 @@ struct PassArgs {
   int32_t* done;
   int32_t* winner;  // or null
   float* feats;     // or null
+  // per row, its own max_len (a running batch's rows each keep their
+  // sentence's length limit); null: max_len for every row
+  const int32_t* row_max_len;
 };
 
 // 0, or -1 (nothing changed) if a row does not fit its sentence's cache or

@@ -1,0 +1,158 @@
+// Continuous batching in the engine (see running_batch.h).
+#include "running_batch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+
+#include "pass.h"
+
+namespace fa {
+
+int RunningBatch::join(Model& m, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
+                       const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
+  if (n < 1) return -1;
+  int cap = 0;
+  for (int i = 0; i < n; ++i) {
+    if (src_len[i] < 1 || copy_len[i] < 0 || max_len[i] < 1 || max_len[i] < s_.min_len) return -1;
+    cap = std::max(cap, max_len[i] + 2);
+  }
+  std::unique_ptr<State> enc(encode(m, n, tokens, src_len, cap));
+  for (int i = 0, o = 0; i < n; o += copy_len[i++]) {
+    int slot;
+    if (!free_.empty()) {
+      slot = free_.back();
+      free_.pop_back();
+    } else {
+      slot = (int)rows_.size();
+      rows_.emplace_back();
+      st_.sents.emplace_back();
+    }
+    st_.sents[slot] = std::move(enc->sents[i]);
+    Row& r = rows_[slot];
+    r.state = kActive;
+    r.max_len = max_len[i];
+    r.passes = 0;
+    r.src.assign(copy + o, copy + o + copy_len[i]);
+    r.copy.start(r.src.data(), (int)r.src.size());
+    r.last = s_.first;
+    r.out.clear();
+    r.scores.clear();
+    active_.push_back(slot);
+    slot_out[i] = slot;
+  }
+  stats_.joined += n;
+  return 0;
+}
+
+int RunningBatch::run(Model& m, int max_passes, int32_t* finished, int cap) {
+  using Clock = std::chrono::steady_clock;
+  DraftPolicy* policy = s_.budget && s_.max_draft > 0 ? &draft_policy(m) : nullptr;
+  int n_finished = 0;
+  for (int pass = 0; pass < max_passes && !active_.empty() && n_finished == 0; ++pass) {
+    const int n = (int)active_.size();
+    const auto t0 = Clock::now();
+    start_.assign(n, kNoCopy);
+    cand_.resize(n);
+    for (int i = 0; i < n; ++i) {
+      Row& r = rows_[active_[i]];
+      const int room = std::min(r.max_len - (int)r.out.size(), (int)s_.max_draft);
+      bool resynced = false;
+      if (room > 0) start_[i] = r.copy.draft_start(r.out, s_.ngram_min, s_.ngram_max, &resynced);
+      const float last_score = r.scores.empty() ? std::numeric_limits<float>::quiet_NaN() : r.scores.back();
+      cand_[i] = {start_[i] != kNoCopy ? std::min(room, r.copy.len - start_[i]) : 0, resynced,
+                  Acceptance::confidence(last_score)};
+    }
+    if (policy != nullptr) {
+      policy->choose(cand_, lens_);
+    } else {
+      lens_.resize(n);
+      for (int i = 0; i < n; ++i) lens_[i] = cand_[i].cap;
+    }
+    row_len_.resize(n);
+    row_max_.resize(n);
+    tokens_.clear();
+    for (int i = 0; i < n; ++i) {
+      Row& r = rows_[active_[i]];
+      const int L = lens_[i];
+      tokens_.push_back(r.last);
+      if (L > 0) tokens_.insert(tokens_.end(), r.copy.src + start_[i], r.copy.src + start_[i] + L);
+      if (policy == nullptr && L == 0) start_[i] = kNoCopy;
+      row_len_[i] = 1 + L;
+      row_max_[i] = r.max_len;
+    }
+    const size_t total = tokens_.size();
+    choice_.resize(total);
+    score_.resize(total);
+    n_emit_.resize(n);
+    n_match_.resize(n);
+    done_.resize(n);
+    PassArgs a{};
+    a.n = n;
+    a.sent = active_.data();
+    a.row_len = row_len_.data();
+    a.tokens = tokens_.data();
+    a.max_len = 0;
+    a.row_max_len = row_max_.data();
+    a.min_len = s_.min_len;
+    a.unk_penalty = s_.unk_penalty;
+    a.temperature = s_.temperature;
+    a.beta = s_.beta;
+    a.tau = s_.tau;
+    a.choice = choice_.data();
+    a.score = score_.data();
+    a.n_emit = n_emit_.data();
+    a.n_match = n_match_.data();
+    a.done = done_.data();
+    const auto t1 = Clock::now();
+    stats_.loop.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+    // (rows fit: a draft never reaches beyond the row's max_len, its cache holds max_len + 2 positions)
+    if (verify_pass(m, st_, a) != 0) throw std::logic_error("a running batch's row does not fit its cache");
+    if (policy != nullptr) {
+      policy->cost.observe((int)total, std::chrono::duration<double, std::milli>(Clock::now() - t1).count());
+      for (int i = 0; i < n; ++i) policy->acceptance.observe(cand_[i].resynced, cand_[i].conf, lens_[i], n_match_[i]);
+    }
+    stats_.loop.passes += 1;
+    stats_.loop.sentence_passes += n;
+    stats_.pass_rows[std::min(n, kRunRowsHist - 1)] += 1;
+    int kept = 0;
+    for (int i = 0, o = 0; i < n; o += row_len_[i++]) {
+      const int slot = active_[i];
+      Row& r = rows_[slot];
+      r.passes += 1;
+      stats_.loop.count(lens_[i], n_match_[i]);
+      stats_.emitted += n_emit_[i];
+      r.out.insert(r.out.end(), choice_.begin() + o, choice_.begin() + o + n_emit_[i]);
+      r.scores.insert(r.scores.end(), score_.begin() + o, score_.begin() + o + n_emit_[i]);
+      if (done_[i]) {
+        r.state = kFinished;
+        if (n_finished < cap) finished[n_finished] = slot;
+        ++n_finished;
+        continue;
+      }
+      r.last = r.out.back();
+      r.copy.update(start_[i], lens_[i], n_match_[i], r.last);
+      active_[kept++] = slot;
+    }
+    active_.resize(kept);
+    if (wake_.exchange(false, std::memory_order_acq_rel)) break;
+  }
+  return std::min(n_finished, cap);
+}
+
+int RunningBatch::take(int slot, int32_t* tokens, float* scores, int cap, int32_t* passes) {
+  if (slot < 0 || slot >= (int)rows_.size() || rows_[slot].state != kFinished) return -1;
+  Row& r = rows_[slot];
+  const int k = std::min((int)r.out.size(), cap);
+  std::copy(r.out.begin(), r.out.begin() + k, tokens);
+  std::copy(r.scores.begin(), r.scores.begin() + k, scores);
+  *passes = r.passes;
+  r.state = kFree;
+  st_.sents[slot] = Sentence();  // its caches go
+  free_.push_back(slot);
+  stats_.left += 1;
+  return k;
+}
+
+}  // namespace fa

@@ -1,0 +1,98 @@
+// Continuous batching: a running batch whose rows join (after their encoder
+// pass) and leave (at EOS or their length limit) at pass boundaries, each in
+// its own cache slot, with its own draft and its own acceptance; no row is
+// padded to another's length.  A row's tokens and scores are exactly those it
+// gets decoded alone: each sentence has its own caches and length limit, the
+// linear kernels give a row the same bits in any block of rows (linear.h), and
+// drafts only decide what a pass verifies, never what it emits.
+//
+// Drafts: greedy search (max_draft 0) or source-copy drafting (copy_source.h),
+// each pass's lengths chosen by the decoder's draft-length policy
+// (draft_lengths.h) or verified as made.
+//
+// One thread drives a running batch (join, run, take); wake() may come from
+// any thread: it makes a run() under way return at its next pass boundary, so
+// that the driver can let new rows join.  The driver checks its queue after
+// every run() and waits on the queue itself when no row is active, so a wake
+// that finds no run() under way (or one that returns for another reason) is
+// never needed for progress: it only shortens the wait of a request that
+// arrives while rows decode to at most one pass.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "copy_source.h"
+#include "decode_loop.h"
+#include "draft_lengths.h"
+#include "model.h"
+
+namespace fa {
+
+// What every row of a running batch shares (mirrored by RunSettings in c_api.py)
+struct RunSettings {
+  int32_t first;  // the token each row starts from (EOS, or a BOS)
+  int32_t max_draft, ngram_min, ngram_max;  // copy drafts (max_draft 0: greedy search); re-anchoring
+  int32_t budget;                            // 1: lengths by the draft-length policy
+  int32_t min_len;
+  float unk_penalty, temperature;
+  int32_t beta;
+  float tau;
+};
+
+// Counters of a running batch since it was made (mirrored by RunStats in c_api.py)
+constexpr int kRunRowsHist = 65;  // passes by their rows; the last slot counts 64 rows or more
+struct RunStats {
+  LoopStats loop;
+  int64_t emitted;      // tokens emitted
+  int64_t joined, left;  // rows
+  int64_t pass_rows[kRunRowsHist];
+};
+
+class RunningBatch {
+ public:
+  explicit RunningBatch(const RunSettings& s) : s_(s) {}
+
+  // n sentences join, encoded together: their tokens (source ids, src_len[i]
+  // each, concatenated), their copy sources (target ids, copy_len[i] each,
+  // concatenated), their length limits; each one's slot into slot_out.
+  // -1 (nothing joined) if an argument is out of range.
+  int join(Model& m, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
+           const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out);
+  // Passes over the active rows until one finishes, max_passes passes or a
+  // wake(); the slots that finished into finished (their number returned; at
+  // most cap, the rows active at the call)
+  int run(Model& m, int max_passes, int32_t* finished, int cap);
+  // A finished slot's tokens and scores (at most cap) and its passes; the slot
+  // is free again.  Its length, or -1 if the slot has not finished.
+  int take(int slot, int32_t* tokens, float* scores, int cap, int32_t* passes);
+  void wake() { wake_.store(true, std::memory_order_release); }
+  int active() const { return (int)active_.size(); }
+  const RunStats& stats() const { return stats_; }
+
+ private:
+  enum SlotState { kFree, kActive, kFinished };
+  struct Row {
+    SlotState state = kFree;
+    int max_len = 0, passes = 0;
+    std::vector<int32_t> src;  // the copy source (CopySource points into it)
+    CopySource copy;
+    int32_t last = 0;
+    std::vector<int32_t> out;
+    std::vector<float> scores;
+  };
+  RunSettings s_;
+  State st_;
+  std::vector<Row> rows_;  // by slot, as st_.sents
+  std::vector<int32_t> active_, free_;
+  std::atomic<bool> wake_{false};
+  RunStats stats_{};
+  // one pass's arrays
+  std::vector<int32_t> start_, row_len_, tokens_, row_max_, choice_, n_emit_, n_match_, done_;
+  std::vector<float> score_;
+  std::vector<DraftCandidate> cand_;
+  std::vector<int> lens_;
+};
+
+}  // namespace fa
