@@ -10,7 +10,7 @@ WORK   ?= work
 # make demo LOAD=N: its benchmark runs beside N CPU-bound processes (a machine doing other work)
 LOAD   ?= 0
 
-.PHONY: setup demo demo-train demo-mt test test-fast ende-cpu clean
+.PHONY: setup demo demo-train demo-mt serve test test-fast ende-cpu clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -30,6 +30,12 @@ demo-train: setup
 
 demo-mt: setup
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python scripts/demo_mt.py --work $(WORK) --load $(LOAD)
+
+# make serve: the HTTP server on the shipped GEC model (docs/serving.md); MODEL=DIR PORT=N SERVE_ARGS="--workers 2 ..."
+MODEL  ?= models/uagec-9x3
+PORT   ?= 8080
+serve: setup
+	$(BIN)/python -m fairseq_aggressive.serving.cli $(MODEL) --port $(PORT) $(SERVE_ARGS)
 
 # GAD and blockwise heads at CPU scale on the Debian en-de corpus: scripts/experiments/pipeline.py with the
 # cpu scale of configs/translation/wmt14_ende.yaml (about 3 h on 2 cores; resumable; see docs/reproducing-papers.md)

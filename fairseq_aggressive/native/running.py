@@ -1,0 +1,110 @@
+"""Continuous batching on the native engine: a running batch whose sentences
+join (after their encoder pass) and leave (at EOS or their length limit)
+between passes (``csrc/running_batch.h``).  Each sentence's tokens and scores
+are those it gets decoded alone, whatever else is in the batch and whenever it
+joined."""
+import ctypes
+from typing import List, Sequence, Tuple
+
+import numpy as np
+
+from . import c_api
+
+
+def _i32(values) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=np.int32)
+
+
+class RunningBatch:
+    """A running batch on ``engine`` (a :class:`~fairseq_aggressive.native.NativeEngine`).
+
+    ``first``: the token every sentence starts from (EOS, or a BOS);
+    ``max_draft``: the longest source-copy draft a pass verifies (0: greedy
+    search); ``ngram_min`` .. ``ngram_max``: the suffixes that re-anchor a copy
+    after a rejection; ``budget``: each pass's lengths chosen by the engine's
+    draft-length policy (else every draft as made); the score rules and
+    acceptance (``min_len`` ... ``tau``) as :meth:`NativeBatch.step`'s.
+
+    One thread drives it (:meth:`join`, :meth:`run`, :meth:`take`);
+    :meth:`wake` may be called from any thread."""
+
+    def __init__(self, engine, first: int, max_draft: int, ngram_min: int = 1, ngram_max: int = 4,
+                 budget: bool = True, min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0,
+                 beta: int = 1, tau: float = 0.0):
+        self.engine, self.lib = engine, engine.lib
+        s = c_api.RunSettings(first=first, max_draft=max_draft, ngram_min=ngram_min, ngram_max=ngram_max,
+                              budget=int(bool(budget)), min_len=min_len, unk_penalty=unk_penalty,
+                              temperature=temperature, beta=beta, tau=tau)
+        handle = self.lib.fa_run_new(engine.handle, ctypes.byref(s))
+        if not handle:
+            raise engine.failure("making a running batch")
+        self.handle = handle
+        self.first, self.max_draft, self.budget = first, max_draft, bool(budget)
+        self._cap = 0
+        self._finished = np.empty(0, dtype=np.int32)
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle:
+            self.lib.fa_run_free(handle)
+            self.handle = None
+
+    @property
+    def active(self) -> int:
+        """Sentences decoding now."""
+        return self.lib.fa_run_active(self.handle)
+
+    def join(self, sources: Sequence[Sequence[int]], copies: Sequence[Sequence[int]],
+             max_lens: Sequence[int]) -> List[int]:
+        """Sentences join, encoded together: each one's source tokens (source
+        ids, no padding), its copy source (target ids) and its length limit
+        (output tokens before EOS is forced).  Returns their slots."""
+        n = len(sources)
+        if not (n == len(copies) == len(max_lens)) or n == 0:
+            raise ValueError(f"{n} sources, {len(copies)} copy sources, {len(max_lens)} length limits")
+        src_len, copy_len = _i32([len(s) for s in sources]), _i32([len(c) for c in copies])
+        flat = _i32([t for s in sources for t in s])
+        cflat = _i32([t for c in copies for t in c]) if copy_len.sum() else np.zeros(1, dtype=np.int32)
+        lims, slots = _i32(max_lens), np.empty(n, dtype=np.int32)
+        rc = self.lib.fa_run_join(self.engine.handle, self.handle, n, flat.ctypes.data, src_len.ctypes.data,
+                                  cflat.ctypes.data, copy_len.ctypes.data, lims.ctypes.data, slots.ctypes.data)
+        if rc == -2:
+            raise self.engine.failure("sentences joining a running batch")
+        if rc != 0:
+            raise ValueError("native engine: a sentence cannot join (an empty source, or a length limit below "
+                             "1 or below min_len)")
+        return slots.tolist()
+
+    def run(self, max_passes: int = 1 << 30) -> List[int]:
+        """Passes until a sentence finishes, ``max_passes`` passes or a
+        :meth:`wake`; the slots of the sentences that finished."""
+        n = self.active
+        if n > self._cap:
+            self._cap = max(n, 2 * self._cap)
+            self._finished = np.empty(self._cap, dtype=np.int32)
+        k = self.lib.fa_run_step(self.engine.handle, self.handle, int(max_passes), self._finished.ctypes.data,
+                                 max(self._cap, 1))
+        if k < 0:
+            raise self.engine.failure("a running batch's pass")
+        return self._finished[:k].tolist()
+
+    def take(self, slot: int, max_tokens: int) -> Tuple[List[int], List[float], int]:
+        """A finished sentence's tokens, their scores and its passes; its slot is free again."""
+        toks = np.empty(max_tokens + 1, dtype=np.int32)
+        scores = np.empty(max_tokens + 1, dtype=np.float32)
+        passes = ctypes.c_int32()
+        k = self.lib.fa_run_take(self.handle, slot, toks.ctypes.data, scores.ctypes.data, max_tokens + 1,
+                                 ctypes.byref(passes))
+        if k < 0:
+            raise ValueError(f"slot {slot} has not finished")
+        return toks[:k].tolist(), scores[:k].tolist(), passes.value
+
+    def wake(self) -> None:
+        """Make a :meth:`run` under way return at its next pass boundary (any thread)."""
+        self.lib.fa_run_wake(self.handle)
+
+    def stats(self) -> "c_api.RunStats":
+        """The counters since the batch was made."""
+        out = c_api.RunStats()
+        self.lib.fa_run_stats(self.handle, ctypes.byref(out))
+        return out
