@@ -1,0 +1,160 @@
+"""The server's backend on the shipped GEC model: W continuous-batching
+workers on one weight copy answer concurrent requests (more client threads
+than cores, beside busy processes) with exactly ``Translator.translate``'s
+output; bad input, a full queue and a drain; the whole server from the
+command line over loopback."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from helpers import needs_native
+
+pytestmark = needs_native
+
+MODEL = "models/uagec-9x3"
+
+
+@pytest.fixture(scope="module")
+def lines():
+    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
+        return [next(f).strip() for _ in range(64)]
+
+
+@pytest.fixture(scope="module")
+def reference(lines):
+    from fairseq_aggressive.translator import Translator
+
+    # greedy on the engine, one sentence at a time; equal to fairseq's own greedy
+    # (hub.translate(s, beam=1), checked here on a few; everywhere in test_equivalence.py)
+    engine = Translator.from_pretrained(MODEL, decoding="iad", max_draft_len=0)
+    ref = {s: engine.translate(s) for s in lines}
+    fairseq = Translator(engine.hub)
+    assert all(fairseq.translate(s) == ref[s] for s in lines[:6])
+    return ref
+
+
+def _busy(n):
+    code = "import time\nend = time.time() + 60\nwhile time.time() < end: pass"
+    return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+
+
+@pytest.mark.parametrize("settings, load", [(dict(workers=2, native_threads=1), 2), (dict(decoding="greedy"), 0),
+                                            (dict(max_batch=3, draft_cost="off"), 0)])
+def test_concurrent_requests_get_greedy_output(lines, reference, settings, load):
+    from fairseq_aggressive.serving.backend import DecodeBackend
+
+    backend = DecodeBackend(MODEL, **settings)
+    assert backend.mode == "continuous"
+    results, errors = [], []
+    busy = _busy(load)
+
+    def client(seed):
+        rng = random.Random(seed)
+        try:
+            for _ in range(4):
+                texts = rng.sample(lines, rng.randint(1, 5))
+                results.append((texts, backend.submit(texts).result(timeout=120)))
+                time.sleep(rng.random() * 0.01)
+        except Exception as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    try:
+        clients = [threading.Thread(target=client, args=(i,)) for i in range(12)]
+        for c in clients:
+            c.start()
+        for c in clients:
+            c.join(180)
+    finally:
+        for p in busy:
+            p.kill()
+        left = backend.close()
+    assert not errors and left == 0
+    assert len(results) == 48
+    for texts, outs in results:
+        assert outs == [reference[t] for t in texts]
+
+
+def test_bad_input_full_queue_and_drain(lines, reference):
+    from fairseq_aggressive.serving.backend import DecodeBackend
+    from fairseq_aggressive.serving.errors import Overloaded, RequestError, ShuttingDown
+
+    backend = DecodeBackend(MODEL, max_queue=40, max_input_tokens=12)
+    short = [s for s in lines if backend.hub.encode(s).numel() <= 12]
+    long = next(s for s in lines if backend.hub.encode(s).numel() > 12)
+    with pytest.raises(RequestError, match=r"texts\[1\] is \d+ tokens long after BPE; the limit is 12") as e:
+        backend.submit([short[0], long])
+    assert e.value.code == "too_long" and e.value.status == 413
+    with pytest.raises(Overloaded, match="queue is full"):
+        backend.submit(["x"] * 41)
+    futures = [backend.submit([s]) for s in short[:10]] + [backend.submit(short[:5])]
+    assert backend.close() == 0  # everything queued or decoding was answered
+    assert [f.result(timeout=0)[0] for f in futures[:-1]] == [reference[s] for s in short[:10]]
+    assert futures[-1].result(timeout=0) == [reference[s] for s in short[:5]]
+    with pytest.raises(ShuttingDown):
+        backend.submit([short[0]])
+
+
+def _post(port, body, timeout=60):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/translate", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_the_server_from_the_command_line(lines, reference):
+    from fairseq_aggressive.serving.server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fairseq_aggressive.serving.cli", MODEL, "--port", str(port),
+                             "--workers", "2", "--native-threads", "1", "--max-input-tokens", "256"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    out = []
+    try:
+        end = time.time() + 120
+        for line in proc.stdout:
+            out.append(line)
+            if "serving on" in line or time.time() > end:
+                break
+        assert any("serving on" in x for x in out), "".join(out)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
+            assert r.status == 200
+        assert _post(port, json.dumps({"text": lines[0]}).encode()) == (200, {"text": reference[lines[0]]})
+        assert _post(port, json.dumps({"texts": lines[:6]}).encode()) == (200, {"texts": [reference[s] for s in lines[:6]]})
+        status, body = _post(port, b'{"text": "a\\u0000b"}')
+        assert status == 400 and body["error"]["code"] == "nul_byte"
+        status, body = _post(port, json.dumps({"text": " ".join(["слово"] * 400)}).encode())
+        assert status == 413 and body["error"]["code"] == "too_long" and "limit is 256" in body["error"]["message"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        assert 'fa_requests_total{endpoint="translate"} 4.0' in metrics
+        assert 'fa_request_errors_total{code="nul_byte"} 1.0' in metrics
+        passes = float(next(x for x in metrics.splitlines() if x.startswith("fa_passes_total ")).split()[1])
+        drafted = float(next(x for x in metrics.splitlines()
+                             if x.startswith('fa_draft_position_drafted_total{position="1"}')).split()[1])
+        assert passes > 0 and drafted > 0
+        # a request in flight when SIGTERM comes is answered, then the server exits 0
+        box = {}
+        t = threading.Thread(target=lambda: box.update(r=_post(port, json.dumps({"texts": lines[:40]}).encode())))
+        t.start()
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        t.join(60)
+        assert box["r"] == (200, {"texts": [reference[s] for s in lines[:40]]})
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rest = proc.stdout.read()
+    assert "0 sentence(s) unanswered" in rest, rest
