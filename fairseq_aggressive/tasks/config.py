@@ -52,10 +52,11 @@ class AggressiveTranslationConfig(TranslationConfig):
     )
     draft_cost: Optional[str] = field(
         default=None,
-        metadata={"help": "cost-aware draft lengths (native engine, IAD): auto = measure the cost of a pass "
-                  "and of each position it verifies on the first batch, FIXED,PER_POSITION = give them in "
-                  "ms; drafts keep the positions whose expected accepted tokens pay for them. off/unset: "
-                  "fixed lengths (--max-draft-len)"},
+        metadata={"help": "cost-aware draft lengths (native engine, IAD). unset/auto: the engine's loop "
+                  "chooses each pass's lengths from its measured pass cost and the acceptance it learns "
+                  "(with --iad-branches > 1, auto measures the cost on the first batch for the generator's "
+                  "loop); FIXED,PER_POSITION: a given cost in ms for the generator's loop; off: the drafts "
+                  "as made (--max-draft-len)"},
     )
     drafter_path: Optional[str] = field(
         default=None, metadata={"help": "GAD: checkpoint of the block_nat drafter"}
@@ -139,7 +140,7 @@ class AggressiveTranslationConfig(TranslationConfig):
         default=False,
         metadata={
             "help": "run the draft -> verify -> accept loop in Python, one engine call per pass, also "
-            "where the native engine runs it itself (IAD with one branch and no --draft-cost, greedy "
+            "where the native engine runs it itself (IAD with one branch unless --draft-cost FIXED,PER_POSITION, greedy "
             "with --max-draft-len 0: one call per batch); the output is the same either way"
         },
     )
