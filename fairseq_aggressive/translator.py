@@ -53,6 +53,7 @@ class Translator:
             for key, value in settings.items():
                 setattr(cfg, key, value)
         self.hub = hub
+        self.settings = dict(settings)
         # a generator of its own (the task hands a thread's last one back to the hub's
         # translate() calls, not to a caller that passes arguments of its own)
         self.generator = hub.task.build_generator(hub.models, cfg, extra_gen_cls_kwargs={})

@@ -1,8 +1,9 @@
 """Continuous batching on the native engine (csrc/running_batch.h): sentences
 join a running batch between passes on random arrival schedules (1 to 32 at
-once, IAD with the engine's draft-length budget, IAD with fixed drafts and
-greedy search, float32 and the int8 copy) and each one's tokens and scores
-are bit for bit those it gets decoded alone."""
+once; IAD with the engine's draft-length budget, IAD with fixed drafts, greedy
+search, and the feature drafter with and without the budget; float32 and the
+int8 copy) and each one's tokens and scores are bit for bit those it gets
+decoded alone."""
 import random
 import threading
 
@@ -51,7 +52,7 @@ def _running(translator, max_draft, budget):
                         unk_penalty=r.unk_penalty, temperature=r.temperature)
 
 
-def _schedule(translator, batch, sources, seed, cap):
+def _schedule(translator, batch, sources, seed, cap, copies=True):
     """Decodes ``sources`` (token tensors) arriving at random between passes,
     at most ``cap`` at once; per sentence its tokens and scores, and the most
     sentences that were decoding together."""
@@ -66,9 +67,12 @@ def _schedule(translator, batch, sources, seed, cap):
         if k > 0:
             grp, pending = pending[:k], pending[k:]
             lims = [length_cap(gen.max_len_a, gen.max_len_b, sources[i].numel(), gen.max_len) for i in grp]
-            copies = [sources[i].tolist() if drafter.src_to_tgt is None else drafter.src_to_tgt[sources[i]].tolist()
-                      for i in grp]
-            for s, i, lim in zip(batch.join([sources[i].tolist() for i in grp], copies, lims), grp, lims):
+            if copies:
+                src = [sources[i].tolist() if drafter.src_to_tgt is None else drafter.src_to_tgt[sources[i]].tolist()
+                       for i in grp]
+            else:
+                src = [[] for _ in grp]
+            for s, i, lim in zip(batch.join([sources[i].tolist() for i in grp], src, lims), grp, lims):
                 slots[s] = (i, lim)
         most = max(most, len(slots))
         for s in batch.run(rng.randint(1, 6)):
@@ -145,3 +149,43 @@ def test_bad_joins_and_takes_are_refused(hub, lines):
     with pytest.raises(ValueError, match="has not finished"):
         batch.take(slot, 50)
     assert batch.stats().joined == 1  # the refused joins joined nothing
+
+
+STUDENT = "models/ende-student-6x1"
+FEATURE_DRAFTER = "models/ende-student-6x1-feature-drafter/model.pt"
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_feature_drafts_give_every_sentence_its_batch_1_output(precision):
+    """The shipped en-de student with its feature drafter (a second decoder
+    with slots of its own) on random schedules: bit for bit each sentence's
+    greedy output decoded alone, drafts verified as made and under the policy
+    (which also chooses how many tokens the drafter drafts)."""
+    from fairseq_aggressive.translator import Translator, load_hub
+
+    hub = load_hub(STUDENT)
+    extra = dict(inference_precision="int8") if precision == "int8" else {}
+    t = Translator(hub, decoding="feature-ar", drafter_path=FEATURE_DRAFTER, **extra)
+    t0 = Translator(hub, decoding="iad", max_draft_len=0, **extra)  # the engine's greedy, alone
+    with open("data/debian-ende-sample/test.tok.en", encoding="utf-8") as f:
+        sources = [hub.encode(next(f).strip()) for _ in range(40)]
+    alone = [_alone(t0, s) for s in sources]
+    gen, dr = t.generator, t.generator.drafter
+    r = gen.verifier.rules
+    from fairseq_aggressive.native.running import RunningBatch
+
+    for budget in (False, True):
+        for seed, cap in ((4, 1), (5, 7), (6, 32)):
+            batch = RunningBatch(gen.verifier.engine, first=gen.eos, max_draft=-1, budget=budget, min_len=r.min_len,
+                                 unk_penalty=r.unk_penalty, temperature=r.temperature, drafter=dr.native.engine,
+                                 bos=dr.bos, k=dr.k, room=dr.max_positions - 1, min_prob=dr.min_prob,
+                                 shared_encoder=dr.caps.encoder_out)
+            out, most = _schedule(t, batch, sources, seed, cap, copies=False)
+            assert most > 1 or cap == 1
+            for i, (toks, scores) in enumerate(alone):
+                assert out[i][0] == toks, (precision, budget, seed, cap, i)
+                assert np.array_equal(out[i][1].view(np.uint32), scores.view(np.uint32)), (precision, budget, cap, i)
+            st = batch.stats()
+            assert st.joined == st.left == len(sources)
+            if not budget:
+                assert st.accepted > 2 * st.passes  # the drafter's drafts were verified and mostly accepted

@@ -115,7 +115,8 @@ class RunSettings(ctypes.Structure):
 
     I, F = ctypes.c_int32, ctypes.c_float
     _fields_ = [("first", I), ("max_draft", I), ("ngram_min", I), ("ngram_max", I), ("budget", I),
-                ("min_len", I), ("unk_penalty", F), ("temperature", F), ("beta", I), ("tau", F)]
+                ("min_len", I), ("unk_penalty", F), ("temperature", F), ("beta", I), ("tau", F),
+                ("drafter", I), ("bos", I), ("k", I), ("room", I), ("min_prob", F), ("shared_encoder", I)]
     del I, F
 
 
@@ -173,8 +174,8 @@ def declare(lib) -> None:
         "fa_decode_blockwise": (I, [P, P, ctypes.POINTER(BlockwiseLoopArgs), ctypes.POINTER(LoopStats)]),
         "fa_run_new": (P, [P, ctypes.POINTER(RunSettings)]),
         "fa_run_free": (None, [P]),
-        "fa_run_join": (I, [P, P, I, P, P, P, P, P, P]),
-        "fa_run_step": (I, [P, P, I, P, I]),
+        "fa_run_join": (I, [P, P, P, I, P, P, P, P, P, P]),
+        "fa_run_step": (I, [P, P, P, I, P, I]),
         "fa_run_take": (I, [P, I, P, P, I, P]),
         "fa_run_wake": (None, [P]),
         "fa_run_active": (I, [P]),

@@ -25,16 +25,28 @@ class RunningBatch:
     draft-length policy (else every draft as made); the score rules and
     acceptance (``min_len`` ... ``tau``) as :meth:`NativeBatch.step`'s.
 
+    With ``drafter`` (the engine of a ``--feature-ar`` drafter that reads this
+    verifier's features) the drafts are that drafter's instead of source
+    copies: up to ``k`` tokens per pass (``max_draft`` -1: no other cap) while
+    ``bos``, the output and the draft fit its ``room`` positions, each ending
+    after its first token below ``min_prob`` (0: off); ``shared_encoder``: its
+    sentences start from the verifier's encoder output (else its own encoder's);
+    with ``budget`` the policy also chooses how many tokens it drafts.
+
     One thread drives it (:meth:`join`, :meth:`run`, :meth:`take`);
     :meth:`wake` may be called from any thread."""
 
     def __init__(self, engine, first: int, max_draft: int, ngram_min: int = 1, ngram_max: int = 4,
                  budget: bool = True, min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0,
-                 beta: int = 1, tau: float = 0.0):
+                 beta: int = 1, tau: float = 0.0, drafter=None, bos: int = 0, k: int = 8, room: int = 1 << 20,
+                 min_prob: float = 0.0, shared_encoder: bool = False):
         self.engine, self.lib = engine, engine.lib
+        self.drafter = drafter  # kept alive as long as the batch
+        self._dp = drafter.handle if drafter is not None else None
         s = c_api.RunSettings(first=first, max_draft=max_draft, ngram_min=ngram_min, ngram_max=ngram_max,
                               budget=int(bool(budget)), min_len=min_len, unk_penalty=unk_penalty,
-                              temperature=temperature, beta=beta, tau=tau)
+                              temperature=temperature, beta=beta, tau=tau, drafter=int(drafter is not None),
+                              bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=int(bool(shared_encoder)))
         handle = self.lib.fa_run_new(engine.handle, ctypes.byref(s))
         if not handle:
             raise engine.failure("making a running batch")
@@ -66,13 +78,13 @@ class RunningBatch:
         flat = _i32([t for s in sources for t in s])
         cflat = _i32([t for c in copies for t in c]) if copy_len.sum() else np.zeros(1, dtype=np.int32)
         lims, slots = _i32(max_lens), np.empty(n, dtype=np.int32)
-        rc = self.lib.fa_run_join(self.engine.handle, self.handle, n, flat.ctypes.data, src_len.ctypes.data,
+        rc = self.lib.fa_run_join(self.engine.handle, self._dp, self.handle, n, flat.ctypes.data, src_len.ctypes.data,
                                   cflat.ctypes.data, copy_len.ctypes.data, lims.ctypes.data, slots.ctypes.data)
         if rc == -2:
             raise self.engine.failure("sentences joining a running batch")
         if rc != 0:
-            raise ValueError("native engine: a sentence cannot join (an empty source, or a length limit below "
-                             "1 or below min_len)")
+            raise ValueError("native engine: a sentence cannot join (an empty source, a length limit below "
+                             "1 or below min_len, or a drafter that does not read this verifier's features)")
         return slots.tolist()
 
     def run(self, max_passes: int = 1 << 30) -> List[int]:
@@ -82,7 +94,7 @@ class RunningBatch:
         if n > self._cap:
             self._cap = max(n, 2 * self._cap)
             self._finished = np.empty(self._cap, dtype=np.int32)
-        k = self.lib.fa_run_step(self.engine.handle, self.handle, int(max_passes), self._finished.ctypes.data,
+        k = self.lib.fa_run_step(self.engine.handle, self._dp, self.handle, int(max_passes), self._finished.ctypes.data,
                                  max(self._cap, 1))
         if k < 0:
             raise self.engine.failure("a running batch's pass")

@@ -2,10 +2,11 @@
 :class:`~fairseq_aggressive.translator.Translator` settings, one queue and W
 workers on one copy of the weights (:mod:`~fairseq_aggressive.serving.scheduler`).
 
-Where the decoding runs on the native engine as source-copy drafting or
-greedy search (``--decoding iad``, ``--decoding greedy``), each worker drives
-a running batch (continuous batching, in-engine draft lengths); its engine
-shares the weights of the others.  Any other decoding decodes the queued
+Where the decoding runs on the native engine as source-copy drafting,
+greedy search or a feature drafter's drafts (``--decoding iad``, ``--decoding
+greedy``, ``--decoding feature-ar`` with a native drafter), each worker drives
+a running batch (continuous batching, in-engine draft lengths); its engines
+share the weights of the others.  Any other decoding decodes the queued
 sentences in static batches through the Translator (one worker).  Either way
 a sentence's output is ``Translator.translate(sentence)``'s, which is the hub
 model's ``translate(sentence, beam=1, ...)``.
@@ -65,9 +66,11 @@ class DecodeBackend:
         self.queue = WorkQueue(max_queue, on_length=self._queue_length)
         self.continuous = self._continuous_settings()
         if self.continuous is not None:
-            engine = self.continuous["engine"]
-            engines = [engine] + [engine.share(settings.get("native_threads")) for _ in range(workers - 1)]
-            self.workers = [ContinuousWorker(f"decoder-{i}", self.queue, self._batch_maker(e), self._finish,
+            threads = settings.get("native_threads")
+            engine, drafter = self.continuous["engine"], self.continuous["drafter_engine"]
+            engines = [(engine, drafter)] + [(engine.share(threads), drafter and drafter.share(threads))
+                                             for _ in range(workers - 1)]
+            self.workers = [ContinuousWorker(f"decoder-{i}", self.queue, self._batch_maker(*e), self._finish,
                                              max_batch, on_passes=self._on_passes)
                             for i, e in enumerate(engines)]
             self._lock = threading.Lock()
@@ -85,7 +88,10 @@ class DecodeBackend:
     # ------------------------------------------------------------ set-up
     def _continuous_settings(self) -> Optional[dict]:
         """What a running batch needs of the Translator's generator, or None
-        where its decoding is not source-copy drafting or greedy on the engine."""
+        where its decoding is not source-copy drafting, greedy or a feature
+        drafter's on the engine."""
+        from ..drafters.base import drafts_as
+        from ..drafters.feature_ar import FeatureARDrafter
         from ..drafters.input_copy import InputCopyDrafter
         from ..generator import AggressiveGenerator
         from ..verifiers import NativeVerifier
@@ -93,22 +99,31 @@ class DecodeBackend:
         gen = self.translator.generator
         if not isinstance(gen, AggressiveGenerator) or not isinstance(gen.verifier, NativeVerifier):
             return None
-        drafter = gen.drafter
-        if not isinstance(drafter, InputCopyDrafter) or drafter.copy_loop() is None or gen.verifier.shortlist:
+        if gen.verifier.shortlist or not gen.engine_loop:
             return None
-        r = gen.verifier.rules
-        return dict(engine=gen.verifier.engine, gen=gen, drafter=drafter,
-                    max_draft=gen.max_draft_len if gen.max_draft_len is not None else 1 << 20,
-                    budget=bool(getattr(gen.policy, "engine_budget", False)),
-                    run=dict(first=gen.eos, ngram_min=drafter.ngram_min, ngram_max=drafter.ngram_max,
-                             min_len=r.min_len, unk_penalty=r.unk_penalty, temperature=r.temperature,
-                             beta=gen.verifier.beta, tau=gen.verifier.tau))
+        drafter, r = gen.drafter, gen.verifier.rules
+        run = dict(first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty, temperature=r.temperature,
+                   beta=gen.verifier.beta, tau=gen.verifier.tau)
+        draft_cost = self.translator.settings.get("draft_cost")
+        if isinstance(drafter, InputCopyDrafter) and drafter.copy_loop() is not None:
+            run.update(ngram_min=drafter.ngram_min, ngram_max=drafter.ngram_max)
+            return dict(engine=gen.verifier.engine, drafter_engine=None, gen=gen, drafter=drafter, run=run,
+                        max_draft=gen.max_draft_len if gen.max_draft_len is not None else 1 << 20,
+                        budget=bool(getattr(gen.policy, "engine_budget", False)))
+        if (isinstance(drafter, FeatureARDrafter) and drafter.native is not None and drafter.shortlist is None
+                and drafts_as(drafter, FeatureARDrafter, ("propose", "observe_emitted", "update"))):
+            run.update(bos=drafter.bos, k=drafter.k, room=drafter.max_positions - 1, min_prob=drafter.min_prob,
+                       shared_encoder=drafter.caps.encoder_out)
+            return dict(engine=gen.verifier.engine, drafter_engine=drafter.native.engine, gen=gen, drafter=drafter,
+                        run=run, max_draft=gen.max_draft_len if gen.max_draft_len is not None else -1,
+                        budget=draft_cost != "off")
+        return None
 
-    def _batch_maker(self, engine):
+    def _batch_maker(self, engine, drafter=None):
         from ..native.running import RunningBatch
 
         c = self.continuous
-        return lambda: RunningBatch(engine, max_draft=c["max_draft"], budget=c["budget"], **c["run"])
+        return lambda: RunningBatch(engine, max_draft=c["max_draft"], budget=c["budget"], drafter=drafter, **c["run"])
 
     # ------------------------------------------------------------ requests
     def prepare(self, i: int, text: str):
@@ -126,6 +141,8 @@ class DecodeBackend:
         if max_len < gen.min_len or not c["engine"].can_decode(n, max_len):
             raise RequestError(f"texts[{i}] ({n} tokens) does not fit the model's positions", code="too_long",
                                status=413)
+        if c["drafter_engine"] is not None:  # the feature drafter copies nothing
+            return Prepared(tokens.tolist(), [], max_len)
         copy = tokens if drafter.src_to_tgt is None else drafter.src_to_tgt[tokens]
         copy = copy[copy != drafter.pad]
         return Prepared(tokens.tolist(), copy.tolist(), max_len)

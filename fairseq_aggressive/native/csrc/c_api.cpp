@@ -259,27 +259,36 @@ int fa_decode_copy(void* mp, void* sp, const fa::CopyLoopArgs* args, fa::CopyLoo
 // take) on one decoder mp; fa_run_wake may come from any thread.
 void* fa_run_new(void* mp, const fa::RunSettings* s) {
   return guarded<void*>(mp, nullptr, [&]() -> void* {
-    if (s->max_draft < 0 || s->ngram_min < 1 || s->ngram_max < s->ngram_min || s->min_len < 0)
+    const bool copies = s->drafter == 0, feature = s->drafter == 1;
+    if (!(copies || feature) || (copies && s->max_draft < 0) || s->ngram_min < 1 || s->ngram_max < s->ngram_min ||
+        s->min_len < 0 || (feature && (s->k < 1 || s->room < 1)))
       throw std::invalid_argument("running batch: bad draft or length settings");
     return new fa::RunningBatch(*s);
   });
 }
 void fa_run_free(void* rp) { delete static_cast<fa::RunningBatch*>(rp); }
 
-// n sentences join (RunningBatch::join); 0, -1 (nothing joined: an argument
-// out of range), or -2 (fa_model_error; the rows joined before stay as they were)
-int fa_run_join(void* mp, void* rp, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
-                const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
+// n sentences join (RunningBatch::join; dp: the feature drafter's decoder, or
+// null); 0, -1 (nothing joined: an argument out of range), or -2
+// (fa_model_error; the rows joined before stay as they were)
+int fa_run_join(void* mp, void* dp, void* rp, int n, const int32_t* tokens, const int32_t* src_len,
+                const int32_t* copy, const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
   return guarded(mp, -2, [&] {
-    return static_cast<fa::RunningBatch*>(rp)->join(model(mp), n, tokens, src_len, copy, copy_len, max_len,
+    Model* dm = dp ? &model(dp) : nullptr;
+    if (dm != nullptr && (dm->w.feat_proj.N == 0 || dm->w.feat_proj.K != model(mp).cfg.C ||
+                          dm->cfg.tgt_vocab != model(mp).cfg.tgt_vocab))
+      return -1;  // not a drafter that reads this verifier's features
+    return static_cast<fa::RunningBatch*>(rp)->join(model(mp), dm, n, tokens, src_len, copy, copy_len, max_len,
                                                     slot_out);
   });
 }
 
 // passes until a row finishes, max_passes or a wake (RunningBatch::run): the
 // number of finished slots written, or -2 (fa_model_error; the batch is then undefined)
-int fa_run_step(void* mp, void* rp, int max_passes, int32_t* finished, int cap) {
-  return guarded(mp, -2, [&] { return static_cast<fa::RunningBatch*>(rp)->run(model(mp), max_passes, finished, cap); });
+int fa_run_step(void* mp, void* dp, void* rp, int max_passes, int32_t* finished, int cap) {
+  return guarded(mp, -2, [&] {
+    return static_cast<fa::RunningBatch*>(rp)->run(model(mp), dp ? &model(dp) : nullptr, max_passes, finished, cap);
+  });
 }
 
 int fa_run_take(void* rp, int slot, int32_t* tokens, float* scores, int cap, int32_t* passes) {

@@ -110,6 +110,84 @@ void Acceptance::observe(bool resynced, int conf, int L, int k) {
   }
 }
 
+int DraftCost::rows_class(int rows) {
+  int c = 0;
+  while ((1 << (c + 1)) <= rows && c < kClasses - 1) ++c;
+  return c;
+}
+
+double DraftCost::ms(int rows, int steps) const {
+  const int c = rows_class(rows);
+  return seen_[c] ? step_ms_[c] * (steps + 1) : 0.0;  // + 1: the tokens read before the first step
+}
+
+void DraftCost::observe(int rows, int steps, double ms) {
+  if (steps < 1 || !(ms > 0)) return;
+  const int c = rows_class(rows);
+  const double per = ms / (steps + 1);
+  step_ms_[c] = seen_[c] ? step_ms_[c] + kCostRate * (per - step_ms_[c]) : per;
+  seen_[c] = true;
+}
+
+int Realized::rows_class(int rows) {
+  int c = 0;
+  while ((1 << (c + 1)) <= rows && c < kClasses - 1) ++c;
+  return c;
+}
+
+bool Realized::drafts(int rows, bool model_drafts) {
+  if (!model_drafts) return false;
+  const int c = rows_class(rows);
+  if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses)  // both sides measured first
+    return passes_[1][c] <= passes_[0][c];
+  const bool better = rate_[1][c] > rate_[0][c];
+  if (++turn_[c] >= kExplore) {
+    turn_[c] = 0;
+    return !better;
+  }
+  return better;
+}
+
+void Realized::observe(int rows, bool drafted, int tokens, double ms) {
+  if (!(ms > 0)) return;
+  const int c = rows_class(rows), d = drafted ? 1 : 0;
+  const double rate = tokens / ms;
+  rate_[d][c] = passes_[d][c] ? rate_[d][c] + kCostRate * (rate - rate_[d][c]) : rate;
+  passes_[d][c] += 1;
+}
+
+int DraftPolicy::steps(const std::vector<DraftCandidate>& rows) {
+  const int R = (int)rows.size();
+  int kmax = 0;
+  for (const auto& r : rows) kmax = std::max(kmax, r.cap);
+  if (R == 0 || kmax == 0) return 0;
+  // per K: every row's positions up to min(K, cap), their expected tokens
+  std::vector<double> gain(kmax + 1, 0.0);
+  std::vector<int> positions(kmax + 1, 0);
+  for (const auto& r : rows) {
+    if (r.cap <= 0) continue;
+    g_.resize(r.cap);
+    acceptance.gains(r.resynced, r.conf, r.cap, g_.data());
+    for (int j = 0; j < r.cap; ++j) {
+      gain[j + 1] += g_[j];
+      positions[j + 1] += 1;
+    }
+  }
+  int best = 0;
+  double tokens = R, best_rate = R / cost.ms(R);
+  int M = R;
+  for (int K = 1; K <= kmax; ++K) {
+    tokens += gain[K];
+    M += positions[K];
+    const double rate = tokens / (drafter.ms(R, K) + cost.ms(M));
+    if (rate > best_rate * (1 + 1e-9)) {
+      best_rate = rate;
+      best = K;
+    }
+  }
+  return best;
+}
+
 void DraftPolicy::choose(const std::vector<DraftCandidate>& rows, std::vector<int>& lengths) {
   const int R = (int)rows.size();
   lengths.assign(R, 0);

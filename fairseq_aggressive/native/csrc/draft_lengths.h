@@ -63,12 +63,53 @@ struct DraftCandidate {
   int conf;
 };
 
+// Milliseconds of a drafter's pass over n rows drafting K tokens one after
+// the other: per step, by the rows (in classes of powers of two), learnt from
+// the passes timed; unknown classes cost nothing until their first pass
+class DraftCost {
+ public:
+  static constexpr int kClasses = 8;
+  double ms(int rows, int steps) const;
+  void observe(int rows, int steps, double ms);
+
+ private:
+  static int rows_class(int rows);
+  double step_ms_[kClasses] = {0, 0, 0, 0, 0, 0, 0, 0};
+  bool seen_[kClasses] = {false, false, false, false, false, false, false, false};
+};
+
+// Tokens per millisecond of whole passes (drafting, verification and what a
+// loop does around them), measured apart for passes that drafted and passes
+// that did not, by the rows (classes of powers of two): the check on a
+// drafter whose cost the model above may misjudge.  A pass without drafts is
+// chosen where those measured faster, except one pass in kExplore, which
+// keeps measuring the other side.
+class Realized {
+ public:
+  static constexpr int kClasses = 8, kExplore = 64, kMinPasses = 8;
+  // whether passes of these rows should draft, given that the model says `model_drafts`
+  bool drafts(int rows, bool model_drafts);
+  void observe(int rows, bool drafted, int tokens, double ms);
+
+ private:
+  static int rows_class(int rows);
+  double rate_[2][kClasses] = {};
+  int passes_[2][kClasses] = {};
+  int turn_[kClasses] = {};
+};
+
 class DraftPolicy {
  public:
   PassCost cost;
   Acceptance acceptance;
+  DraftCost drafter;
+  Realized realized;
   // the lengths (0..cap) to verify of each row's draft, for a pass of these rows
   void choose(const std::vector<DraftCandidate>& rows, std::vector<int>& lengths);
+  // how many tokens a drafter that drafts for every row at once (K steps, each
+  // row keeping up to its cap) should draft: the K of the highest expected
+  // tokens per millisecond of the drafter's pass and the verification pass
+  int steps(const std::vector<DraftCandidate>& rows);
 
  private:
   struct Cand {

@@ -3,22 +3,38 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 
+#include "block_drafter.h"
 #include "pass.h"
 
 namespace fa {
 
-int RunningBatch::join(Model& m, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
-                       const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
-  if (n < 1) return -1;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+}  // namespace
+
+int RunningBatch::join(Model& m, Model* dm, int n, const int32_t* tokens, const int32_t* src_len,
+                       const int32_t* copy, const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
+  if (n < 1 || (feature() && dm == nullptr)) return -1;
   int cap = 0;
   for (int i = 0; i < n; ++i) {
     if (src_len[i] < 1 || copy_len[i] < 0 || max_len[i] < 1 || max_len[i] < s_.min_len) return -1;
     cap = std::max(cap, max_len[i] + 2);
   }
   std::unique_ptr<State> enc(encode(m, n, tokens, src_len, cap));
+  std::unique_ptr<State> denc;
+  if (feature()) {  // the drafter's caches hold max_len + k + 2 positions
+    const int dcap = cap + s_.k;
+    denc.reset(s_.shared_encoder ? state_from_encoder_out(*dm, n, enc->enc_out.data(), src_len, dcap)
+                                 : encode(*dm, n, tokens, src_len, dcap));
+  }
   for (int i = 0, o = 0; i < n; o += copy_len[i++]) {
     int slot;
     if (!free_.empty()) {
@@ -28,6 +44,7 @@ int RunningBatch::join(Model& m, int n, const int32_t* tokens, const int32_t* sr
       slot = (int)rows_.size();
       rows_.emplace_back();
       st_.sents.emplace_back();
+      if (feature()) dst_.sents.emplace_back();
     }
     st_.sents[slot] = std::move(enc->sents[i]);
     Row& r = rows_[slot];
@@ -39,6 +56,11 @@ int RunningBatch::join(Model& m, int n, const int32_t* tokens, const int32_t* sr
     r.last = s_.first;
     r.out.clear();
     r.scores.clear();
+    if (feature()) {
+      dst_.sents[slot] = std::move(denc->sents[i]);
+      r.fresh.assign(1, s_.bos);
+      r.fresh_feats.assign(m.cfg.C, 0.f);
+    }
     active_.push_back(slot);
     slot_out[i] = slot;
   }
@@ -46,30 +68,98 @@ int RunningBatch::join(Model& m, int n, const int32_t* tokens, const int32_t* sr
   return 0;
 }
 
-int RunningBatch::run(Model& m, int max_passes, int32_t* finished, int cap) {
-  using Clock = std::chrono::steady_clock;
-  DraftPolicy* policy = s_.budget && s_.max_draft > 0 ? &draft_policy(m) : nullptr;
+void RunningBatch::copy_drafts(DraftPolicy* policy) {
+  const int n = (int)active_.size();
+  start_.assign(n, kNoCopy);
+  cand_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    Row& r = rows_[active_[i]];
+    const int room = std::min(r.max_len - (int)r.out.size(), (int)s_.max_draft);
+    bool resynced = false;
+    if (room > 0) start_[i] = r.copy.draft_start(r.out, s_.ngram_min, s_.ngram_max, &resynced);
+    const float last_score = r.scores.empty() ? std::numeric_limits<float>::quiet_NaN() : r.scores.back();
+    cand_[i] = {start_[i] != kNoCopy ? std::min(room, r.copy.len - start_[i]) : 0, resynced,
+                Acceptance::confidence(last_score)};
+  }
+  if (policy != nullptr) {
+    policy->choose(cand_, lens_);
+  } else {
+    lens_.resize(n);
+    for (int i = 0; i < n; ++i) lens_[i] = cand_[i].cap;
+  }
+}
+
+void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
+  const int n = (int)active_.size();
+  cand_.resize(n);
+  for (int i = 0; i < n; ++i) {
+    Row& r = rows_[active_[i]];
+    const int have = (int)r.out.size();
+    int c = std::min({(int)s_.k, r.max_len - have, (int)s_.room - have});
+    if (s_.max_draft >= 0) c = std::min(c, (int)s_.max_draft);
+    const float last_score = r.scores.empty() ? std::numeric_limits<float>::quiet_NaN() : r.scores.back();
+    cand_[i] = {std::max(c, 0), false, Acceptance::confidence(last_score)};
+  }
+  int K = 0;
+  if (policy != nullptr) {
+    K = policy->steps(cand_);
+    if (!policy->realized.drafts(n, K > 0)) K = 0;
+  } else {
+    for (const auto& c : cand_) K = std::max(K, c.cap);
+  }
+  steps_ = K;
+  drafted_.assign(n, 0);
+  if (K > 0) {
+    new_len_.assign(n, 0);
+    new_tokens_.clear();
+    new_feats_.clear();
+    for (int i = 0; i < n; ++i) {
+      Row& r = rows_[active_[i]];
+      new_len_[i] = (int)r.fresh.size();
+      new_tokens_.insert(new_tokens_.end(), r.fresh.begin(), r.fresh.end());
+      new_feats_.insert(new_feats_.end(), r.fresh_feats.begin(), r.fresh_feats.end());
+      r.fresh.clear();
+      r.fresh_feats.clear();
+    }
+    proposed_.resize((size_t)n * K);
+    DraftArgs d{};
+    d.n = n;
+    d.sent = active_.data();
+    d.row_len = new_len_.data();
+    d.tokens = new_tokens_.data();
+    d.k = K;
+    d.causal = 1;
+    d.autoregressive = 1;
+    d.out = proposed_.data();
+    d.feats = new_feats_.data();
+    d.min_prob = s_.min_prob;
+    d.lens = drafted_.data();
+    const auto t0 = Clock::now();
+    if (draft_pass(dm, dst_, d) != 0) throw std::logic_error("a draft does not fit the drafter's cache");
+    if (policy != nullptr) policy->drafter.observe(n, K, ms_since(t0));
+  }
+  for (int i = 0; i < n; ++i) cand_[i].cap = K > 0 ? std::min({cand_[i].cap, K, (int)drafted_[i]}) : 0;
+  if (policy != nullptr) {
+    policy->choose(cand_, lens_);  // the verification pass keeps the positions that pay
+  } else {
+    lens_.resize(n);
+    for (int i = 0; i < n; ++i) lens_[i] = cand_[i].cap;
+  }
+}
+
+int RunningBatch::run(Model& m, Model* dm, int max_passes, int32_t* finished, int cap) {
+  if (feature() && dm == nullptr) throw std::invalid_argument("a running batch of a feature drafter needs its decoder");
+  const bool drafts = feature() ? s_.max_draft != 0 : s_.max_draft > 0;
+  DraftPolicy* policy = s_.budget && drafts ? &draft_policy(m) : nullptr;
+  const int FC = m.cfg.C;
   int n_finished = 0;
   for (int pass = 0; pass < max_passes && !active_.empty() && n_finished == 0; ++pass) {
     const int n = (int)active_.size();
     const auto t0 = Clock::now();
-    start_.assign(n, kNoCopy);
-    cand_.resize(n);
-    for (int i = 0; i < n; ++i) {
-      Row& r = rows_[active_[i]];
-      const int room = std::min(r.max_len - (int)r.out.size(), (int)s_.max_draft);
-      bool resynced = false;
-      if (room > 0) start_[i] = r.copy.draft_start(r.out, s_.ngram_min, s_.ngram_max, &resynced);
-      const float last_score = r.scores.empty() ? std::numeric_limits<float>::quiet_NaN() : r.scores.back();
-      cand_[i] = {start_[i] != kNoCopy ? std::min(room, r.copy.len - start_[i]) : 0, resynced,
-                  Acceptance::confidence(last_score)};
-    }
-    if (policy != nullptr) {
-      policy->choose(cand_, lens_);
-    } else {
-      lens_.resize(n);
-      for (int i = 0; i < n; ++i) lens_[i] = cand_[i].cap;
-    }
+    if (feature())
+      feature_drafts(*dm, policy);
+    else
+      copy_drafts(policy);
     row_len_.resize(n);
     row_max_.resize(n);
     tokens_.clear();
@@ -77,14 +167,18 @@ int RunningBatch::run(Model& m, int max_passes, int32_t* finished, int cap) {
       Row& r = rows_[active_[i]];
       const int L = lens_[i];
       tokens_.push_back(r.last);
-      if (L > 0) tokens_.insert(tokens_.end(), r.copy.src + start_[i], r.copy.src + start_[i] + L);
-      if (policy == nullptr && L == 0) start_[i] = kNoCopy;
+      if (L > 0) {
+        const int32_t* d = feature() ? proposed_.data() + (size_t)i * steps_ : r.copy.src + start_[i];
+        tokens_.insert(tokens_.end(), d, d + L);
+      }
+      if (!feature() && policy == nullptr && L == 0) start_[i] = kNoCopy;
       row_len_[i] = 1 + L;
       row_max_[i] = r.max_len;
     }
     const size_t total = tokens_.size();
     choice_.resize(total);
     score_.resize(total);
+    if (feature()) feats_.resize(total * FC);
     n_emit_.resize(n);
     n_match_.resize(n);
     done_.resize(n);
@@ -105,13 +199,19 @@ int RunningBatch::run(Model& m, int max_passes, int32_t* finished, int cap) {
     a.n_emit = n_emit_.data();
     a.n_match = n_match_.data();
     a.done = done_.data();
+    a.feats = feature() ? feats_.data() : nullptr;
     const auto t1 = Clock::now();
     stats_.loop.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
     // (rows fit: a draft never reaches beyond the row's max_len, its cache holds max_len + 2 positions)
     if (verify_pass(m, st_, a) != 0) throw std::logic_error("a running batch's row does not fit its cache");
     if (policy != nullptr) {
-      policy->cost.observe((int)total, std::chrono::duration<double, std::milli>(Clock::now() - t1).count());
+      policy->cost.observe((int)total, ms_since(t1));
       for (int i = 0; i < n; ++i) policy->acceptance.observe(cand_[i].resynced, cand_[i].conf, lens_[i], n_match_[i]);
+    }
+    if (policy != nullptr && feature()) {
+      int emitted = 0;
+      for (int i = 0; i < n; ++i) emitted += n_emit_[i];
+      policy->realized.observe(n, steps_ > 0, emitted, ms_since(t0));
     }
     stats_.loop.passes += 1;
     stats_.loop.sentence_passes += n;
@@ -132,7 +232,13 @@ int RunningBatch::run(Model& m, int max_passes, int32_t* finished, int cap) {
         continue;
       }
       r.last = r.out.back();
-      r.copy.update(start_[i], lens_[i], n_match_[i], r.last);
+      if (feature()) {  // the drafter reads the emitted tokens with the features that chose them next time
+        r.fresh.insert(r.fresh.end(), choice_.begin() + o, choice_.begin() + o + n_emit_[i]);
+        r.fresh_feats.insert(r.fresh_feats.end(), feats_.begin() + (size_t)o * FC,
+                             feats_.begin() + (size_t)(o + n_emit_[i]) * FC);
+      } else {
+        r.copy.update(start_[i], lens_[i], n_match_[i], r.last);
+      }
       active_[kept++] = slot;
     }
     active_.resize(kept);
@@ -150,6 +256,9 @@ int RunningBatch::take(int slot, int32_t* tokens, float* scores, int cap, int32_
   *passes = r.passes;
   r.state = kFree;
   st_.sents[slot] = Sentence();  // its caches go
+  if (feature()) dst_.sents[slot] = Sentence();
+  r.fresh.clear();
+  r.fresh_feats.clear();
   free_.push_back(slot);
   stats_.left += 1;
   return k;

@@ -6,9 +6,12 @@
 // linear kernels give a row the same bits in any block of rows (linear.h), and
 // drafts only decide what a pass verifies, never what it emits.
 //
-// Drafts: greedy search (max_draft 0) or source-copy drafting (copy_source.h),
-// each pass's lengths chosen by the decoder's draft-length policy
-// (draft_lengths.h) or verified as made.
+// Drafts: greedy search (max_draft 0), source-copy drafting (copy_source.h)
+// or a --feature-ar drafter's (a second decoder with its own slots of the same
+// sentences, as feature_loop.h drafts), each pass's lengths chosen by the
+// verifier's draft-length policy (draft_lengths.h; for the feature drafter
+// also how many tokens it drafts, against its own measured cost) or verified
+// as made.
 //
 // One thread drives a running batch (join, run, take); wake() may come from
 // any thread: it makes a run() under way return at its next pass boundary, so
@@ -39,6 +42,14 @@ struct RunSettings {
   float unk_penalty, temperature;
   int32_t beta;
   float tau;
+  // the drafter: 0 source copies; 1 a --feature-ar drafter (a second decoder)
+  // drafting up to k tokens per pass while bos, the output and the draft fit
+  // its room positions, each draft ending after its first token below
+  // min_prob (0: off); shared_encoder: its sentences start from the
+  // verifier's encoder output (else its own encoder's)
+  int32_t drafter, bos, k, room;
+  float min_prob;
+  int32_t shared_encoder;
 };
 
 // Counters of a running batch since it was made (mirrored by RunStats in c_api.py)
@@ -58,12 +69,13 @@ class RunningBatch {
   // each, concatenated), their copy sources (target ids, copy_len[i] each,
   // concatenated), their length limits; each one's slot into slot_out.
   // -1 (nothing joined) if an argument is out of range.
-  int join(Model& m, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
+  // dm: the feature drafter's decoder (null for source copies).
+  int join(Model& m, Model* dm, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
            const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out);
   // Passes over the active rows until one finishes, max_passes passes or a
   // wake(); the slots that finished into finished (their number returned; at
   // most cap, the rows active at the call)
-  int run(Model& m, int max_passes, int32_t* finished, int cap);
+  int run(Model& m, Model* dm, int max_passes, int32_t* finished, int cap);
   // A finished slot's tokens and scores (at most cap) and its passes; the slot
   // is free again.  Its length, or -1 if the slot has not finished.
   int take(int slot, int32_t* tokens, float* scores, int cap, int32_t* passes);
@@ -81,16 +93,25 @@ class RunningBatch {
     int32_t last = 0;
     std::vector<int32_t> out;
     std::vector<float> scores;
+    // (feature drafter) the tokens it has not read yet and the verifier's features that chose them
+    std::vector<int32_t> fresh;
+    std::vector<float> fresh_feats;
   };
+  bool feature() const { return s_.drafter == 1; }
+  // this pass's drafts: cand_ (caps), then lens_ and the drafted tokens' start in draft_
+  void copy_drafts(DraftPolicy* policy);
+  void feature_drafts(Model& dm, DraftPolicy* policy);
   RunSettings s_;
-  State st_;
+  State st_, dst_;  // the verifier's slots and (feature drafter) the drafter's
   std::vector<Row> rows_;  // by slot, as st_.sents
   std::vector<int32_t> active_, free_;
   std::atomic<bool> wake_{false};
   RunStats stats_{};
   // one pass's arrays
   std::vector<int32_t> start_, row_len_, tokens_, row_max_, choice_, n_emit_, n_match_, done_;
-  std::vector<float> score_;
+  std::vector<int32_t> proposed_, drafted_, new_len_, new_tokens_;
+  std::vector<float> score_, feats_, new_feats_;
+  int steps_ = 0;  // (feature drafter) tokens drafted per row this pass
   std::vector<DraftCandidate> cand_;
   std::vector<int> lens_;
 };
