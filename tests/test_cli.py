@@ -16,7 +16,8 @@ pytestmark = pytest.mark.slow
 def test_generate_iad_equals_greedy(trained):
     data, ckpt = trained
     greedy, _ = generate(data, ckpt)
-    iad, proc = generate(data, ckpt, "--decoding", "iad", "--max-draft-len", "1024")  # uncapped: how much it copies
+    # uncapped drafts verified as made (not the engine's draft-length budget): how much it copies
+    iad, proc = generate(data, ckpt, "--decoding", "iad", "--max-draft-len", "1024", "--draft-cost", "off")
     # every test sentence is decoded: stock fairseq drops a last batch that is not a multiple
     # of --required-batch-size-multiple (300 = 18 x 16 + 8 + 4: 4 lost); our task keeps it
     assert len(greedy) == sample_test_size() == 300 and set(greedy) == set(iad)
@@ -35,6 +36,8 @@ def test_generate_iad_equals_greedy(trained):
     assert ("verifier: the native engine" in proc.stderr) == (available() is None), proc.stderr[-2000:]
     torch_iad, proc = generate(data, ckpt, "--decoding", "iad", "--engine", "torch")
     assert torch_iad == iad and "native engine" not in proc.stderr
+    default_iad, _ = generate(data, ckpt, "--decoding", "iad")  # on the native engine: its draft-length budget
+    assert default_iad == iad
 
 
 def test_iad_equivalence_on_trained_model(trained):

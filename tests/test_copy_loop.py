@@ -1,12 +1,15 @@
 """The draft -> verify -> accept loop of source-copy drafting (IAD, one branch)
-and greedy search inside the native engine (fa_decode_copy): bit-identical
-to the generator's own loop over the same drafter, statistics and what the
-drafter learns included, and used wherever it applies."""
+and greedy search inside the native engine (fa_decode_copy): with fixed
+drafts (``draft_cost="off"``) bit-identical to the generator's own loop over
+the same drafter, statistics and what the drafter learns included; with the
+engine's draft-length budget (IAD's default) bit-identical to greedy in its
+output; and used wherever it applies."""
 import random
 
 import pytest
 import torch
 
+from fairseq_aggressive.draft_policy import ENGINE_BUDGET_CAP, EngineBudget
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import AggressiveGenerator
 from fairseq_aggressive.stats import COUNTED_POSITIONS
@@ -91,7 +94,7 @@ def test_engine_loop_equals_the_generators_loop(bsz, lmax, gen_kw):
     model = make_model(task, seed=5)
     rng = random.Random(bsz * 100 + lmax)
     rows = random_sources(rng, 24, len(d), d.eos()) + random_sources(rng, 8, len(d), d.eos(), repeat=True)
-    kw = dict(gen_kw, max_draft_len=lmax)
+    kw = dict(gen_kw, max_draft_len=lmax, draft_cost="off")  # the drafts as made: the generator's loop's counters
     ref = greedy(model, d, make_sample(rows, d.pad()), **gen_kw)
     sources = [[_edited(rng, r[0]["tokens"].tolist(), len(d), d.eos()) for r in chunk] for chunk in batches(ref, bsz)]
     a = _run(model, d, rows, bsz, sources, True, kw, {})
@@ -110,7 +113,7 @@ def test_engine_loop_equals_the_generators_loop(bsz, lmax, gen_kw):
 
 def test_engine_loop_re_anchors_on_every_suffix_length_and_a_bos():
     """ngram ranges 1..1, 2..3 and 1..6, with the loop started from a BOS token:
-    the same drafts, output and counts as the generator's loop."""
+    the same drafts, output and counts as the generator's loop (fixed drafts)."""
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=8)
@@ -120,8 +123,9 @@ def test_engine_loop_re_anchors_on_every_suffix_length_and_a_bos():
     sources = [[_edited(rng, r[0]["tokens"].tolist(), len(d), d.eos(), p=0.3) for r in chunk] for chunk in batches(ref, 4)]
     for lo, hi in ((1, 1), (2, 3), (1, 6)):
         dk = dict(ngram_min=lo, ngram_max=hi)
-        a = _run(model, d, rows, 4, sources, True, dict(max_len_b=30, max_draft_len=6), dk, bos=d.bos())
-        b = _run(model, d, rows, 4, sources, False, dict(max_len_b=30, max_draft_len=6), dk, bos=d.bos())
+        kw = dict(max_len_b=30, max_draft_len=6, draft_cost="off")
+        a = _run(model, d, rows, 4, sources, True, kw, dk, bos=d.bos())
+        b = _run(model, d, rows, 4, sources, False, kw, dk, bos=d.bos())
         assert _bits(a[0]) == _bits(b[0]) and a[1] == b[1] and a[3] == b[3]
         assert _counters(a[2]) == _counters(b[2])
 
@@ -132,35 +136,89 @@ def test_engine_loop_with_separate_dictionaries_copies_mapped_ids():
     task = make_task(src_d, tgt_d)
     model = make_model(task, seed=2)
     rows = random_sources(random.Random(5), 16, len(src_d), src_d.eos())
-    outs = []
-    for engine_loop in (True, False):
+    outs, counts = [], []
+    # fixed drafts in the engine's loop and the generator's (the same counters), the engine's budget (the same output)
+    for engine_loop, draft_cost in ((True, "off"), (False, "off"), (True, None)):
         gen = AggressiveGenerator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="native",
-                                  engine_loop=engine_loop, max_len_b=30)
-        outs.append([gen.generate([model], make_sample(c, src_d.pad())) for c in batches(rows, 8)])
+                                  engine_loop=engine_loop, draft_cost=draft_cost, max_len_b=30)
+        outs.append([_bits(gen.generate([model], make_sample(c, src_d.pad()))) for c in batches(rows, 8)])
         assert gen.drafter.src_to_tgt is not None
-        counts = _counters(gen.stats)
-        if engine_loop:
-            first = counts
-    assert [_bits(o) for o in outs[0]] == [_bits(o) for o in outs[1]] and first == counts
+        counts.append(_counters(gen.stats))
+    assert outs[0] == outs[1] == outs[2] and counts[0] == counts[1]
+
+
+@pytest.mark.parametrize("bsz", [1, 3, 16])
+def test_engine_budget_gives_greedys_output(monkeypatch, bsz):
+    """IAD's default on the native engine (:class:`EngineBudget`): the engine's
+    loop verifies per pass and row the lengths its draft-length policy chooses
+    (up to ENGINE_BUDGET_CAP), with the real sources and with greedy's outputs
+    edited (long accepted runs): greedy's tokens and positional scores bit for
+    bit, those of the engine's greedy (a draft cap of 0), the torch verifier's
+    greedy and stock greedy within float noise; fixed drafts
+    (``draft_cost="off"``) count otherwise, so the budget changed the lengths."""
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=5)
+    rng = random.Random(bsz)
+    rows = random_sources(rng, 32, len(d), d.eos()) + random_sources(rng, 16, len(d), d.eos(), repeat=True)
+    steps = []
+    real = NativeBatch.step
+    monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
+
+    def run(drafter, engine="native", **kw):
+        gen = AggressiveGenerator([model], d, drafter, engine=engine, max_len_b=40, **kw)
+        outs = []
+        for i, chunk in enumerate(batches(rows, bsz)):
+            if isinstance(drafter, EditedCopyDrafter):
+                drafter.use(i)
+            outs += gen.generate([model], make_sample(chunk, d.pad()))
+        return outs, gen
+
+    ref, g0 = run(InputCopyDrafter(d, d), max_draft_len=0, draft_cost="off")  # the engine's greedy
+    assert g0.stats.drafted == 0
+    on_torch, _ = run(InputCopyDrafter(d, d), engine="torch", max_draft_len=0)
+    sample = make_sample(rows, d.pad())
+    for other in (on_torch, greedy(model, d, sample, max_len_b=40)):
+        cmp = compare(model, sample, other, ref)
+        assert cmp.ok() and cmp.identical == len(rows), cmp
+    sources = [[_edited(rng, r[0]["tokens"].tolist(), len(d), d.eos()) for r in chunk] for chunk in batches(ref, bsz)]
+    for make in (lambda: InputCopyDrafter(d, d), lambda: EditedCopyDrafter(d, sources)):
+        steps.clear()
+        out, budget = run(make())
+        assert isinstance(budget.policy, EngineBudget) and budget.max_draft_len == ENGINE_BUDGET_CAP
+        assert not steps  # every pass in the engine's loop
+        assert _bits(out) == _bits(ref)
+        fixed_out, fixed = run(make(), draft_cost="off")
+        assert not fixed.policy.engine_budget and _bits(fixed_out) == _bits(ref)
+        assert fixed.stats.drafted > 0 and _counters(budget.stats) != _counters(fixed.stats)
+        if bsz == 1 and isinstance(budget.drafter, EditedCopyDrafter):  # a lone sentence drafts
+            assert budget.stats.accepted > 0
 
 
 def test_the_engine_loop_runs_wherever_it_applies(monkeypatch):
     """IAD with one branch and greedy search (draft cap 0) on the native engine
-    never make a pass from Python; several branches, a draft budget and
-    engine_loop=False do."""
+    never make a pass from Python, by the engine's draft-length budget unless
+    ``draft_cost="off"`` (fixed drafts); several branches, a given draft cost
+    and engine_loop=False do."""
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=1)
     sample = make_sample(random_sources(random.Random(1), 6, len(d), d.eos()), d.pad())
-    steps = []
-    real = NativeBatch.step
+    steps, budgets = [], []
+    real, real_loop = NativeBatch.step, NativeBatch.decode_copy
     monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
-    for kw, python_passes in ((dict(), False), (dict(max_draft_len=0), False), (dict(engine_loop=False), True),
-                              (dict(draft_cost="1,0.1"), True)):
+    monkeypatch.setattr(NativeBatch, "decode_copy",
+                        lambda self, *a, **k: budgets.append(k.get("budget")) or real_loop(self, *a, **k))
+    for kw, python_passes, budget in ((dict(), False, True), (dict(draft_cost="auto"), False, True),
+                                      (dict(draft_cost="off"), False, False), (dict(max_draft_len=0), False, True),
+                                      (dict(engine_loop=False), True, None), (dict(draft_cost="1,0.1"), True, None)):
         steps.clear()
+        budgets.clear()
         gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", max_len_b=20, **kw)
         gen.generate([model], sample)
         assert bool(steps) == python_passes, kw
+        assert budgets == ([] if budget is None else [budget]), kw
+        assert isinstance(gen.policy, EngineBudget) == (kw.get("draft_cost") in (None, "auto")), kw
     steps.clear()
     gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d, branches=3), engine="native", max_len_b=20)
     gen.generate([model], sample)

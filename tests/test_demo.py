@@ -55,14 +55,19 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path, name):
     task.load_dataset("test")
     ds = task.dataset("test")
     for bsz, n in ((1, 40), (8, 80)):
+        # uncapped drafts verified as made: how much the model copies; and IAD's default (on the
+        # native engine: the lengths of its draft-length budget)
         gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), max_len_a=1.2, max_len_b=10,
-                                  max_draft_len=1024)  # uncapped: how much the model copies
+                                  max_draft_len=1024, draft_cost="off")
+        default = AggressiveGenerator([model], d, InputCopyDrafter(d, d), max_len_a=1.2, max_len_b=10)
         ref = SequenceGenerator([model], d, beam_size=1, max_len_a=1.2, max_len_b=10)
         cmp = None
         for i in range(0, n, bsz):
             sample = ds.collater([ds[j] for j in range(i, i + bsz)])
-            cmp = compare(model, sample, ref.generate([model], sample), gen.generate([model], sample), cmp)
-        assert cmp.ok() and cmp.identical == cmp.total == n, cmp
+            greedy = ref.generate([model], sample)
+            for g in (gen, default):
+                cmp = compare(model, sample, greedy, g.generate([model], sample), cmp)
+        assert cmp.ok() and cmp.identical == cmp.total == 2 * n, cmp
         # a usable GEC model copies most of its input: IAD accepts long drafts (on these 40
         # sentences at batch 1: 2.61 tokens per pass on the 9+3; a model that does not copy gives
         # about 1)

@@ -99,7 +99,8 @@ def test_iad_honours_generation_options(gen_kw):
     rng = random.Random(7)
     rows = random_sources(rng, 40, len(d), d.eos())
     for bsz in (1, 8):
-        cmp = check(model, task, rows, bsz, gen_kw=gen_kw)
+        check(model, task, rows, bsz, gen_kw=gen_kw)  # the default: the engine's draft-length budget where it runs
+        cmp = check(model, task, rows, bsz, gen_kw=gen_kw, agg_kw=dict(draft_cost="off"))  # every draft verified
         assert cmp.accepted > 0, f"batch {bsz}: no drafted token was accepted"
 
 
@@ -112,7 +113,11 @@ def test_iad_max_draft_len(lmax):
     rows = random_sources(random.Random(lmax), 32, len(d), d.eos())
     for bsz in (1, 8):
         cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=30), agg_kw=dict(max_draft_len=lmax))
-        # Lmax 0: greedy steps only; otherwise short drafts are accepted too
+        assert lmax > 0 or cmp.accepted == 0, f"batch {bsz}: {cmp.accepted} drafted tokens accepted"
+        # the drafts as made (not the engine's draft-length budget): Lmax 0: greedy steps only; otherwise
+        # short drafts are accepted too
+        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=30), agg_kw=dict(max_draft_len=lmax,
+                                                                                    draft_cost="off"))
         assert (cmp.accepted > 0) == (lmax > 0), f"batch {bsz}: {cmp.accepted} drafted tokens accepted"
 
 

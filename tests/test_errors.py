@@ -133,7 +133,7 @@ def test_decoding_options_read_typed_values():
 
     opts = make_task(decoding="iad", native_threads="2", draft_cost="off", max_draft_len=3).decoding_options()
     assert (opts.decoding, opts.native_threads, opts.draft_cost, opts.max_draft_len, opts.aggressive) == (
-        "iad", 2, None, 3, True)
+        "iad", 2, "off", 3, True)
     assert DecodingOptions.read(lambda name: None) == DecodingOptions()  # every default
     per_call = make_task(decoding="iad").decoding_options(argparse.Namespace(max_draft_len=0, native_threads=None))
     assert per_call.max_draft_len == 0 and per_call.native_threads is None

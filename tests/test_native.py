@@ -125,7 +125,8 @@ def test_projection_rounds_never_change_a_result(monkeypatch, precision):
     rest while the draft holds) or, with projection weights beyond the L2, all
     of it in one round: the same tokens and scores bit for bit either way, equal
     to the engine's own greedy, with drafts rejected early and late, batch 1
-    and 8, several branches per row, in the engine's loop and the Python one."""
+    and 8, several branches per row, in the engine's loop and the Python one,
+    and with the lengths of the engine's draft-length budget."""
     from fairseq_aggressive.native import build, engine as native_engine
     from fairseq_aggressive.runtime.quantization import quantize_int8
 
@@ -151,10 +152,14 @@ def test_projection_rounds_never_change_a_result(monkeypatch, precision):
         ref, g0 = decode(1, max_draft_len=0)
         assert g0.stats.drafted == 0
         runs = [ref]
+        # the drafts as made (draft_cost="off"), then lengths by the engine's draft-length budget (IAD's default)
         for bsz, lmax, kw in ((1, None, {}), (8, 6, {}), (8, None, dict(engine_loop=False)),
-                              (8, 4, dict(drafter=InputCopyDrafter(d, d, branches=3)))):
+                              (8, 4, dict(drafter=InputCopyDrafter(d, d, branches=3))),
+                              (1, None, dict(draft_cost=None)), (8, None, dict(draft_cost=None))):
+            kw.setdefault("draft_cost", "off")
             out, gen = decode(bsz, max_draft_len=lmax, **kw)
-            assert gen.stats.accepted > 0 and gen.stats.accepted < gen.stats.drafted  # early and late rejections
+            if kw["draft_cost"] == "off":  # early and late rejections
+                assert gen.stats.accepted > 0 and gen.stats.accepted < gen.stats.drafted
             _same_bits(ref, out)
             runs.append(out)
         results[eager] = runs
