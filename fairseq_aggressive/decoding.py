@@ -55,7 +55,7 @@ def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwar
         max_draft_len=opts.max_draft_len,
         engine_loop=not opts.python_loop,
         verifier=verifier,
-        draft_policy=build_draft_policy(opts.draft_cost, verifier, drafter),
+        draft_policy=build_draft_policy(opts.draft_cost, verifier, drafter, engine_loop=not opts.python_loop),
     )
     # its summary once it is gone or at exit (a reference held to the end would keep
     # every generator of a hub model's translate() calls, with its engine and threads)

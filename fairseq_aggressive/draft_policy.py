@@ -111,17 +111,19 @@ class BudgetedDrafts(FixedDrafts):
             self.budget.observe(positions, seconds)
 
 
-def build_draft_policy(draft_cost: Optional[str], verifier, drafter):
+def build_draft_policy(draft_cost: Optional[str], verifier, drafter, engine_loop: bool = True):
     """``--draft-cost``: unset (None) or ``auto``: the engine's own budget
     where the native engine runs the drafter's loop itself (IAD with one
     branch), else fixed lengths (unset) or a budget whose cost is measured on
     the first batch (``auto``); ``off`` fixed lengths; ``FIXED,PER_POSITION`` a
     given cost for the generator's loop (a bad value is an error even where no
     budget applies).  A budget in the generator's loop needs a verifier that
-    takes branches and a drafter whose branches carry gains."""
+    takes branches and a drafter whose branches carry gains.  ``engine_loop``:
+    whether the generator lets the engine run its loop (``--python-loop``: no)."""
     if draft_cost == "off":
         return FixedDrafts()
-    if draft_cost in (None, "auto") and getattr(verifier, "runs_engine_loops", False) and drafter.engine_budget():
+    if (draft_cost in (None, "auto") and engine_loop and getattr(verifier, "runs_engine_loops", False)
+            and drafter.engine_budget()):
         return EngineBudget()
     if draft_cost is None:
         return FixedDrafts()

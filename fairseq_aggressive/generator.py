@@ -109,7 +109,7 @@ class AggressiveGenerator(nn.Module):
         self.acceptance = verifier.acceptance
         self.min_len = verifier.rules.min_len
         # how long drafts are: as proposed, or a cost-aware budget (--draft-cost)
-        self.policy = draft_policy or build_draft_policy(draft_cost, self.verifier, drafter)
+        self.policy = draft_policy or build_draft_policy(draft_cost, self.verifier, drafter, engine_loop)
         if max_draft_len is None and drafter.caps.open_ended:
             self.max_draft_len = self.policy.default_cap(self.verifier)
 

@@ -218,7 +218,8 @@ def test_the_engine_loop_runs_wherever_it_applies(monkeypatch):
         gen.generate([model], sample)
         assert bool(steps) == python_passes, kw
         assert budgets == ([] if budget is None else [budget]), kw
-        assert isinstance(gen.policy, EngineBudget) == (kw.get("draft_cost") in (None, "auto")), kw
+        engine_budget = kw.get("draft_cost") in (None, "auto") and kw.get("engine_loop", True)
+        assert isinstance(gen.policy, EngineBudget) == engine_budget, kw  # (the generator's loop: fixed drafts)
     steps.clear()
     gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d, branches=3), engine="native", max_len_b=20)
     gen.generate([model], sample)

@@ -161,7 +161,13 @@ void* fa_model_share(void* mp) {
 // why the last fa_set_weight, fa_model_build, fa_begin*, fa_pass or fa_draft failed
 const char* fa_model_error(void* mp) { return model(mp).error.c_str(); }
 
-void fa_model_free(void* mp) { delete static_cast<Model*>(mp); }
+void fa_model_free(void* mp) {
+  try {
+    fa::keep_policy(model(mp));  // what it learnt, for the decoders made after it
+  } catch (...) {
+  }
+  delete static_cast<Model*>(mp);
+}
 
 // linear layers stored as float16 / as int8
 int fa_half_linears(void* mp) { return model(mp).w.half_linears(); }

@@ -228,14 +228,21 @@ namespace {
 // and projected, as a rejected draft's are), the median of 3 each
 std::vector<double> measure_pass_cost(Model& m) {
   using Clock = std::chrono::steady_clock;
-  constexpr int kSents = 16, kSrc = 20, kWarm = 8;
+  constexpr int kSents = 16, kWarm = 8;
   const auto& knots = PassCost::knots();
+  // within the position tables (a learned table covers its rows; sinusoidal ones any position)
+  const int C = m.cfg.C;
+  const int src_rows = m.w.src_pos.empty() ? 1 << 20 : (int)(m.w.src_pos.size() / C);
+  const int tgt_rows = m.w.tgt_pos.empty() ? 1 << 20 : (int)(m.w.tgt_pos.size() / C);
+  const int kSrc = std::max(1, std::min(20, src_rows));
   const int span = std::max(1, m.cfg.src_vocab - 4);
   std::vector<int32_t> toks(kSents * kSrc), src_len(kSents, kSrc);
   for (int i = 0; i < kSents * kSrc; ++i) toks[i] = 4 + (i * 7919) % span;
   const int longest = (knots.back() + kSents - 1) / kSents;
-  const int cap = kWarm + 4 * (int)knots.size() + longest + 4;
-  std::unique_ptr<State> st(encode(m, kSents, toks.data(), src_len.data(), cap));
+  const int cap = std::min(kWarm + 4 * (int)knots.size() + longest + 4, tgt_rows);
+  std::unique_ptr<State> st;
+  auto fresh_state = [&] { st.reset(encode(m, kSents, toks.data(), src_len.data(), cap)); };
+  fresh_state();
   std::vector<int32_t> sent, row_len, tokens, out_i(knots.back() + kSents);
   std::vector<float> out_f(knots.back() + kSents);
   std::vector<int32_t> n_emit(kSents), n_match(kSents), done(kSents);
@@ -269,9 +276,17 @@ std::vector<double> measure_pass_cost(Model& m) {
     if (verify_pass(m, *st, a) != 0) throw std::logic_error("measuring the pass cost: a row does not fit");
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
-  for (int w = 0; w < kWarm; ++w) pass(kSents);
+  for (int w = 0; w < kWarm && kSents + 1 < cap; ++w) pass(kSents);
   std::vector<double> ms;
   for (int M : knots) {
+    const int row = (M + kSents - 1) / kSents;
+    if (row + 4 > cap) {  // (tiny position tables) the last segment's slope from here on
+      const size_t n = ms.size();
+      const double slope = n >= 2 ? (ms[n - 1] - ms[n - 2]) / (knots[n - 1] - knots[n - 2]) : 0.0;
+      ms.push_back(n ? ms[n - 1] + slope * (M - knots[n - 1]) : 1.0);
+      continue;
+    }
+    if (st->sents[0].len + row + 4 > cap) fresh_state();
     pass(M);  // its buffers grown
     double t[3] = {pass(M), pass(M), pass(M)};
     std::sort(t, t + 3);
@@ -283,9 +298,34 @@ std::vector<double> measure_pass_cost(Model& m) {
 }  // namespace
 
 DraftPolicy& draft_policy(Model& m) {
+  if (m.policy && m.policy->cost.ready()) return *m.policy;
+  PolicyCache& cache = *m.shared->policies;
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.by_threads.find(m.pool.size());
+    if (it != cache.by_threads.end()) {
+      if (m.policy)
+        m.policy->cost = it->second.cost;  // (threads changed: that count's cost, this decoder's rates)
+      else
+        m.policy = std::make_shared<DraftPolicy>(it->second);
+      return *m.policy;
+    }
+  }
   if (!m.policy) m.policy = std::make_shared<DraftPolicy>();
-  if (!m.policy->cost.ready()) m.policy->cost.set(measure_pass_cost(m));
+  m.policy->cost.set(measure_pass_cost(m));
+  keep_policy(m);
   return *m.policy;
+}
+
+void keep_policy(const Model& m) {
+  if (!m.policy || !m.policy->cost.ready()) return;
+  PolicyCache& cache = *m.shared->policies;
+  std::lock_guard<std::mutex> lock(cache.mu);
+  auto it = cache.by_threads.find(m.pool.size());
+  if (it == cache.by_threads.end())
+    cache.by_threads.emplace(m.pool.size(), *m.policy);
+  else
+    it->second = *m.policy;
 }
 
 }  // namespace fa

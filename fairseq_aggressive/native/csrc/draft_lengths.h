@@ -17,6 +17,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <vector>
 
 namespace fa {
@@ -120,8 +122,21 @@ class DraftPolicy {
   std::vector<double> g_;
 };
 
-// The decoder's policy, its pass cost measured first where it is not yet
-// (a few dozen passes over a scratch state of synthetic sentences)
+// The policies of the decoders that read one copy of the weights, as each
+// last left it, by thread count (Weights::policies): a decoder made later
+// (a hub model's translate() makes one per call) starts from what they
+// measured and learnt instead of measuring again.  Decoders on separate
+// threads each use a copy of their own; the map is read and written under mu.
+struct PolicyCache {
+  std::mutex mu;
+  std::map<int, DraftPolicy> by_threads;
+};
+
+// The decoder's policy: its own, or a copy of the last one kept for its
+// weights and thread count, or (neither) one whose pass cost it measures
+// now (a few dozen passes over a scratch state of synthetic sentences)
 DraftPolicy& draft_policy(Model& m);
+// Keeps a copy of the decoder's policy for the decoders made after it (when it has one)
+void keep_policy(const Model& m);
 
 }  // namespace fa

@@ -9,12 +9,13 @@
 #include <optional>
 #include <stdexcept>
 
+#include "draft_lengths.h"
 #include "ops.h"
 #include "stages.h"
 
 namespace fa {
 
-Weights::Weights(const Config& c) {
+Weights::Weights(const Config& c) : policies(std::make_shared<PolicyCache>()) {
   enc.resize(c.enc_layers);
   dec.resize(c.dec_layers);
 }

@@ -16,6 +16,7 @@
 namespace fa {
 
 class DraftPolicy;
+struct PolicyCache;
 
 // The model's shape and fairseq options (mirrored by _Config in engine.py)
 struct Config {
@@ -68,6 +69,8 @@ struct Weights {
   std::vector<DecLayer> dec;
   Linear proj;
   bool built = false;
+  // the draft-length policies its decoders left (draft_lengths.h); not weights, shared as they are
+  std::shared_ptr<PolicyCache> policies;
 
   explicit Weights(const Config& c);
   // linear layers stored as float16 / as int8
@@ -126,9 +129,10 @@ struct Model {
   // projection weight bytes beyond which a pass projects a path at once (pass.cpp; the tests move it)
   size_t eager_projection_bytes = kEagerProjectionBytes;
   Pool pool{1};
+  // the order of the last decoder pass's products (set_panels_backward, linear.h)
   bool panels_backward = false;
   // the decoder's draft-length policy (draft_lengths.h: its pass cost is this decoder's, threads included)
-  std::shared_ptr<DraftPolicy> policy;  // the order of the last decoder pass's products (set_panels_backward, linear.h)
+  std::shared_ptr<DraftPolicy> policy;
   // scratch
   LineVector<float> x, h, q, kv, a, f, logits, att;
 
