@@ -13,13 +13,17 @@ namespace fa {
 
 namespace {
 
-// learning rate of a timed pass against the cost table
-constexpr double kCostRate = 0.1;
+// learning rate of a timed pass against the cost table, and the most one pass moves it
+constexpr double kCostRate = 0.1, kCostClamp = 0.05;
 // priors (and their weight in observations) of the acceptance rates: a first
 // token continuing a copy, one after re-anchoring, a token after an accepted one
 constexpr double kPriorCopy = 0.8, kPriorSync = 0.5, kPriorCont = 0.85, kPriorWeight = 4.0;
 // counts are halved beyond this many trials, so the rates follow the text decoded now
 constexpr double kRecent = 2000.0;
+// drafts are verified only where they promise this much more than greedy's pass (a
+// pass's cost and its acceptance are estimates: a promise smaller than their error
+// is as likely a loss)
+constexpr double kMargin = 0.03;
 
 void halve_if_old(double& hits, double& trials) {
   if (trials > kRecent) {
@@ -54,7 +58,12 @@ void PassCost::observe(int M, double ms) {
   if (!ready() || !(ms > 0)) return;
   const auto& k = knots();
   const int n = (int)k.size();
-  const double err = ms - this->ms(M);
+  // a pass far off the line moves it no more than kCostClamp of its value: a
+  // pass the OS interrupted (the errors' long tail is all upward) would
+  // otherwise drag the knots it visits above the typical pass, which makes
+  // the M a policy visits look dear against those it does not
+  const double pred = this->ms(M);
+  const double err = std::max(-kCostClamp * pred, std::min(kCostClamp * pred, ms - pred));
   if (M <= k[0]) {
     ms_[0] += kCostRate * err;
   } else {
@@ -200,6 +209,13 @@ void DraftPolicy::choose(const std::vector<DraftCandidate>& rows, std::vector<in
     for (int j = 0; j < L; ++j) cands_.push_back({g_[j], j, r});
   }
   if (cands_.empty() || R == 0) return;
+  const double base = R / cost.ms(R);
+  // every candidate's gain at the cost of a single position is the most any choice can
+  // promise (the cost grows with the positions): where even that falls short, greedy's
+  // pass without sorting (a full batch, where drafts rarely pay)
+  double all = R;
+  for (const Cand& c : cands_) all += c.gain;
+  if (all / cost.ms(R + 1) < base * (1 + kMargin)) return;
   // highest gain first; along a row gains fall with depth, so every prefix of
   // this order is a prefix of each row's draft
   std::sort(cands_.begin(), cands_.end(), [](const Cand& a, const Cand& b) {
@@ -207,7 +223,7 @@ void DraftPolicy::choose(const std::vector<DraftCandidate>& rows, std::vector<in
     if (a.depth != b.depth) return a.depth < b.depth;
     return a.row < b.row;
   });
-  double tokens = R, best_rate = R / cost.ms(R);
+  double tokens = R, best_rate = base;
   int best = 0;
   for (int k = 1; k <= (int)cands_.size(); ++k) {
     tokens += cands_[k - 1].gain;
@@ -217,6 +233,7 @@ void DraftPolicy::choose(const std::vector<DraftCandidate>& rows, std::vector<in
       best = k;
     }
   }
+  if (best_rate < base * (1 + kMargin)) best = 0;  // a gain within the estimates' error: greedy's pass
   for (int k = 0; k < best; ++k) lengths[cands_[k].row] = std::max(lengths[cands_[k].row], cands_[k].depth + 1);
 }
 
