@@ -154,12 +154,12 @@ def print_stages(positions, times, spent):
           " | ".join(f"+ at T={T}" for T in widths[1:]) + " |")
     print("|---" * (1 + 2 * len(widths) - 1) + "|")
     for n in rows:
-        cells = [f"{per[T].get(n, 0):.3f}" for T in widths]
-        adds = [f"{per[T].get(n, 0) - per[base].get(n, 0):+.3f}" for T in widths[1:]]
+        cells = [f"{per[T].get(n, 0):.4f}" for T in widths]
+        adds = [f"{per[T].get(n, 0) - per[base].get(n, 0):+.4f}" for T in widths[1:]]
         print(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(adds) + " |")
     total = [sum(per[T].get(n, 0) for n in rows) for T in widths]
-    print("| total | " + " | ".join(f"{t:.3f}" for t in total) + " | " +
-          " | ".join(f"{t - total[0]:+.3f}" for t in total[1:]) + " |")
+    print("| total | " + " | ".join(f"{t:.4f}" for t in total) + " | " +
+          " | ".join(f"{t - total[0]:+.4f}" for t in total[1:]) + " |")
 
 
 if __name__ == "__main__":
