@@ -188,6 +188,7 @@ setup(
         "console_scripts": [
             "fairseq-aggressive-bench = fairseq_aggressive.bench:cli_main",
             "fairseq-aggressive-serve = fairseq_aggressive.serving.cli:cli_main",
+            "fairseq-aggressive-bench-serve = fairseq_aggressive.bench.serve_bench:cli_main",
             "fairseq-aggressive-m2 = fairseq_aggressive.evaluation.m2:main",
             "fairseq-aggressive-gleu = fairseq_aggressive.evaluation.gleu:main",
             "fairseq-aggressive-bleu = fairseq_aggressive.evaluation.bleu:main",

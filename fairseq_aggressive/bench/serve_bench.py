@@ -23,8 +23,10 @@ Phases per system, each bounded by ``--duration`` seconds and
 ``--rates`` times the system's own capacity).  Every request carries one
 sentence; every answer is checked against the engine's greedy output one
 sentence at a time (computed in this process): a difference for ``iad``,
-``greedy`` or ``static`` (or any failed request) makes the exit status 1;
-CTranslate2's (int8 may differ) is reported only.
+``greedy`` or ``static``, or any failed request (an error answer, a timeout, a
+broken connection) makes the exit status 1; CTranslate2's differences (int8
+may differ) and requests refused for a full queue (503 ``queue_full``: the
+server shedding load it cannot keep up with) are reported only.
 """
 import argparse
 import asyncio
@@ -356,21 +358,30 @@ class HttpClient:
         self.idle = []
 
 
+QUEUE_FULL = "queue_full"  # the error code of a 503 for a full queue (load shed, not a failure)
+
+
 class Checker:
-    """Every answer against the reference: per sentence, whether all its answers equal it."""
+    """Every answer against the reference: per sentence, whether all its answers
+    equal it; answers refused for a full queue, and failed requests, counted apart."""
 
     def __init__(self, sentences: List[str], reference: List[str]):
         self.sentences, self.reference = sentences, reference
         self.seen: Dict[int, bool] = {}
-        self.responses = self.equal = self.errors = 0
+        self.responses = self.equal = self.errors = self.refused = 0
         self.examples: List[Dict] = []
 
-    def check(self, i: int, status: Optional[int], out) -> bool:
+    def check(self, i: int, status: Optional[int], out) -> str:
+        """``ok``, ``refused`` (503 queue_full) or ``failed``."""
         if status != 200:
-            self.errors += 1
-            if len(self.examples) < 5:
+            refused = status == 503 and isinstance(out, dict) and out.get("error", {}).get("code") == QUEUE_FULL
+            if refused:
+                self.refused += 1
+            else:
+                self.errors += 1
+            if len(self.examples) < 5 and (not refused or self.refused == 1):
                 self.examples.append({"sentence": i, "status": status, "error": out})
-            return False
+            return "refused" if refused else "failed"
         self.responses += 1
         same = out == self.reference[i]
         self.equal += same
@@ -379,56 +390,71 @@ class Checker:
         if first_difference and len(self.examples) < 5:
             self.examples.append({"sentence": i, "source": self.sentences[i], "got": out,
                                   "greedy": self.reference[i]})
-        return True
+        return "ok"
 
     def summary(self) -> Dict:
         return {"sentences_equal": sum(self.seen.values()), "sentences": len(self.seen),
                 "responses_equal": self.equal, "responses": self.responses, "errors": self.errors,
-                "examples": self.examples}
+                "refused": self.refused, "examples": self.examples}
 
 
-def _stats(latencies: List[float], ok: int, failed: int, seconds: float) -> Dict:
-    ms = [1000 * x for x in latencies]
-    r = lambda x: None if x is None else round(x, 3)  # noqa: E731
-    return {"requests": ok + failed, "ok": ok, "errors": failed, "seconds": round(seconds, 3),
-            "sentences_per_s": round(ok / seconds, 2) if seconds > 0 else None,
-            "p50_ms": r(percentile(ms, 50)), "p90_ms": r(percentile(ms, 90)), "p99_ms": r(percentile(ms, 99)),
-            "mean_ms": r(sum(ms) / len(ms)) if ms else None}
+class Tally:
+    """One phase's outcomes: latencies of the answered requests (with their
+    sentence), refused and failed counts, the time of the last answer."""
+
+    def __init__(self, start: float):
+        self.start = self.last = start
+        self.lat: List[float] = []
+        self.which: List[int] = []
+        self.counts = {"ok": 0, "refused": 0, "failed": 0}
+
+    def add(self, outcome: str, i: int, seconds: float) -> None:
+        self.counts[outcome] += 1
+        if outcome == "ok":
+            self.lat.append(seconds)
+            self.which.append(i)
+        self.last = max(self.last, time.perf_counter())
+
+    def stats(self, end: Optional[float] = None) -> Dict:
+        seconds = (self.last if end is None else end) - self.start
+        ms = [1000 * x for x in self.lat]
+        r = lambda x: None if x is None else round(x, 3)  # noqa: E731
+        c = self.counts
+        slowest = sorted(zip(ms, self.which), reverse=True)[:5]
+        return {"requests": sum(c.values()), "ok": c["ok"], "refused": c["refused"], "errors": c["failed"],
+                "seconds": round(seconds, 3),
+                "sentences_per_s": round(c["ok"] / seconds, 2) if seconds > 0 else None,
+                "p50_ms": r(percentile(ms, 50)), "p90_ms": r(percentile(ms, 90)), "p99_ms": r(percentile(ms, 99)),
+                "mean_ms": r(sum(ms) / len(ms)) if ms else None,
+                "slowest": [{"sentence": i, "ms": round(x, 2)} for x, i in slowest]}
 
 
-async def _one(client, checker, i, text, timeout):
-    """One request: (ok, status) with its answer checked; a failure is (False, None)."""
+async def _one(client, checker, i, text, timeout) -> str:
+    """One request, its answer checked: ``ok``, ``refused`` or ``failed``."""
     try:
         status, out = await client.translate(text, timeout)
     except Exception as e:  # noqa: BLE001  (a timeout, a broken connection: a failed request)
-        checker.check(i, None, f"{type(e).__name__}: {e}")
-        return False
+        return checker.check(i, None, f"{type(e).__name__}: {e}")
     return checker.check(i, status, out)
 
 
 async def latency_phase(client, checker, sentences, duration, cap, timeout) -> Dict:
     """One request at a time over the sentences."""
-    lat, ok, failed = [], 0, 0
-    start = time.perf_counter()
+    tally = Tally(time.perf_counter())
     for i, s in enumerate(sentences):
-        if i >= cap or time.perf_counter() - start >= duration:
+        if i >= cap or time.perf_counter() - tally.start >= duration:
             break
         t0 = time.perf_counter()
-        if await _one(client, checker, i, s, timeout):
-            lat.append(time.perf_counter() - t0)
-            ok += 1
-        else:
-            failed += 1
-    return _stats(lat, ok, failed, time.perf_counter() - start)
+        outcome = await _one(client, checker, i, s, timeout)
+        tally.add(outcome, i, time.perf_counter() - t0)
+    return tally.stats(time.perf_counter())
 
 
 async def capacity_phase(client, checker, sentences, clients, duration, cap, timeout) -> Dict:
     """``clients`` closed-loop clients, each sending the next sentence once its last is answered."""
-    lat, counts = [], {"ok": 0, "failed": 0}
     counter = itertools.count()
-    start = time.perf_counter()
-    stop_at = start + duration
-    last = [start]
+    tally = Tally(time.perf_counter())
+    stop_at = tally.start + duration
 
     async def loop():
         while True:
@@ -437,15 +463,11 @@ async def capacity_phase(client, checker, sentences, clients, duration, cap, tim
                 return
             i = k % len(sentences)
             t0 = time.perf_counter()
-            if await _one(client, checker, i, sentences[i], timeout):
-                lat.append(time.perf_counter() - t0)
-                counts["ok"] += 1
-            else:
-                counts["failed"] += 1
-            last[0] = time.perf_counter()
+            outcome = await _one(client, checker, i, sentences[i], timeout)
+            tally.add(outcome, i, time.perf_counter() - t0)
 
     await asyncio.gather(*[loop() for _ in range(clients)])
-    res = _stats(lat, counts["ok"], counts["failed"], last[0] - start)
+    res = tally.stats()
     res["clients"] = clients
     return res
 
@@ -454,38 +476,33 @@ async def open_loop_phase(client, checker, sentences, rate, duration, cap, timeo
     """Poisson arrivals at ``rate`` per second; each request's latency runs from
     its scheduled arrival (a client that falls behind is counted against the server)."""
     schedule = poisson_schedule(rate, duration, cap, seed)
-    lat, counts = [], {"ok": 0, "failed": 0}
-    start = time.perf_counter() + 0.005
-    last = [start]
+    tally = Tally(time.perf_counter() + 0.005)
     behind = []
 
     async def arrival(k, at):
         i = k % len(sentences)
         behind.append(time.perf_counter() - at)
-        if await _one(client, checker, i, sentences[i], timeout):
-            lat.append(time.perf_counter() - at)
-            counts["ok"] += 1
-        else:
-            counts["failed"] += 1
-        last[0] = max(last[0], time.perf_counter())
+        outcome = await _one(client, checker, i, sentences[i], timeout)
+        tally.add(outcome, i, time.perf_counter() - at)
 
     tasks = []
     for k, offset in enumerate(schedule):
-        at = start + offset
+        at = tally.start + offset
         delay = at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
         tasks.append(asyncio.ensure_future(arrival(k, at)))
     if tasks:
         await asyncio.wait(tasks)  # each request has its own timeout
-    res = _stats(lat, counts["ok"], counts["failed"], last[0] - start)
+    res = tally.stats()
     res.update(offered_per_s=round(rate, 2), arrivals=len(schedule),
                client_lag_p99_ms=round(1000 * percentile(behind, 99), 3) if behind else None)
     return res
 
 
-def _metrics(text: str) -> Dict:
-    """The decoder counters of a ``/metrics`` answer."""
+def _counters(text: str) -> Dict[str, float]:
+    """The decoder counters of a ``/metrics`` answer (the continuous-batching
+    servers fill them; the others have requests and sentences only)."""
     vals: Dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -495,13 +512,33 @@ def _metrics(text: str) -> Dict:
             vals[name] = vals.get(name, 0.0) + float(value)
         except ValueError:
             pass
-    out = {k: vals.get(f"fa_{k}_total") for k in ("passes", "pass_rows", "pass_tokens", "sentences")}
+    out = {k: vals.get(f"fa_{k}_total", 0.0) for k in ("passes", "pass_rows", "pass_tokens", "sentences")}
     out["request_errors"] = sum(v for k, v in vals.items() if k.startswith("fa_request_errors_total"))
-    if out["passes"]:
-        out["rows_per_pass"] = round(out["pass_rows"] / out["passes"], 2)
-    if out["pass_rows"]:
-        out["tokens_per_row_pass"] = round(out["pass_tokens"] / out["pass_rows"], 3)
+    out["passes_up_to_8_rows"] = vals.get('fa_batch_rows_bucket{le="8.0"}', 0.0)
     return out
+
+
+def _decoder(before: Optional[Dict], after: Optional[Dict]) -> Optional[Dict]:
+    """What the decoder did between two :func:`_counters`: passes, rows per pass,
+    tokens a row emits per pass (1 without drafts), passes of more than 8 rows."""
+    if before is None or after is None:
+        return None
+    d = {k: after[k] - before[k] for k in after}
+    out = {"passes": int(d["passes"]), "sentences": int(d["sentences"]), "request_errors": int(d["request_errors"])}
+    if d["passes"]:
+        out["rows_per_pass"] = round(d["pass_rows"] / d["passes"], 2)
+        out["passes_over_8_rows"] = round(1 - d["passes_up_to_8_rows"] / d["passes"], 3)
+    if d["pass_rows"]:
+        out["tokens_per_row_pass"] = round(d["pass_tokens"] / d["pass_rows"], 3)
+    return out
+
+
+async def _snapshot(client) -> Optional[Dict]:
+    try:
+        status, data = await client.request("GET", "/metrics", timeout=10)
+    except Exception:  # noqa: BLE001  (the metrics are extra: a phase does not fail for them)
+        return None
+    return _counters(data.decode()) if status == 200 else None
 
 
 async def run_phases(port: int, sentences, reference, args, checker) -> Dict:
@@ -510,23 +547,30 @@ async def run_phases(port: int, sentences, reference, args, checker) -> Dict:
     try:
         for i in range(min(WARMUP, len(sentences))):
             await _one(client, checker, i, sentences[i], timeout)
-        res = {"latency": await latency_phase(client, checker, sentences, args.duration, args.requests_cap, timeout)}
-        cap = await capacity_phase(client, checker, sentences, args.clients, args.duration, args.requests_cap,
-                                   timeout)
+        first = snap = await _snapshot(client)
+
+        async def phase(run):
+            nonlocal snap
+            res = await run
+            now = await _snapshot(client)
+            res["decoder"] = _decoder(snap, now)
+            snap = now
+            return res
+
+        res = {"latency": await phase(latency_phase(client, checker, sentences, args.duration, args.requests_cap,
+                                                    timeout))}
+        cap = await phase(capacity_phase(client, checker, sentences, args.clients, args.duration,
+                                         args.requests_cap, timeout))
         res["capacity"] = cap
         res["open_loop"] = []
         for k, f in enumerate(args.rates):
             if not cap["sentences_per_s"]:
                 break
-            point = await open_loop_phase(client, checker, sentences, f * cap["sentences_per_s"], args.duration,
-                                          args.requests_cap, timeout, seed=1000 + k)
+            point = await phase(open_loop_phase(client, checker, sentences, f * cap["sentences_per_s"],
+                                                args.duration, args.requests_cap, timeout, seed=1000 + k))
             res["open_loop"].append(dict(fraction=f, **point))
-        try:
-            status, data = await client.request("GET", "/metrics", timeout=10)
-            if status == 200:
-                res["server_metrics"] = _metrics(data.decode())
-        except Exception:  # noqa: BLE001
-            pass
+        res["server_metrics"] = _decoder(first, snap)
+        res["client_reconnects"] = client.reconnects
         return res
     finally:
         await client.close()
@@ -609,6 +653,15 @@ def _ratio(a, b) -> str:
     return "-" if not a or not b else f"{a / b:.2f}x"
 
 
+def _cells(p: Dict) -> List[str]:
+    return [str(p["ok"]), str(p["refused"]), str(p["errors"]), _fmt(p["p50_ms"], 2), _fmt(p["p90_ms"], 2),
+            _fmt(p["p99_ms"], 2), _fmt(p["sentences_per_s"])]
+
+
+def _row(cells: List[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def tables(result: Dict) -> str:
     systems = result["systems"]
     names = [s for s in result["settings"]["systems"] if s in systems and "error" not in systems[s]]
@@ -616,31 +669,27 @@ def tables(result: Dict) -> str:
     out = []
 
     def header(first: List[str]) -> List[str]:
-        cols = first + ["ms p50", "ms p90", "ms p99", "sent/s"] + [f"vs {b}" for b in bases]
-        return ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        cols = first + ["refused", "failed", "ms p50", "ms p90", "ms p99", "sent/s"] + [f"vs {b}" for b in bases]
+        return [_row(cols), "|" + "|".join("---" for _ in cols) + "|"]
 
     out.append("### latency: one request at a time")
     out.append("(vs X: X's p50 / this p50; > 1: lower latency)")
-    out += header(["system", "requests"])
+    out += header(["system", "answered"])
     for s in names:
         p = systems[s]["latency"]
-        out.append(f"| {s} | {p['ok']} | {_fmt(p['p50_ms'], 2)} | {_fmt(p['p90_ms'], 2)} | {_fmt(p['p99_ms'], 2)} | "
-                   f"{_fmt(p['sentences_per_s'])} | "
-                   + " | ".join(_ratio(systems[b]["latency"]["p50_ms"], p["p50_ms"]) for b in bases) + " |")
+        out.append(_row([s] + _cells(p) + [_ratio(systems[b]["latency"]["p50_ms"], p["p50_ms"]) for b in bases]))
     out.append("")
     out.append(f"### capacity: {result['settings']['clients']} closed-loop clients")
     out.append("(vs X: this sent/s / X's; > 1: more sentences per second)")
-    out += header(["system", "requests"])
+    out += header(["system", "answered"])
     for s in names:
         p = systems[s]["capacity"]
-        out.append(f"| {s} | {p['ok']} | {_fmt(p['p50_ms'], 2)} | {_fmt(p['p90_ms'], 2)} | {_fmt(p['p99_ms'], 2)} | "
-                   f"{_fmt(p['sentences_per_s'])} | "
-                   + " | ".join(_ratio(p["sentences_per_s"], systems[b]["capacity"]["sentences_per_s"])
-                                for b in bases) + " |")
+        out.append(_row([s] + _cells(p) + [_ratio(p["sentences_per_s"], systems[b]["capacity"]["sentences_per_s"])
+                                           for b in bases]))
     out.append("")
     out.append("### open loop: Poisson arrivals at a fraction of each system's own capacity")
     out.append("(vs X: X's p50 / this p50 at the same fraction; > 1: lower latency, at this system's offered rate)")
-    out += header(["system", "load", "offered/s", "requests"])
+    out += header(["system", "load", "offered/s", "answered"])
     for k, f in enumerate(result["settings"]["rates"]):
         for s in names:
             pts = systems[s]["open_loop"]
@@ -651,9 +700,21 @@ def tables(result: Dict) -> str:
             for b in bases:
                 bp = systems[b]["open_loop"]
                 ratios.append(_ratio(bp[k]["p50_ms"], p["p50_ms"]) if k < len(bp) else "-")
-            out.append(f"| {s} | {f:g} | {_fmt(p['offered_per_s'])} | {p['ok']} | {_fmt(p['p50_ms'], 2)} | "
-                       f"{_fmt(p['p90_ms'], 2)} | {_fmt(p['p99_ms'], 2)} | {_fmt(p['sentences_per_s'])} | "
-                       + " | ".join(ratios) + " |")
+            out.append(_row([s, f"{f:g}", _fmt(p["offered_per_s"])] + _cells(p) + ratios))
+    decoders = [s for s in names if (systems[s].get("server_metrics") or {}).get("passes")]
+    if decoders:
+        out += ["", "### decoder passes of the continuous-batching servers, by phase (their /metrics)",
+                "| system | phase | passes | rows/pass | passes > 8 rows | tokens per row-pass |",
+                "|---|---|---|---|---|---|"]
+        for s in decoders:
+            r = systems[s]
+            phases = [("latency", r["latency"]), ("capacity", r["capacity"])] + [
+                (f"open {p['fraction']:g}", p) for p in r["open_loop"]]
+            for label, p in phases:
+                d = p.get("decoder") or {}
+                if d.get("passes"):
+                    out.append(f"| {s} | {label} | {d['passes']} | {d['rows_per_pass']:.2f} | "
+                               f"{100 * d['passes_over_8_rows']:.1f}% | {d['tokens_per_row_pass']:.2f} |")
     return "\n".join(out)
 
 
@@ -667,8 +728,9 @@ def plot(result: Dict, path: str) -> None:
     for k, (name, r) in enumerate(result["systems"].items()):
         if "error" in r:
             continue
-        pts = [p for p in r["open_loop"] if p["sentences_per_s"]] + [r["capacity"]]
-        pts = sorted(pts, key=lambda p: p["sentences_per_s"] or 0)
+        # in the order of the load (open-loop points, then the closed loop): an
+        # overloaded point (less throughput, more latency) shows as a hook back
+        pts = [p for p in r["open_loop"] + [r["capacity"]] if p["sentences_per_s"] and p["p50_ms"] is not None]
         x = [p["sentences_per_s"] for p in pts]
         color = f"C{k}"
         ax.plot(x, [p["p50_ms"] for p in pts], "o-", color=color, label=f"{name} p50")
@@ -716,6 +778,20 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _provenance() -> Dict:
+    """The checkout's commit and its changed files (the engine is rebuilt from
+    csrc/ as it is), where this runs from a git checkout."""
+    root = os.path.dirname(os.path.dirname(HERE))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                                text=True, timeout=10).stdout.strip()
+        changed = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                                 capture_output=True, text=True, timeout=10).stdout.split("\n")
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"commit": commit, "changed": [ln[3:] for ln in changed if ln.strip()]} if commit else {}
+
+
 def _quiet_logs():
     import logging
 
@@ -761,7 +837,33 @@ def _ct2_setup(args, probe, log) -> Dict:
             "configs": cfg["configs"]}
 
 
-def run_system(system, args, sentences, reference, ct2_setup, limits, log) -> Dict:
+def _machine_busy() -> Optional[float]:
+    """CPU-seconds every CPU of the machine has been busy (Linux /proc/stat), or None."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal ...: busy = all but idle and iowait
+    return (sum(v[:8]) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU-seconds process ``pid`` has used (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def run_system(system, args, sentences, reference, ct2_setup, limits, log, load_pids=()) -> Dict:
     from fairseq_aggressive.serving.server import free_port
 
     checker = Checker(sentences, reference)
@@ -774,10 +876,17 @@ def run_system(system, args, sentences, reference, ct2_setup, limits, log) -> Di
     try:
         res["ready_s"] = round(server.wait_ready(), 2)
         log(f"{system}: serving on port {server.port} after {res['ready_s']:.1f} s")
-        cpu0 = os.times()
+        pids = [server.proc.pid] + list(load_pids)
+        before = (_machine_busy(), _own_cpu(), [_process_cpu(p) for p in pids], time.perf_counter())
         res.update(asyncio.run(run_phases(server.port, sentences, reference, args, checker)))
-        cpu1 = os.times()
-        res["client_cpu_s"] = round((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system), 2)
+        after = (_machine_busy(), _own_cpu(), [_process_cpu(p) for p in pids], time.perf_counter())
+        res["client_cpu_s"] = round(after[1] - before[1], 2)
+        res["server_cpu_s"] = round(after[2][0] - before[2][0], 2)
+        res["phases_s"] = round(after[3] - before[3], 2)
+        if before[0] is not None:
+            # CPU time on the machine that neither this process, its server nor its load used
+            ours = res["client_cpu_s"] + sum(a - b for a, b in zip(after[2], before[2]))
+            res["other_cpu_s"] = round(max(0.0, after[0] - before[0] - ours), 2)
     except Exception as e:  # noqa: BLE001  (reported; the other systems still run)
         res["error"] = str(e)
     finally:
@@ -821,14 +930,14 @@ def main(argv=None) -> int:
     reference, limits, probe = _reference(args, sentences)
     log(f"reference: the engine's greedy one sentence at a time, {len(sentences)} sentences in "
         f"{time.perf_counter() - t0:.1f} s")
-    result = {"machine": machine, "machine_line": describe_machine(machine),
+    result = {"machine": machine, "machine_line": describe_machine(machine), "source": _provenance(),
               "settings": {"model_dir": args.model_dir, "sentences_file": args.sentences_file,
                            "sentences": len(sentences), "systems": systems, "max_batch": args.max_batch,
                            "workers": args.workers, "native_threads": args.native_threads, "clients": args.clients,
                            "rates": args.rates, "duration": args.duration, "requests_cap": args.requests_cap,
                            "bench_load": args.bench_load, "window_ms": args.window_ms},
               "systems": {}}
-    with cpu_load(args.bench_load):
+    with cpu_load(args.bench_load) as load:
         ct2_setup = None
         if "ct2" in systems:
             try:
@@ -837,7 +946,8 @@ def main(argv=None) -> int:
                 result["systems"]["ct2"] = {"error": f"CTranslate2: {e}", "check": Checker([], []).summary()}
                 systems = [s for s in systems if s != "ct2"]
         for system in systems:
-            result["systems"][system] = run_system(system, args, sentences, reference, ct2_setup, limits, log)
+            result["systems"][system] = run_system(system, args, sentences, reference, ct2_setup, limits, log,
+                                                   [p.pid for p in load])
     result["systems"] = {s: result["systems"][s] for s in result["settings"]["systems"] if s in result["systems"]}
 
     print()
@@ -845,6 +955,10 @@ def main(argv=None) -> int:
     print(f"{len(sentences)} sentences, max-batch {args.max_batch}, {args.workers} worker(s), native threads "
           f"{args.native_threads}, window {args.window_ms:g} ms (static, ct2), {args.duration:g} s per phase, "
           f"load {args.bench_load}")
+    src = result["source"]
+    if src:
+        changed = [f for f in src["changed"] if f.startswith("fairseq_aggressive/")]
+        print(f"source: {src['commit']}" + (f" with changes to {', '.join(changed)}" if changed else ""))
     if ct2_setup:
         print(f"ct2: CTranslate2 {ct2_setup['compute_type']} x {ct2_setup['threads']} thread(s)"
               + (" (the fastest at batch 1 here)" if ct2_setup["tuned"] else " (--ct2-config)"))
@@ -855,13 +969,21 @@ def main(argv=None) -> int:
     for s, r in result["systems"].items():
         c = r["check"]
         line = (f"{s}: =greedy {c['sentences_equal']}/{c['sentences']} sentences "
-                f"({c['responses_equal']}/{c['responses']} answers), {c['errors']} failed request(s)")
+                f"({c['responses_equal']}/{c['responses']} answers), {c['refused']} refused (503 queue full), "
+                f"{c['errors']} failed request(s)")
         m = r.get("server_metrics") or {}
         if m.get("rows_per_pass"):
             line += f"; decoder: {m['rows_per_pass']} rows per pass, {m['tokens_per_row_pass']} tokens per row-pass"
+        if r.get("client_reconnects"):
+            line += f"; {r['client_reconnects']} request(s) sent again on a new connection (keep-alive closed)"
         if "client_cpu_s" in r:
-            line += f"; client CPU {r['client_cpu_s']} s"
+            line += f"; CPU-s: server {r['server_cpu_s']}, client {r['client_cpu_s']}"
+            if "other_cpu_s" in r:
+                line += f", other processes {r['other_cpu_s']} (of {r['phases_s']:.0f} s x {os.cpu_count()} CPUs)"
         print(line)
+        if r.get("other_cpu_s") and r["other_cpu_s"] > 0.05 * r["phases_s"] * (os.cpu_count() or 1):
+            print(f"  warning: other processes used {r['other_cpu_s']} CPU-s during {system}'s phases: "
+                  "the machine was not quiet")
         wrong = c["sentences_equal"] != c["sentences"] or c["responses_equal"] != c["responses"]
         if "error" in r:
             print(f"  error: {r['error']}")
