@@ -27,6 +27,16 @@ from .scheduler import ContinuousWorker, Item, Request, StaticWorker, WorkQueue
 logger = logging.getLogger("fairseq_aggressive")
 
 
+def serving_threads(workers: int) -> int:
+    """Engine threads per worker by default: the CPUs this process may use, less
+    one for the HTTP side (parsing, BPE, answers), shared by the workers.  An
+    engine whose threads outnumber the free cores waits, at every product,
+    for a thread the HTTP side displaced."""
+    from ..runtime.threads import usable_cpus
+
+    return max(1, (usable_cpus() - 1) // workers)
+
+
 @dataclass
 class Prepared:
     """A sentence ready to join a running batch: its source ids (with EOS), its
@@ -54,6 +64,8 @@ class DecodeBackend:
         self.metrics = metrics
         self.closing = False
         settings = dict(settings)
+        if settings.get("native_threads") in (None, "auto"):
+            settings["native_threads"] = serving_threads(workers)
         decoding = settings.get("decoding", "iad")
         if decoding == "greedy":
             settings.update(decoding="iad", max_draft_len=0)
@@ -156,7 +168,8 @@ class DecodeBackend:
         if not self.queue.put_all(items):
             raise Overloaded(f"the queue is full ({self.queue.limit} sentences wait); retry later")
         for w in self.workers:
-            w.wake()
+            if w.busy < w.max_batch:  # (a full batch takes nothing before a sentence leaves it)
+                w.wake()
         return request.future
 
     def _finish(self, item: Item, tokens: List[int]) -> str:

@@ -6,8 +6,9 @@
 (``{"texts": [...]}`` answers ``{"texts": [...]}``), ``GET /health``, ``GET
 /metrics`` (Prometheus).  Decoding options after the server's own are the
 Translator's (``--decoding iad|greedy|gad|...``, ``--inference-precision
-int8``, ``--native-threads N``, ``--max-draft-len N``, ``--draft-cost off``,
-...; default ``--decoding iad``).  SIGTERM or Ctrl-C: no new requests, every
+int8``, ``--native-threads N`` (per worker; default: the CPUs less one for
+the HTTP side, shared by the workers), ``--max-draft-len N``, ``--draft-cost
+off``, ...; default ``--decoding iad``).  SIGTERM or Ctrl-C: no new requests, every
 request in flight answered, exit 0.  Details: docs/serving.md.
 """
 import argparse
