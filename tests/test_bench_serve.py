@@ -14,7 +14,8 @@ import time
 import numpy as np
 import pytest
 
-from fairseq_aggressive.bench.serve_bench import HttpClient, WindowedQueue, percentile, poisson_schedule
+from fairseq_aggressive.bench.serve.client import HttpClient, percentile, poisson_schedule
+from fairseq_aggressive.bench.serve.window import WindowedQueue
 from helpers import needs_native
 
 MODEL = "models/uagec-9x3"
