@@ -139,11 +139,11 @@ def main(argv=None):
     print("== 1/3 model and data")
     data, ckpt, _ = trained_data(work) if args.train else shipped_data(work)
 
-    print("== 2/3 fairseq-generate --decoding iad --max-draft-len 1024 --batch-size 32 (first hypotheses)")
+    print("== 2/3 fairseq-generate --decoding iad --max-draft-len 1024 --draft-cost off --batch-size 32 (first hypotheses)")
     proc = sh([tool("fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
                "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
                "--gen-subset", "test", "--beam", "1", "--decoding", "iad", "--batch-size", "32",
-               "--max-draft-len", "1024",  # uncapped drafts: how much the model copies
+               "--max-draft-len", "1024", "--draft-cost", "off",  # drafts as made, uncapped: how much the model copies
                "--remove-bpe", *LEN])
     (work / "generate.out").write_text(proc.stdout)
     for line in [l for l in proc.stdout.splitlines() if l[:2] in ("S-", "H-")][:6]:

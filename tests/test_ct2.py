@@ -21,10 +21,10 @@ def bench(data, ckpt, out, modes, n, bsz):
 def test_bench_ct2_modes(trained, tmp_path):
     data, ckpt = trained
     js = tmp_path / "b1.json"
-    proc = bench(data, ckpt, js, "greedy,iad,iad@3,iad@1024,ct2,ct2-int8", 30, 1)
+    proc = bench(data, ckpt, js, "greedy,iad,iad@3-fixed,iad@1024-fixed,ct2,ct2-int8", 30, 1)
     res = json.loads(js.read_text())
-    # iad@L: drafts of at most L tokens, still greedy's output
-    capped, iad, uncapped = res["modes"]["iad@3"], res["modes"]["iad"], res["modes"]["iad@1024"]
+    # iad@L: drafts of at most L tokens, still greedy's output (as made: -fixed)
+    capped, iad, uncapped = res["modes"]["iad@3-fixed"], res["modes"]["iad"], res["modes"]["iad@1024-fixed"]
     assert capped["identical_to_greedy"] == iad["identical_to_greedy"] == uncapped["identical_to_greedy"] == 30
     assert capped["drafted"] <= 3 * capped["decoder_passes"] < uncapped["drafted"]
     ct2, int8 = res["modes"]["ct2"], res["modes"]["ct2-int8"]

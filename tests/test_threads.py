@@ -179,8 +179,9 @@ def _decode(model, task, rows, threads, drafter_copy):
 
     d = task.target_dictionary
     drafter = InputCopyDrafter(d, d)
+    # (drafts as made: multi-position passes whatever the draft-length policy would choose)
     gen = AggressiveGenerator([model], d, drafter, engine="native", native_threads=threads, max_len_b=40,
-                              max_draft_len=None if drafter_copy else 0)
+                              max_draft_len=None if drafter_copy else 0, draft_cost="off")
     assert gen.native is not None and gen.native.threads == threads
     out = []
     for i in range(0, len(rows), 3):
