@@ -169,7 +169,7 @@ def main(argv=None) -> int:
                 line += f", other processes {r['other_cpu_s']} (of {r['phases_s']:.0f} s x {os.cpu_count()} CPUs)"
         print(line)
         if r.get("other_cpu_s") and r["other_cpu_s"] > 0.05 * r["phases_s"] * (os.cpu_count() or 1):
-            print(f"  warning: other processes used {r['other_cpu_s']} CPU-s during {system}'s phases: "
+            print(f"  warning: other processes used {r['other_cpu_s']} CPU-s during {s}'s phases: "
                   "the machine was not quiet")
         wrong = c["sentences_equal"] != c["sentences"] or c["responses_equal"] != c["responses"]
         if "error" in r:
