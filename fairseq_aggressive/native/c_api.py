@@ -175,7 +175,7 @@ def declare(lib) -> None:
         "fa_run_new": (P, [P, ctypes.POINTER(RunSettings)]),
         "fa_run_free": (None, [P]),
         "fa_run_join": (I, [P, P, P, I, P, P, P, P, P, P]),
-        "fa_run_step": (I, [P, P, P, I, P, I]),
+        "fa_run_step": (I, [P, P, P, I, ctypes.c_double, P, I]),
         "fa_run_take": (I, [P, I, P, P, I, P]),
         "fa_run_wake": (None, [P]),
         "fa_run_active": (I, [P]),

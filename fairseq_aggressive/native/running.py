@@ -87,14 +87,16 @@ class RunningBatch:
                              "1 or below min_len, or a drafter that does not read this verifier's features)")
         return slots.tolist()
 
-    def run(self, max_passes: int = 1 << 30) -> List[int]:
+    def run(self, max_passes: int = 1 << 30, min_ms: float = 0.0) -> List[int]:
         """Passes until a sentence finishes, ``max_passes`` passes or a
-        :meth:`wake`; the slots of the sentences that finished."""
+        :meth:`wake`, but while sentences remain not before ``min_ms``
+        milliseconds; the slots of the sentences that finished."""
         n = self.active
         if n > self._cap:
             self._cap = max(n, 2 * self._cap)
             self._finished = np.empty(self._cap, dtype=np.int32)
-        k = self.lib.fa_run_step(self.engine.handle, self._dp, self.handle, int(max_passes), self._finished.ctypes.data,
+        k = self.lib.fa_run_step(self.engine.handle, self._dp, self.handle, int(max_passes), float(min_ms),
+                                 self._finished.ctypes.data,
                                  max(self._cap, 1))
         if k < 0:
             raise self.engine.failure("a running batch's pass")

@@ -12,6 +12,7 @@ a sentence's output is ``Translator.translate(sentence)``'s, which is the hub
 model's ``translate(sentence, beam=1, ...)``.
 """
 import logging
+import sys
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,6 +26,11 @@ from .errors import Overloaded, RequestError, ShuttingDown
 from .scheduler import ContinuousWorker, Item, Request, StaticWorker, WorkQueue
 
 logger = logging.getLogger("fairseq_aggressive")
+
+# how long a thread may hold the GIL while another waits for it (s): a worker back from
+# the engine waits for the HTTP side to let go of it before it can answer and start the
+# next pass; Python's default of 5 ms is several passes of a small model
+SWITCH_INTERVAL = 0.0005
 
 
 def serving_threads(workers: int) -> int:
@@ -63,6 +69,7 @@ class DecodeBackend:
         self.ready = False
         self.metrics = metrics
         self.closing = False
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         settings = dict(settings)
         if settings.get("native_threads") in (None, "auto"):
             settings["native_threads"] = serving_threads(workers)

@@ -25,6 +25,9 @@ logger = logging.getLogger("fairseq_aggressive")
 IDLE_POLL = 0.05
 # passes a running batch makes before the worker looks at its queue, if no sentence finished nor arrived
 MAX_PASSES = 256
+# with several sentences decoding, the least time (ms) between two returns to Python: each costs
+# the worker the interpreter lock, which it shares with the HTTP side (a lone sentence returns at once)
+RUN_MIN_MS = 1.0
 
 
 class Request:
@@ -103,7 +106,7 @@ class ContinuousWorker(threading.Thread):
                 if items:
                     self._join(items)
                 if self.slots:
-                    for slot in self.batch.run(MAX_PASSES):
+                    for slot in self.batch.run(MAX_PASSES, RUN_MIN_MS if len(self.slots) > 1 else 0.0):
                         item = self.slots.pop(slot)
                         tokens, _, _ = self.batch.take(slot, item.prepared.max_len)
                         try:

@@ -289,11 +289,12 @@ int fa_run_join(void* mp, void* dp, void* rp, int n, const int32_t* tokens, cons
   });
 }
 
-// passes until a row finishes, max_passes or a wake (RunningBatch::run): the
+// passes until a row finishes, max_passes or a wake, not before min_ms while rows remain (RunningBatch::run): the
 // number of finished slots written, or -2 (fa_model_error; the batch is then undefined)
-int fa_run_step(void* mp, void* dp, void* rp, int max_passes, int32_t* finished, int cap) {
+int fa_run_step(void* mp, void* dp, void* rp, int max_passes, double min_ms, int32_t* finished, int cap) {
   return guarded(mp, -2, [&] {
-    return static_cast<fa::RunningBatch*>(rp)->run(model(mp), dp ? &model(dp) : nullptr, max_passes, finished, cap);
+    return static_cast<fa::RunningBatch*>(rp)->run(model(mp), dp ? &model(dp) : nullptr, max_passes, min_ms, finished,
+                                                   cap);
   });
 }
 

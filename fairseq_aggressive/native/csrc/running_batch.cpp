@@ -147,13 +147,14 @@ void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
   }
 }
 
-int RunningBatch::run(Model& m, Model* dm, int max_passes, int32_t* finished, int cap) {
+int RunningBatch::run(Model& m, Model* dm, int max_passes, double min_ms, int32_t* finished, int cap) {
   if (feature() && dm == nullptr) throw std::invalid_argument("a running batch of a feature drafter needs its decoder");
   const bool drafts = feature() ? s_.max_draft != 0 : s_.max_draft > 0;
   DraftPolicy* policy = s_.budget && drafts ? &draft_policy(m) : nullptr;
   const int FC = m.cfg.C;
   int n_finished = 0;
-  for (int pass = 0; pass < max_passes && !active_.empty() && n_finished == 0; ++pass) {
+  const auto started = Clock::now();
+  for (int pass = 0; pass < max_passes && !active_.empty(); ++pass) {
     const int n = (int)active_.size();
     const auto t0 = Clock::now();
     if (feature())
@@ -242,7 +243,8 @@ int RunningBatch::run(Model& m, Model* dm, int max_passes, int32_t* finished, in
       active_[kept++] = slot;
     }
     active_.resize(kept);
-    if (wake_.exchange(false, std::memory_order_acq_rel)) break;
+    if (min_ms > 0 && ms_since(started) < min_ms) continue;  // (a wake stays set for the next pass)
+    if (n_finished > 0 || wake_.exchange(false, std::memory_order_acq_rel)) break;
   }
   return std::min(n_finished, cap);
 }

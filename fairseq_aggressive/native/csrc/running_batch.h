@@ -73,9 +73,10 @@ class RunningBatch {
   int join(Model& m, Model* dm, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
            const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out);
   // Passes over the active rows until one finishes, max_passes passes or a
-  // wake(); the slots that finished into finished (their number returned; at
-  // most cap, the rows active at the call)
-  int run(Model& m, Model* dm, int max_passes, int32_t* finished, int cap);
+  // wake(), but (while rows remain) not before min_ms milliseconds: each
+  // return costs the driver a trip through Python; the slots that finished
+  // into finished (their number returned; at most cap, the rows active at the call)
+  int run(Model& m, Model* dm, int max_passes, double min_ms, int32_t* finished, int cap);
   // A finished slot's tokens and scores (at most cap) and its passes; the slot
   // is free again.  Its length, or -1 if the slot has not finished.
   int take(int slot, int32_t* tokens, float* scores, int cap, int32_t* passes);
