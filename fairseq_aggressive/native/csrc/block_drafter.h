@@ -50,6 +50,27 @@ struct DraftArgs {
   int32_t* lens;   // autoregressive only: or null
 };
 
+// The arguments of a --feature-ar drafter's pass (autoregressive, causal): n
+// rows of sentences sent, row_len[r] new prefix tokens each (tokens, with the
+// verifier's features feats that chose them), k tokens drafted into out (each
+// row's length into lens), ending early below min_prob
+inline DraftArgs feature_draft_args(int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+                                    const float* feats, int k, float min_prob, int32_t* out, int32_t* lens) {
+  DraftArgs d{};
+  d.n = n;
+  d.sent = sent;
+  d.row_len = row_len;
+  d.tokens = tokens;
+  d.k = k;
+  d.causal = 1;
+  d.autoregressive = 1;
+  d.out = out;
+  d.feats = feats;
+  d.min_prob = min_prob;
+  d.lens = lens;
+  return d;
+}
+
 // The drafter's token for each of n feature rows h (C floats each): the argmax
 // of its logits over sentence sent_of[r]'s columns, pad excluded, the first
 // maximum; into out[r * stride].

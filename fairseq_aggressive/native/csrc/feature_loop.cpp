@@ -54,18 +54,8 @@ int decode_feature(Model& vm, State& vs, Model& dm, State& ds, const FeatureLoop
       }
       proposed.resize((size_t)n * K);
       drafted.assign(n, 0);
-      DraftArgs d{};
-      d.n = n;
-      d.sent = active.data();
-      d.row_len = new_len.data();
-      d.tokens = new_tokens.data();
-      d.k = K;
-      d.causal = 1;
-      d.autoregressive = 1;
-      d.out = proposed.data();
-      d.feats = new_feats.data();
-      d.min_prob = a.min_prob;
-      d.lens = drafted.data();
+      const DraftArgs d = feature_draft_args(n, active.data(), new_len.data(), new_tokens.data(), new_feats.data(), K,
+                                             a.min_prob, proposed.data(), drafted.data());
       // (rows fit: the drafter's caches hold max_len + k + 2 positions)
       if (draft_pass(dm, ds, d) != 0) throw std::logic_error("a draft does not fit the drafter's cache");
     }

@@ -122,18 +122,8 @@ void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
       r.fresh_feats.clear();
     }
     proposed_.resize((size_t)n * K);
-    DraftArgs d{};
-    d.n = n;
-    d.sent = active_.data();
-    d.row_len = new_len_.data();
-    d.tokens = new_tokens_.data();
-    d.k = K;
-    d.causal = 1;
-    d.autoregressive = 1;
-    d.out = proposed_.data();
-    d.feats = new_feats_.data();
-    d.min_prob = s_.min_prob;
-    d.lens = drafted_.data();
+    const DraftArgs d = feature_draft_args(n, active_.data(), new_len_.data(), new_tokens_.data(), new_feats_.data(), K,
+                                           s_.min_prob, proposed_.data(), drafted_.data());
     const auto t0 = Clock::now();
     if (draft_pass(dm, dst_, d) != 0) throw std::logic_error("a draft does not fit the drafter's cache");
     if (policy != nullptr) policy->drafter.observe(n, K, ms_since(t0));
