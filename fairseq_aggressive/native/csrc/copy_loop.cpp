@@ -40,23 +40,13 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
     cand.resize(n);
     for (int i = 0; i < n; ++i) {
       const int b = batch.active()[i];
-      const int cap = std::min(max_len - batch.outputs().length(b), a.max_draft);
-      int r = kNoCopy;
-      if (cap > 0) {
-        bool resynced;
-        r = copy[b].draft_start(batch.outputs().tokens(b), a.ngram_min, a.ngram_max, &resynced);
-        kind[i] = resynced;
-      }
-      start[i] = r;
-      cand[i] = {r != kNoCopy ? std::min(cap, copy[b].len - r) : 0, kind[i] != 0,
-                 Acceptance::confidence(batch.outputs().last_score(b))};
+      const int room = std::min(max_len - batch.outputs().length(b), a.max_draft);
+      bool resynced;
+      const int cap = copy[b].candidate(batch.outputs().tokens(b), room, a.ngram_min, a.ngram_max, &start[i], &resynced);
+      kind[i] = resynced;
+      cand[i] = {cap, resynced, Acceptance::confidence(batch.outputs().last_score(b))};
     }
-    if (policy != nullptr) {
-      policy->choose(cand, lens);
-    } else {
-      lens.resize(n);
-      for (int i = 0; i < n; ++i) lens[i] = cand[i].cap;
-    }
+    draft_lengths(policy, cand, lens);
     int positions = 0;
     for (int i = 0; i < n; ++i) {
       const int b = batch.active()[i], L = lens[i];

@@ -52,6 +52,16 @@ struct CopySource {
     return ptr != kNoCopy ? ptr : resync(out, nmin, nmax);
   }
 
+  // This pass's draft: where it copies from (*start; kNoCopy: none) and the
+  // most tokens it may verify (at most room, 0 where room <= 0: no draft asked)
+  int candidate(const std::vector<int32_t>& out, int room, int nmin, int nmax, int* start, bool* resynced) const {
+    *start = kNoCopy;
+    *resynced = false;
+    if (room <= 0) return 0;
+    *start = draft_start(out, nmin, nmax, resynced);
+    return *start != kNoCopy ? std::min(room, len - *start) : 0;
+  }
+
   // After a pass that verified L tokens copied from `start` (kNoCopy: none)
   // and accepted k of them, emitting `last` after them: the copy goes on
   // where every drafted token was accepted and the token after them is the

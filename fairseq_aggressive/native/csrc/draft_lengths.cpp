@@ -25,6 +25,13 @@ constexpr double kRecent = 2000.0;
 // is as likely a loss)
 constexpr double kMargin = 0.03;
 
+// the class of a pass's rows: floor(log2(rows)), at most classes - 1
+int rows_class(int rows, int classes) {
+  int c = 0;
+  while ((1 << (c + 1)) <= rows && c < classes - 1) ++c;
+  return c;
+}
+
 void halve_if_old(double& hits, double& trials) {
   if (trials > kRecent) {
     hits *= 0.5;
@@ -119,34 +126,22 @@ void Acceptance::observe(bool resynced, int conf, int L, int k) {
   }
 }
 
-int DraftCost::rows_class(int rows) {
-  int c = 0;
-  while ((1 << (c + 1)) <= rows && c < kClasses - 1) ++c;
-  return c;
-}
-
 double DraftCost::ms(int rows, int steps) const {
-  const int c = rows_class(rows);
+  const int c = rows_class(rows, kClasses);
   return seen_[c] ? step_ms_[c] * (steps + 1) : 0.0;  // + 1: the tokens read before the first step
 }
 
 void DraftCost::observe(int rows, int steps, double ms) {
   if (steps < 1 || !(ms > 0)) return;
-  const int c = rows_class(rows);
+  const int c = rows_class(rows, kClasses);
   const double per = ms / (steps + 1);
   step_ms_[c] = seen_[c] ? step_ms_[c] + kCostRate * (per - step_ms_[c]) : per;
   seen_[c] = true;
 }
 
-int Realized::rows_class(int rows) {
-  int c = 0;
-  while ((1 << (c + 1)) <= rows && c < kClasses - 1) ++c;
-  return c;
-}
-
 bool Realized::drafts(int rows, bool model_drafts) {
   if (!model_drafts) return false;
-  const int c = rows_class(rows);
+  const int c = rows_class(rows, kClasses);
   if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses)  // both sides measured first
     return passes_[1][c] <= passes_[0][c];
   const bool better = rate_[1][c] > rate_[0][c];
@@ -159,7 +154,7 @@ bool Realized::drafts(int rows, bool model_drafts) {
 
 void Realized::observe(int rows, bool drafted, int tokens, double ms) {
   if (!(ms > 0)) return;
-  const int c = rows_class(rows), d = drafted ? 1 : 0;
+  const int c = rows_class(rows, kClasses), d = drafted ? 1 : 0;
   const double rate = tokens / ms;
   rate_[d][c] = passes_[d][c] ? rate_[d][c] + kCostRate * (rate - rate_[d][c]) : rate;
   passes_[d][c] += 1;
@@ -313,6 +308,15 @@ std::vector<double> measure_pass_cost(Model& m) {
 }
 
 }  // namespace
+
+void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths) {
+  if (policy != nullptr) {
+    policy->choose(rows, lengths);
+    return;
+  }
+  lengths.resize(rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) lengths[i] = rows[i].cap;
+}
 
 DraftPolicy& draft_policy(Model& m) {
   if (m.policy && m.policy->cost.ready()) return *m.policy;

@@ -75,7 +75,6 @@ class DraftCost {
   void observe(int rows, int steps, double ms);
 
  private:
-  static int rows_class(int rows);
   double step_ms_[kClasses] = {0, 0, 0, 0, 0, 0, 0, 0};
   bool seen_[kClasses] = {false, false, false, false, false, false, false, false};
 };
@@ -94,7 +93,6 @@ class Realized {
   void observe(int rows, bool drafted, int tokens, double ms);
 
  private:
-  static int rows_class(int rows);
   double rate_[2][kClasses] = {};
   int passes_[2][kClasses] = {};
   int turn_[kClasses] = {};
@@ -121,6 +119,9 @@ class DraftPolicy {
   std::vector<Cand> cands_;
   std::vector<double> g_;
 };
+
+// The lengths each row verifies: the policy's choice, or (no policy) every candidate's cap
+void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths);
 
 // The policies of the decoders that read one copy of the weights, as each
 // last left it, by thread count (Weights::policies): a decoder made later

@@ -75,18 +75,11 @@ void RunningBatch::copy_drafts(DraftPolicy* policy) {
   for (int i = 0; i < n; ++i) {
     Row& r = rows_[active_[i]];
     const int room = std::min(r.max_len - (int)r.out.size(), (int)s_.max_draft);
-    bool resynced = false;
-    if (room > 0) start_[i] = r.copy.draft_start(r.out, s_.ngram_min, s_.ngram_max, &resynced);
-    const float last_score = r.scores.empty() ? std::numeric_limits<float>::quiet_NaN() : r.scores.back();
-    cand_[i] = {start_[i] != kNoCopy ? std::min(room, r.copy.len - start_[i]) : 0, resynced,
-                Acceptance::confidence(last_score)};
+    bool resynced;
+    const int cap = r.copy.candidate(r.out, room, s_.ngram_min, s_.ngram_max, &start_[i], &resynced);
+    cand_[i] = {cap, resynced, Acceptance::confidence(last_score(r))};
   }
-  if (policy != nullptr) {
-    policy->choose(cand_, lens_);
-  } else {
-    lens_.resize(n);
-    for (int i = 0; i < n; ++i) lens_[i] = cand_[i].cap;
-  }
+  draft_lengths(policy, cand_, lens_);
 }
 
 void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
@@ -97,8 +90,7 @@ void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
     const int have = (int)r.out.size();
     int c = std::min({(int)s_.k, r.max_len - have, (int)s_.room - have});
     if (s_.max_draft >= 0) c = std::min(c, (int)s_.max_draft);
-    const float last_score = r.scores.empty() ? std::numeric_limits<float>::quiet_NaN() : r.scores.back();
-    cand_[i] = {std::max(c, 0), false, Acceptance::confidence(last_score)};
+    cand_[i] = {std::max(c, 0), false, Acceptance::confidence(last_score(r))};
   }
   int K = 0;
   if (policy != nullptr) {
@@ -129,12 +121,7 @@ void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
     if (policy != nullptr) policy->drafter.observe(n, K, ms_since(t0));
   }
   for (int i = 0; i < n; ++i) cand_[i].cap = K > 0 ? std::min({cand_[i].cap, K, (int)drafted_[i]}) : 0;
-  if (policy != nullptr) {
-    policy->choose(cand_, lens_);  // the verification pass keeps the positions that pay
-  } else {
-    lens_.resize(n);
-    for (int i = 0; i < n; ++i) lens_[i] = cand_[i].cap;
-  }
+  draft_lengths(policy, cand_, lens_);  // the verification pass keeps the positions that pay
 }
 
 int RunningBatch::run(Model& m, Model* dm, int max_passes, double min_ms, int32_t* finished, int cap) {

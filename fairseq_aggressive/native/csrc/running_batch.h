@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "copy_source.h"
@@ -99,6 +100,10 @@ class RunningBatch {
     std::vector<float> fresh_feats;
   };
   bool feature() const { return s_.drafter == 1; }
+  // the score of a row's last token (NaN before its first)
+  static float last_score(const Row& r) {
+    return r.scores.empty() ? std::numeric_limits<float>::quiet_NaN() : r.scores.back();
+  }
   // this pass's drafts: cand_ (caps), then lens_ and the drafted tokens' start in draft_
   void copy_drafts(DraftPolicy* policy);
   void feature_drafts(Model& dm, DraftPolicy* policy);
