@@ -149,7 +149,7 @@ class RankAcceptance(AcceptanceRule):
 
 
 class TopBetaTauAcceptance(RankAcceptance):
-    """GAD++ (Xia et al. 2023, Eq. 8-9): top-``beta`` within ``tau`` of the
+    """GAD++ (Ge et al. 2022, Eq. 8-9): top-``beta`` within ``tau`` of the
     top-1's log-probability.  ``beta == 1`` is exact acceptance."""
 
     def __init__(self, beta: int, tau: float):

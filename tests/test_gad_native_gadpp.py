@@ -1,4 +1,4 @@
-"""GAD++ (top-beta/tau acceptance, Xia et al. 2023) in the native engine: on
+"""GAD++ (top-beta/tau acceptance, Ge et al. 2022) in the native engine: on
 the same drafts, the native verifier emits what the torch verifier's
 TopBetaTauAcceptance emits (tokens, scores, accepted counts), with fairseq's
 adjustments (length limits, unk penalty, temperature) and on a vocabulary

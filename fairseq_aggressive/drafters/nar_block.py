@@ -1,4 +1,4 @@
-"""NAR block drafter (GAD, Xia et al. 2023): a ``block_nat`` model proposes
+"""NAR block drafter (GAD, Ge et al. 2022): a ``block_nat`` model proposes
 the next ``k`` tokens after the current prefix in one parallel pass.
 
 The drafter encodes the source once per batch with its own encoder, or reads

@@ -1,4 +1,4 @@
-"""``block_nat``: the non-autoregressive block drafter of GAD (Xia et al. 2023).
+"""``block_nat``: the non-autoregressive block drafter of GAD (Ge et al. 2022).
 
 An encoder plus a decoder that reads the already decoded prefix followed by
 ``k`` mask slots and predicts the ``k`` slots in parallel.  Self-attention is
