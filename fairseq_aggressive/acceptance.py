@@ -160,7 +160,7 @@ class TopBetaTauAcceptance(RankAcceptance):
 
 class TopKAcceptance(RankAcceptance):
     """Blockwise parallel decoding's approximate rule (Stern et al. 2018,
-    sec. 5.2): accept a drafted token that is among the verifier's top-K."""
+    sec. 5.1): accept a drafted token that is among the verifier's top-K."""
 
     def __init__(self, topk: int):
         super().__init__(check_positive_int(topk, "--blockwise-topk"), math.inf)
