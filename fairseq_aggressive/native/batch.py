@@ -237,6 +237,47 @@ class NativeBatch:
         return self._loop_result(rc, buf, stats, f"blockwise decoding does not fit the batch ({n} sentences; the "
                                  "model needs proposal heads, and a batch decodes once)")
 
+    def decode_beam(self, beam: int, nbest: int, first: int, max_len: int, min_len: int, unk_penalty: float,
+                    temperature: float, len_penalty: float = 1.0, normalize: bool = True, no_repeat_ngram: int = 0):
+        """Beam search over the whole batch (just begun) in the engine: fairseq's
+        SequenceGenerator with BeamSearch (``csrc/beam_search.h``), ``beam``
+        hypotheses per sentence from the token ``first``, ``max_len`` and
+        ``min_len`` as fairseq applies them (``max_len`` the batch's), scores
+        divided by (length + 1) ** ``len_penalty`` where ``normalize``;
+        ``no_repeat_ngram``: n-grams of that many tokens never repeat in a
+        hypothesis (0: off).  Returns per sentence its ``nbest`` best ended
+        hypotheses, best first: dicts of ``tokens`` (EOS last), ``score`` and
+        ``positional_scores`` (lists)."""
+        n = len(self.src_keep)
+        W = max_len + 1
+        n_out = np.empty(n * nbest, dtype=np.int32)
+        tokens = np.empty((n * nbest, W), dtype=np.int32)
+        positional = np.empty((n * nbest, W), dtype=np.float32)
+        score = np.empty(n * nbest, dtype=np.float32)
+        a = c_api.BeamArgs(beam=beam, nbest=nbest, first=first, max_len=max_len, min_len=min_len,
+                           unk_penalty=unk_penalty, temperature=temperature, len_penalty=len_penalty,
+                           normalize=int(bool(normalize)), no_repeat_ngram=no_repeat_ngram, n_out=_addr(n_out),
+                           tokens=_addr(tokens), positional=_addr(positional), score=_addr(score))
+        rc = self.lib.fa_decode_beam(self.engine.handle, self.handle, ctypes.byref(a))
+        if rc == -2:
+            raise self.engine.failure("beam search")
+        if rc != 0:
+            raise ValueError(f"native engine: beam search of beam {beam}, nbest {nbest}, lengths {min_len}..{max_len} "
+                             "does not fit this batch (nbest <= beam, 2 x beam <= the vocabulary, a batch "
+                             "without a shortlist, decoded once)")
+        out = []
+        for b in range(n):
+            hyps = []
+            for i in range(nbest):
+                k = int(n_out[b * nbest + i])
+                if k < 0:
+                    break
+                row = b * nbest + i
+                hyps.append({"tokens": tokens[row, :k].tolist(), "score": float(score[row]),
+                             "positional_scores": positional[row, :k].tolist()})
+            out.append(hyps)
+        return out
+
     def _loop_result(self, rc: int, buf: "_LoopBuffers", stats, refusal: str):
         """What a loop in the engine returned: its outputs and counters; its
         failure (-2, the engine's error) or its refusal (-1: ``refusal``, nothing decoded)."""

@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 15
+API_VERSION = 16
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -120,6 +120,16 @@ class RunSettings(ctypes.Structure):
     del I, F
 
 
+class BeamArgs(ctypes.Structure):
+    """fa::BeamArgs (csrc/beam_search.h): a beam search's settings and where it writes its hypotheses."""
+
+    I, F, P = ctypes.c_int32, ctypes.c_float, ctypes.c_void_p
+    _fields_ = [("beam", I), ("nbest", I), ("first", I), ("max_len", I), ("min_len", I), ("unk_penalty", F),
+                ("temperature", F), ("len_penalty", F), ("normalize", I), ("no_repeat_ngram", I),
+                ("n_out", P), ("tokens", P), ("positional", P), ("score", P)]
+    del I, F, P
+
+
 # passes counted by their rows in RunStats (kRunRowsHist; the last counts 64 rows or more)
 RUN_ROWS_HIST = 65
 
@@ -164,6 +174,7 @@ def declare(lib) -> None:
         "fa_shortlist": (I, [P, P, I, I, P]),
         "fa_pass": (I, [P, P, ctypes.POINTER(PassArgs)]),
         "fa_decode_copy": (I, [P, P, ctypes.POINTER(CopyLoopArgs), ctypes.POINTER(CopyLoopStats)]),
+        "fa_decode_beam": (I, [P, P, ctypes.POINTER(BeamArgs)]),
         "fa_set_mask_embed": (I, [P, P]),
         "fa_set_feature_proj": (I, [P, P, P, I]),
         "fa_set_own_feature_proj": (I, [P, P, P]),
@@ -233,7 +244,7 @@ def mismatch(lib):
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
     declare(lib)
     for struct in (Config, PassArgs, LoopRules, LoopOutput, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs,
-                   FeatureLoopArgs, BlockwiseLoopArgs, RunSettings, RunStats):
+                   FeatureLoopArgs, BlockwiseLoopArgs, RunSettings, RunStats, BeamArgs):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

@@ -17,6 +17,7 @@
 #include "copy_loop.h"
 #include "draft_lengths.h"
 #include "amx.h"
+#include "beam_search.h"
 #include "feature_loop.h"
 #include "model.h"
 #include "parallel.h"
@@ -31,7 +32,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 15;
+constexpr int kApiVersion = 16;
 
 Model& model(void* mp) { return *static_cast<Model*>(mp); }
 
@@ -82,6 +83,7 @@ int fa_sizeof(const char* name) {
   if (std::strcmp(name, "BlockwiseLoopArgs") == 0) return (int)sizeof(fa::BlockwiseLoopArgs);
   if (std::strcmp(name, "RunSettings") == 0) return (int)sizeof(fa::RunSettings);
   if (std::strcmp(name, "RunStats") == 0) return (int)sizeof(fa::RunStats);
+  if (std::strcmp(name, "BeamArgs") == 0) return (int)sizeof(fa::BeamArgs);
   return -1;
 }
 
@@ -257,6 +259,13 @@ int fa_pass(void* mp, void* sp, const fa::PassArgs* args) {
 // failed (fa_model_error says why; the batch's state is then undefined).
 int fa_decode_copy(void* mp, void* sp, const fa::CopyLoopArgs* args, fa::CopyLoopStats* stats) {
   return guarded(mp, -2, [&] { return fa::decode_copy(model(mp), state(sp), *args, *stats); });
+}
+
+// Beam search over an encoded batch whose caches are unused (fa::decode_beam,
+// csrc/beam_search.h): fairseq's SequenceGenerator, step for step; 0, -1
+// (nothing decoded: an argument does not fit), or -2 (fa_model_error).
+int fa_decode_beam(void* mp, void* sp, const fa::BeamArgs* args) {
+  return guarded(mp, -2, [&] { return fa::decode_beam(model(mp), state(sp), *args); });
 }
 
 // ------------------------------------------------------------ running batches

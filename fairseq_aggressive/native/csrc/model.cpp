@@ -366,7 +366,7 @@ void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t
     }
     for_heads(m, off, max_keys, [&](int row, int hh, float* scratch) {
       const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
-      const Sentence& s = st.sents[sent[r]];
+      const Sentence& s = st.sents[sent[r]].enc ? *st.sents[sent[r]].enc : st.sents[sent[r]];
       const float* ek = s.enc_k.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
       const float* ev = s.enc_v.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
       attend(m.kv.data() + (size_t)row * C + hh * D, ek, ev, D, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,

@@ -159,6 +159,9 @@ std::string build_model(Model& m);
 struct Sentence {
   int src_len = 0, len = 0, cap = 0;
   LineVector<float> enc_k, enc_v;    // per layer, per head: src_len x D
+  // where the encoder keys and values are read: null, this sentence's own;
+  // else another's (a beam's hypotheses share their sentence's)
+  const Sentence* enc = nullptr;
   LineVector<float> self_k, self_v;  // per layer, per head: cap x D
   std::vector<int32_t> sl_ids;  // shortlist rows of this sentence beyond the common ones (ascending)
   Linear sl_extra;
