@@ -10,11 +10,41 @@ n-gram the hypothesis already holds); fairseq's CPU fallback compares the
 hypothesis buffer's padded tail and so blocks nothing on a CPU.
 """
 import logging
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
 logger = logging.getLogger("fairseq_aggressive")
+
+
+def native_beam_from(fallback, models, tgt_dict, threads: Optional[int] = None, isa: Optional[str] = None):
+    """The engine's beam search with the settings of ``fallback``, the
+    SequenceGenerator fairseq built for the same arguments (it decodes what the
+    engine cannot take); a ValueError naming what the engine does not do."""
+    from fairseq.search import BeamSearch
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from .native import NativeEngine
+    from .options import check_single_model
+
+    check_single_model(models)
+    if type(fallback) is not SequenceGenerator or type(fallback.search) is not BeamSearch:
+        raise ValueError(f"--engine native decodes beam search: not {type(fallback.search).__name__} "
+                         "(--sampling, --diverse-beam-groups, --diversity-rate, --constraints and "
+                         "--prefix-size are fairseq's; use --engine torch)")
+    if fallback.match_source_len or fallback.lm_model is not None:
+        raise ValueError("--match-source-len and --lm-path are not supported by --engine native; use --engine torch")
+    model = models[0]
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("--engine native decodes on the CPU: the model is not on the CPU")
+    engine = NativeEngine.for_model(model, tgt_dict, isa=isa, threads=threads)
+    blocker = fallback.repeat_ngram_blocker
+    return NativeBeamGenerator(
+        engine, tgt_dict, fallback, beam_size=fallback.beam_size, max_len_a=fallback.max_len_a,
+        max_len_b=fallback.max_len_b, max_len=fallback.max_len, min_len=fallback.min_len,
+        len_penalty=fallback.len_penalty, unk_penalty=fallback.unk_penalty, temperature=fallback.temperature,
+        normalize_scores=fallback.normalize_scores,
+        no_repeat_ngram_size=blocker.no_repeat_ngram_size if blocker is not None else 0)
 
 
 class NativeBeamGenerator:

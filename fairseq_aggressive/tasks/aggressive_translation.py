@@ -48,7 +48,14 @@ class AggressiveTranslationTask(TranslationTask):
                              "to decode in float32")
         opts = DecodingOptions.read(lambda name: _pick(given, cfg, name))
         if not opts.aggressive or given.get("score_reference"):
-            return super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
+            generator = super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
+            if opts.engine == "native" and not given.get("score_reference") and seq_gen_cls is None:
+                # beam search (greedy at --beam 1) in the engine, fairseq's own for what it cannot take
+                from ..beam_generator import native_beam_from
+
+                return native_beam_from(generator, models, self.target_dictionary, threads=opts.native_threads,
+                                        isa=opts.native_isa)
+            return generator
         # A hub model's translate() builds a generator per call: the thread's last one
         # serves again while nothing it was built from changed (its engine, threads and
         # scratch stay; a generator decodes one batch at a time, so each thread has its own).

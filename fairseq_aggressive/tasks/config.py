@@ -121,10 +121,12 @@ class AggressiveTranslationConfig(TranslationConfig):
         default="auto",
         metadata={
             "help": "verifier of --decoding iad/gad/blockwise: native = the compiled CPU engine "
-            "(fairseq_aggressive/native, compiled into the package per instruction set; exact "
-            "acceptance and standard Transformers only); torch = the torch verifier; auto = native "
-            "where it runs, else torch (the output is greedy's either way). A GAD drafter follows: "
-            "torch with torch, else native where it runs"
+            "(fairseq_aggressive/native, compiled into the package per instruction set; standard "
+            "Transformers; exact, GAD++ and top-k acceptance); torch = the torch verifier; auto = native "
+            "where it runs, else torch (the output is the same either way). A GAD drafter follows: "
+            "torch with torch, else native where it runs. With --decoding beam, native runs fairseq's "
+            "beam search (--beam, --nbest, --lenpen, --unkpen, --min-len, ...) in the engine, with the "
+            "same output; auto and torch keep fairseq's own generator"
         },
     )
     native_threads: str = field(
