@@ -75,6 +75,7 @@ class BeamSearch {
     }
     (void)nl;
     (void)C;
+    skip_.assign(V_, 0);
     for (int step = 0; step <= a_.max_len; ++step) {
       if (!decode_step(step)) break;
     }
@@ -89,7 +90,9 @@ class BeamSearch {
   const int V_;
   State hs_;  // the hypotheses' slots
   std::vector<Beam> beams_;
-  std::vector<float> lp_;
+  std::vector<Candidate> top_;  // one row's best so far
+  std::vector<int> special_;    // one row's adjusted columns
+  std::vector<char> skip_;      // per column: adjusted (valued apart from the scan)
 
   // room for `need` positions in slot s (the positions written kept)
   void fit(int s, int need) {
@@ -173,33 +176,74 @@ class BeamSearch {
     return false;
   }
 
-  // the adjusted log-probabilities of logits row `row` (hypothesis i of bm) into lp_
-  void log_probs(const Beam& bm, int i, int row, int step) {
+  // Row `row`'s (hypothesis i of bm) k best candidates, best first, appended to
+  // out: value (lg[v] - lse) (+ the hypothesis' score after step 0) as fairseq
+  // adjusts it (pad never, unk pays unk_penalty, EOS not before min_len, only
+  // EOS from max_len on, no repeated n-gram).  The scan skips a block of 16
+  // columns whose largest logit cannot reach the k-th value so far (the value
+  // rises with the logit); the few adjusted columns are valued apart.
+  void row_candidates(const Beam& bm, int i, int row, int step, int k, std::vector<Candidate>& out) {
     float* lg = m_.logits.data() + (size_t)row * V_;
     if (a_.temperature != 1.f)
       for (int v = 0; v < V_; ++v) lg[v] = lg[v] / a_.temperature;
     const float lse = logsumexp(lg, V_);
-    const int pad = m_.cfg.pad, unk = m_.cfg.unk, eos = m_.cfg.eos;
-    lp_.resize(V_);
-    for (int v = 0; v < V_; ++v) {
-      const float x = lg[v] - lse;
-      lp_[v] = x != x ? kNegInf : x;
+    const float prev = step == 0 ? 0.f : bm.cum[i][step - 1];
+    auto value = [&](float x) {
+      x = x - lse;
+      if (x != x) x = kNegInf;
+      return step == 0 ? x : x + prev;
+    };
+    const int pad = m_.cfg.pad, unk = m_.cfg.unk, eos = m_.cfg.eos, base = i * V_;
+    top_.clear();
+    auto offer = [&](const Candidate& c) {
+      if ((int)top_.size() == k && !better(c, top_.back())) return;
+      top_.insert(std::upper_bound(top_.begin(), top_.end(), c, better), c);
+      if ((int)top_.size() > k) top_.pop_back();
+    };
+    if (step >= a_.max_len) {  // only EOS; the other places go to the lowest ids at -inf
+      offer({value(lg[eos]), base + eos});
+      for (int v = 0; v < V_ && (int)top_.size() < k; ++v)
+        if (v != eos) offer({kNegInf, base + v});
+      out.insert(out.end(), top_.begin(), top_.end());
+      return;
     }
-    lp_[pad] = kNegInf;
-    lp_[unk] -= a_.unk_penalty;
-    if (step >= a_.max_len) {
-      const float e = lp_[eos];
-      std::fill(lp_.begin(), lp_.end(), kNegInf);
-      lp_[eos] = e;
-    }
-    if (step < a_.min_len) lp_[eos] = kNegInf;
+    special_.clear();
+    special_.push_back(pad);
+    special_.push_back(unk);
+    special_.push_back(eos);
     const int N = a_.no_repeat_ngram;
-    if (N > 0 && step + 2 - N >= 0) {  // a token that would repeat an n-gram of this hypothesis
+    if (N > 0 && step + 2 - N >= 0) {  // tokens that would repeat an n-gram of this hypothesis
       const std::vector<int32_t>& t = bm.toks[i];  // t[0 .. step]
       for (int s = 0; s < step + 2 - N; ++s)
-        if (std::equal(t.begin() + s, t.begin() + s + N - 1, t.begin() + (step + 2 - N)))
-          lp_[t[s + N - 1]] = kNegInf;
+        if (std::equal(t.begin() + s, t.begin() + s + N - 1, t.begin() + (step + 2 - N))) special_.push_back(t[s + N - 1]);
     }
+    for (int v : special_) skip_[v] = 1;
+    constexpr int kBlock = 16;
+    for (int u = 0; u < V_; u += kBlock) {
+      const int n = std::min(kBlock, V_ - u);
+      if ((int)top_.size() == k && value(max_of(lg + u, n)) < top_.back().val) continue;
+      for (int v = u; v < u + n; ++v)
+        if (!skip_[v]) offer({value(lg[v]), base + v});
+    }
+    for (int v : special_) skip_[v] = 0;
+    for (size_t j = 0; j < special_.size(); ++j) {
+      const int v = special_[j];
+      if (std::find(special_.begin(), special_.begin() + j, v) != special_.begin() + j) continue;  // once each
+      const bool banned = std::find(special_.begin() + 3, special_.end(), v) != special_.end();
+      float val;
+      if (v == pad || banned || (v == eos && step < a_.min_len)) {
+        val = kNegInf;
+      } else if (v == unk) {  // fairseq: lprobs[unk] -= unk_penalty, then the hypothesis' score is added
+        float x = lg[v] - lse;
+        if (x != x) x = kNegInf;
+        x = x - a_.unk_penalty;
+        val = step == 0 ? x : x + prev;
+      } else {
+        val = value(lg[v]);
+      }
+      offer({val, base + v});
+    }
+    out.insert(out.end(), top_.begin(), top_.end());
   }
 
   void choose(Beam& bm, int step, int r0, int R) {
@@ -207,21 +251,7 @@ class BeamSearch {
     const int k = std::min(cand_size, R * V_ - 1);
     std::vector<Candidate> cands;
     cands.reserve((size_t)R * k);
-    for (int i = 0; i < R; ++i) {
-      log_probs(bm, i, r0 + i, step);
-      const float prev = step == 0 ? 0.f : bm.cum[i][step - 1];
-      // this row's k best, scanning ids upwards (equal scores keep the lower id)
-      std::vector<Candidate> top;
-      top.reserve(k + 1);
-      for (int v = 0; v < V_; ++v) {
-        const float val = step == 0 ? lp_[v] : lp_[v] + prev;
-        const Candidate c{val, i * V_ + v};
-        if ((int)top.size() == k && !better(c, top.back())) continue;
-        top.insert(std::upper_bound(top.begin(), top.end(), c, better), c);
-        if ((int)top.size() > k) top.pop_back();
-      }
-      cands.insert(cands.end(), top.begin(), top.end());
-    }
+    for (int i = 0; i < R; ++i) row_candidates(bm, i, r0 + i, step, k, cands);
     std::sort(cands.begin(), cands.end(), better);
     cands.resize(std::min<size_t>(cands.size(), k));
     const int nc = (int)cands.size(), eos = m_.cfg.eos;
