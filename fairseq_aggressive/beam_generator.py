@@ -73,6 +73,11 @@ class NativeBeamGenerator:
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
         self.vocab_size = len(tgt_dict)
 
+    @property
+    def native(self):
+        """The engine (the benchmark runs a generator that has one with the engine's modes)."""
+        return self.engine
+
     def batch_max_len(self, src_len: int) -> int:
         """fairseq's output length limit of a batch whose padded source has ``src_len`` tokens."""
         return min(int(self.max_len_a * src_len + self.max_len_b), self.max_len - 1)

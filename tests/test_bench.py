@@ -41,6 +41,10 @@ def args(**kw):
     ("blockwise-pyloop", dict(beam=1, decoding="blockwise", blockwise_topk=1, min_block_size=1, python_loop=True)),
     ("feature-ar@8-dsl", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8, drafter_shortlist=1000)),
     ("ct2-best", {}),
+    ("ct2-best-beam5", {}),
+    ("beam4", dict(beam=4, decoding="beam")),
+    ("beam5-native", dict(beam=5, decoding="beam", engine="native")),
+    ("beam2-native-int8", dict(beam=2, decoding="beam", engine="native", inference_precision="int8")),
 ])
 def test_mode_names(name, expected):
     assert mode_overrides(name, args()) == expected
@@ -55,6 +59,9 @@ def test_mode_names(name, expected):
     ("iad:sse9", "benchmark mode iad:sse9"),
     ("iad-dsl", "-dsl applies to gad and feature-ar modes"),
     ("ct2-sl", "-sl applies to aggressive modes"),
+    ("beam0-native", "the beam must be >= 1"),
+    ("beam5-native-pyloop", "-pyloop applies to IAD"),
+    ("beam5-torch", "-torch applies to aggressive modes"),
 ])
 def test_bad_mode_names(name, message):
     with pytest.raises(SystemExit, match=message):
@@ -75,6 +82,9 @@ def test_reference_modes():
     assert [reference_mode(m, modes) for m in modes] == [
         "greedy", "greedy-int8", "greedy-sl", "greedy", "greedy-int8", "greedy-sl", "greedy"]
     assert reference_mode("iad-int8", ["greedy", "iad-int8"]) == "greedy"  # no int8 greedy in the run
+    # the engine's beam search: fairseq's of the same width and precision, where the run has it
+    beams = ["greedy", "beam5", "beam5-int8", "beam5-native", "beam5-native-int8", "beam4-native"]
+    assert [reference_mode(m, beams) for m in beams[3:]] == ["beam5", "beam5-int8", "greedy"]
     assert without_target("iad-int8:avx512") == "iad-int8"
     # the drafter's precision, its shortlist and the loop leave the verifier, and so the reference, as it is
     modes = ["greedy", "greedy-int8"]
@@ -142,6 +152,25 @@ def test_result_schema_and_tables():
     assert "| iad |" in text and "| ct2 |" in text
     assert "passes per sentence against E" in text
     assert "by position in the draft" in text and "| iad | 0.33 | 0.50 |" in text
+
+
+def test_beam_modes_against_ctranslate2s_beam_of_their_width():
+    """A beam mode's ratio to CTranslate2 is also taken against CTranslate2's fastest beam
+    search of the same width; greedy modes keep the fastest greedy CTranslate2 as their base."""
+    modes = ["beam5", "beam5-native", "ct2-int8", "ct2-beam5", "ct2-int8-beam5"]
+    per_sent = {i: {"id": i, "src_text": "a", "edit_spans": 0, "pass_bound": 1, "edit_ratio": 0.1,
+                    **{m: {"ms": 1.0, "tokens": [4, 2], "text": "a"} for m in modes}} for i in range(2)}
+    totals = {"beam5": 0.4, "beam5-native": 0.02, "ct2-int8": 0.01, "ct2-beam5": 0.05, "ct2-int8-beam5": 0.03}
+    res = summarize(modes, per_sent, totals, {m: 2 for m in modes}, {}, 1, {"torch": 1}, load=0)
+    assert res["ct2_fastest"] == "ct2-int8"
+    native = res["modes"]["beam5-native"]
+    assert native["speedup_vs_ct2"] == pytest.approx(0.5)
+    assert native["speedup_vs_ct2_beam"] == pytest.approx(1.5) and native["ct2_beam_reference"] == "ct2-int8-beam5"
+    assert native["identical_to_greedy"] == 2  # against beam5, its reference
+    assert "speedup_vs_ct2_beam" not in res["modes"]["ct2-int8"]
+    out = io.StringIO()
+    print_table(res, out)
+    assert "x CT2's fastest beam of its width" in out.getvalue()
 
 
 def test_edit_span_table_only_where_outputs_copy_their_sources():

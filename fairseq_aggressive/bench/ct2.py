@@ -20,6 +20,7 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -32,6 +33,20 @@ USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the pa
 # the compute type of each mode; ct2-best's is chosen by tune()
 BEST = "ct2-best"
 COMPUTE_TYPES = {"ct2": "float32", "ct2-int8": "int8", BEST: None}
+# beam search widths of CTranslate2's modes (ct2-beam5, ct2-int8-beam4, ct2-best-beam5, ...)
+BEAM_WIDTHS = (2, 3, 4, 5, 6, 8)
+COMPUTE_TYPES.update({f"{name}-beam{k}": ct for name, ct in list(COMPUTE_TYPES.items()) for k in BEAM_WIDTHS})
+
+
+def beam_of(mode: str) -> int:
+    """The beam width of a CTranslate2 mode (1: greedy)."""
+    m = re.fullmatch(r".*-beam(\d+)", mode)
+    return int(m.group(1)) if m else 1
+
+
+def is_best(mode: str) -> bool:
+    """Whether a CTranslate2 mode picks its fastest configuration (ct2-best, ct2-best-beam5)."""
+    return mode in COMPUTE_TYPES and COMPUTE_TYPES[mode] is None
 # sentences of the run that ct2-best times every configuration on
 PROBE_SENTENCES = 40
 
@@ -137,7 +152,7 @@ def probe_batches(batches: List[Dict], sentences: int = PROBE_SENTENCES) -> List
 
 
 def tune(model_dir: str, batches: List[Dict], threads: List[int], warmup: int) -> Dict:
-    """Times greedy decoding of ``batches`` with every compute type of this CPU at
+    """Times the decoding of ``batches`` (greedy, or their ``beam``) with every compute type of this CPU at
     each count of ``threads``; returns ``{"compute_type", "threads"}`` of the
     fastest and ``"configs"``, every configuration with its seconds."""
     configs = []
@@ -152,7 +167,7 @@ def tune(model_dir: str, batches: List[Dict], threads: List[int], warmup: int) -
 
 
 def decode(model_dir: str, batches: List[Dict], compute_type: str, threads: int, warmup: int) -> Dict:
-    """Decode ``batches`` ([{"tokens": [[str]], "max_len": int}]) greedily in a
+    """Decode ``batches`` ([{"tokens": [[str]], "max_len": int, "beam": int (default 1)}]) in a
     CTranslate2 process; returns the worker's result (per batch seconds and
     hypotheses as token strings)."""
     request = {"compute_type": compute_type, "threads": threads, "warmup": warmup, "batches": batches}

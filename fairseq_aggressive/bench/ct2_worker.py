@@ -74,9 +74,10 @@ def convert(ckpt, data_dir, user_dir, out_dir):
 
 
 def translate(translator, batch):
-    """Greedy hypotheses (token strings) of one batch, fairseq's length cap."""
+    """The best hypotheses (token strings) of one batch, greedy or with the batch's
+    ``beam``, fairseq's length cap."""
     res = translator.translate_batch(
-        batch["tokens"], beam_size=1, max_decoding_length=batch["max_len"],
+        batch["tokens"], beam_size=batch.get("beam", 1), max_decoding_length=batch["max_len"],
         min_decoding_length=1, return_scores=False,
     )
     return [r.hypotheses[0] for r in res]

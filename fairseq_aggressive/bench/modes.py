@@ -27,7 +27,8 @@ SHORTLIST_DEFAULT = 1000  # -sl modes: the 1,000 most frequent tokens + the sour
 
 # the mode names, as the command's help and the error for an unknown name say them
 GRAMMAR = (
-    "beam5, greedy, iad; iad@L (drafts of at most L tokens), iad-bN (N branches after an edit), iad-cost "
+    "beam5, greedy, iad; beamN (fairseq's beam search of width N), beamN-native (the same in the engine); "
+    "iad@L (drafts of at most L tokens), iad-bN (N branches after an edit), iad-cost "
     "(cost-aware draft lengths; combine as iad@L-bN-cost); gad, gad++ (GAD with --drafter-path; gad@K sets the "
     "block size, gad-bf16@K a bfloat16 drafter, a final -dsl the drafter shortlist, a final -dint8 an int8 "
     "drafter); feature-ar, feature-ar@K "
@@ -36,7 +37,8 @@ GRAMMAR = (
     "-dsl and -dint8 as for gad); "
     "blockwise[-topK][-minL]; "
     "ct2, ct2-int8 (CTranslate2 greedy, float32 and int8, in a process of its own), ct2-best (CTranslate2 at "
-    "its fastest compute type and thread count on this machine, timed on the first 40 sentences); "
+    "its fastest compute type and thread count on this machine, timed on the first 40 sentences); each with "
+    "-beamN (2, 3, 4, 5, 6, 8) for CTranslate2's beam search (ct2-best-beam5); "
     "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's greedy); a final "
     "-int8 decodes an int8 copy of the model (iad-int8, greedy-int8); a final -sl decodes with the vocabulary "
     "shortlist of --bench-shortlist (approximate; greedy-sl is greedy on it); -pyloop after an IAD, feature-ar, "
@@ -86,6 +88,11 @@ def mode_overrides(name: str, args) -> Dict:
         return dict(ov, vocab_shortlist=getattr(args, "bench_shortlist", None) or SHORTLIST_DEFAULT)
     if name.endswith("-int8") and name not in COMPUTE_TYPES:
         return dict(mode_overrides(name[: -len("-int8")], args), inference_precision="int8")
+    beam = re.fullmatch(r"beam(\d+)-native", name)
+    if beam:  # fairseq's beam search in the engine
+        if int(beam.group(1)) < 1:
+            raise SystemExit(f"benchmark mode {name}: the beam must be >= 1")
+        return dict(beam=int(beam.group(1)), decoding="beam", engine="native")
     for engine in ("native", "torch"):
         if name.endswith("-" + engine) and name != "greedy-torch":
             base = name[: -len(engine) - 1]
@@ -95,6 +102,9 @@ def mode_overrides(name: str, args) -> Dict:
             return dict(ov, engine=engine)
     if name in MODES:
         return dict(MODES[name])
+    beam = re.fullmatch(r"beam(\d+)", name)
+    if beam and int(beam.group(1)) >= 1:  # fairseq's beam search of that width
+        return dict(beam=int(beam.group(1)), decoding="beam")
     if name in COMPUTE_TYPES:
         return {}
     m = re.fullmatch(r"iad(?:@(\d+))?(?:-b(\d+))?(-cost|-fixed)?", name)
@@ -153,8 +163,13 @@ def verifier_mode(mode: str) -> str:
 
 def reference_mode(mode: str, modes) -> str:
     """The mode whose outputs ``mode`` must equal: greedy of the same model
-    (int8: ``greedy-int8``; shortlist: ``greedy-sl`` / ``greedy-int8-sl``)."""
+    (int8: ``greedy-int8``; shortlist: ``greedy-sl`` / ``greedy-int8-sl``);
+    the engine's beam search: fairseq's of the same width (``beam5-native``:
+    ``beam5``; ``beam5-native-int8``: ``beam5-int8``) where the run has it."""
     mode = verifier_mode(mode)
+    beam = re.fullmatch(r"(beam\d+)-native(-int8)?", mode)
+    if beam and beam.group(1) + (beam.group(2) or "") in modes:
+        return beam.group(1) + (beam.group(2) or "")
     sl = mode.endswith("-sl")
     base = mode[: -len("-sl")] if sl else mode
     int8 = base.endswith("-int8") and base not in COMPUTE_TYPES

@@ -1,5 +1,6 @@
 """A run's result (:func:`summarize`: the JSON's schema) and how it is shown:
 the main table, passes against edit spans, acceptance by draft position, plots."""
+import re
 import statistics
 import sys
 from typing import Dict
@@ -18,7 +19,14 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
     out = {"sentences": len(recs), "batch_size": bsz, "threads": threads, "load": load,
            "machine": machine_info(), "modes": {}}
     ct2_modes = [m for m in modes if m in COMPUTE_TYPES]
-    ct2_best = min(ct2_modes, key=lambda m: totals[m]) if ct2_modes else None
+    greedy_ct2 = [m for m in ct2_modes if ct2.beam_of(m) == 1] or ct2_modes
+    ct2_best = min(greedy_ct2, key=lambda m: totals[m]) if ct2_modes else None
+    # per beam width, CTranslate2's fastest beam search of the run
+    ct2_beams = {}
+    for m in ct2_modes:
+        k = ct2.beam_of(m)
+        if k > 1 and (k not in ct2_beams or totals[m] < totals[ct2_beams[k]]):
+            ct2_beams[k] = m
     if ct2_best:
         out["ct2_fastest"] = ct2_best
     for m in modes:
@@ -30,8 +38,12 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
         for base in ("base_beam5", "beam5", "greedy", "greedy-native"):
             if base in modes:
                 row[f"speedup_vs_{base}"] = totals[base] / totals[m] if totals[m] else float("nan")
-        if ct2_best:  # CTranslate2's fastest mode of this run (float32 or int8)
+        if ct2_best:  # CTranslate2's fastest greedy mode of this run (float32 or int8)
             row["speedup_vs_ct2"] = totals[ct2_best] / totals[m] if totals[m] else float("nan")
+        width = beam_width(m)
+        if width in ct2_beams:  # CTranslate2's fastest beam search of the same width
+            row["speedup_vs_ct2_beam"] = totals[ct2_beams[width]] / totals[m] if totals[m] else float("nan")
+            row["ct2_beam_reference"] = ct2_beams[width]
         gen = gens[m][1] if m in gens else None
         if hasattr(gen, "stats"):
             st = gen.stats.as_dict()
@@ -128,10 +140,18 @@ def describe_load(load: int) -> str:
     return f"load: {load} CPU-bound process{'es' if load != 1 else ''} beside it" if load else "no load beside it"
 
 
+def beam_width(mode: str) -> int:
+    """The beam width a mode searches with (1: greedy and the aggressive modes)."""
+    if mode in COMPUTE_TYPES:
+        return ct2.beam_of(mode)
+    m = re.match(r"(?:base_)?beam(\d+)", mode)
+    return int(m.group(1)) if m else 1
+
+
 def describe_mode(mode: str, row: Dict) -> str:
     """A mode's name in the table; ct2-best with the configuration it chose."""
     config = row.get("ct2_config")
-    if mode != ct2.BEST or not config:
+    if not ct2.is_best(mode) or not config:
         return mode
     return f"{mode} ({config['compute_type']}, {config['threads']} thread{'s' if config['threads'] > 1 else ''})"
 
@@ -141,8 +161,10 @@ def print_table(res, file=sys.stdout):
     has_int8 = any(without_target(m).endswith(("-int8", "-sl")) for m in res["modes"])
     has_native = "greedy-native" in res["modes"]
     ct2 = res.get("ct2_fastest")
+    has_ct2_beam = any("speedup_vs_ct2_beam" in r for r in res["modes"].values())
     cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy"] + (
-        ["x greedy-native"] if has_native else []) + ([f"x {ct2}"] if ct2 else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
+        ["x greedy-native"] if has_native else []) + ([f"x {ct2}"] if ct2 else []) + (
+        ["x CT2's fastest beam of its width"] if has_ct2_beam else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
     print(f"machine: {describe_machine(res['machine'])}", file=file)
     if res.get("device"):
         dev = res["device"]
@@ -158,7 +180,8 @@ def print_table(res, file=sys.stdout):
             f"{r['speedup_vs_beam5']:.2f}" if "speedup_vs_beam5" in r else "-",
             f"{r['speedup_vs_greedy']:.2f}" if "speedup_vs_greedy" in r else "-",
         ] + ([f"{r['speedup_vs_greedy-native']:.2f}"] if has_native else []) + (
-            [f"{r['speedup_vs_ct2']:.2f}"] if ct2 else []) + [
+            [f"{r['speedup_vs_ct2']:.2f}"] if ct2 else []) + (
+            [f"{r['speedup_vs_ct2_beam']:.2f}" if "speedup_vs_ct2_beam" in r else "-"] if has_ct2_beam else []) + [
             f"{r['mean_passes_per_sentence']:.2f}",
             f"{r['mean_ms_per_sentence'] / r['mean_passes_per_sentence']:.2f}" if r["mean_passes_per_sentence"] else "-",
             f"{r['mean_tokens_per_pass']:.2f}",

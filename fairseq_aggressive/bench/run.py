@@ -263,7 +263,7 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
         src = sample["net_input"]["src_tokens"]
         max_len = length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos)
         toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
-        requests.append({"tokens": toks, "max_len": max_len})
+        requests.append({"tokens": toks, "max_len": max_len, "beam": ct2.beam_of(mode)})
     compute_type, threads, config = COMPUTE_TYPES[mode], ct2_threads(bench), None
     try:
         if compute_type is None:  # ct2-best: the fastest configuration on the first sentences
