@@ -85,7 +85,13 @@ class DecodingOptions:
         drafter_shortlist = option("drafter_shortlist")
         if drafter_shortlist is not None:
             drafter_shortlist = check_positive_int(drafter_shortlist, "--drafter-shortlist")
-        beta, tau = get("gad_beta", 1), get("gad_tau", 0.0)
+        beta, tau = get("gad_beta", 1), option("gad_tau")
+        if tau is None:
+            if beta is not None and int(beta) > 1:
+                raise ValueError(f"--gad-beta {beta} needs --gad-tau: the GAD paper's base settings are "
+                                 "--gad-beta 3 --gad-tau 1.0 (high quality) and --gad-beta 5 --gad-tau 3.0 "
+                                 "(high efficiency), tuned per direction (Ge et al. 2022, Table 14)")
+            tau = 0.0
         build_acceptance(beta, tau)  # the rules check their own parameters
         topk, min_block = get("blockwise_topk", 1), get("min_block_size", 1)
         build_blockwise_acceptance(topk, min_block)

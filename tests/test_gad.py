@@ -192,6 +192,10 @@ def test_drafter_errors():
         make_task(gad_beta=0)
     with pytest.raises(ValueError, match="--gad-tau"):
         make_task(gad_tau=-1.0)
+    # GAD++'s tolerance is stated, never a silent 0 beside a top-beta above 1
+    with pytest.raises(ValueError, match="--gad-beta 3 needs --gad-tau: .* 3 --gad-tau 1.0"):
+        make_task(gad_beta=3)
+    assert make_task(gad_beta=3, gad_tau=1.0) is not None
 
 
 def test_gad_without_drafter_is_refused():

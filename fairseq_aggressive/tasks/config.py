@@ -105,9 +105,11 @@ class AggressiveTranslationConfig(TranslationConfig):
         default=1,
         metadata={"help": "GAD++: accept a drafted token in the verifier's top-beta (1 = exact)"},
     )
-    gad_tau: float = field(
-        default=0.0,
-        metadata={"help": "GAD++: ... whose log-prob is within tau of the top-1's"},
+    gad_tau: Optional[float] = field(
+        default=None,
+        metadata={"help": "GAD++: ... whose log-prob is within tau of the top-1's; needed with "
+                          "--gad-beta > 1 (the GAD paper's base settings: 3 and 1.0 for high quality, "
+                          "5 and 3.0 for high efficiency)"},
     )
     blockwise_topk: int = field(
         default=1,
