@@ -100,7 +100,7 @@ class NativeBeamGenerator:
                                  self.unk_penalty, self.temperature, self.len_penalty, self.normalize_scores,
                                  self.no_repeat_ngram_size)
         empty = torch.empty(0)
-        return [[{"tokens": torch.tensor(h["tokens"], dtype=torch.long), "score": torch.tensor(h["score"]),
+        return [[{"tokens": torch.from_numpy(h["tokens"]).long(), "score": torch.tensor(h["score"]),
                   "attention": empty, "alignment": empty,
-                  "positional_scores": torch.tensor(h["positional_scores"], dtype=torch.float32)} for h in sent]
+                  "positional_scores": torch.from_numpy(h["positional_scores"].copy())} for h in sent]
                 for sent in hyps]

@@ -170,8 +170,11 @@ def test_refusals():
         batch.decode_beam(2, 3, d.eos(), 10, 1, 0.0, 1.0)  # nbest > beam
     # the batch is untouched by a refusal and decodes after it; beam search keeps
     # its hypotheses apart from the batch's caches, so a second search gives the same
-    first = batch.decode_beam(2, 2, d.eos(), 10, 1, 0.0, 1.0)
-    assert len(first[0]) == 2 and batch.decode_beam(2, 2, d.eos(), 10, 1, 0.0, 1.0) == first
+    def search():
+        return [[(h["tokens"].tolist(), h["score"]) for h in s] for s in batch.decode_beam(2, 2, d.eos(), 10, 1, 0.0, 1.0)]
+
+    first = search()
+    assert len(first[0]) == 2 and search() == first
 
 
 def test_long_batch_falls_back_to_fairseq():

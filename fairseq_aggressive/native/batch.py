@@ -246,8 +246,8 @@ class NativeBatch:
         divided by (length + 1) ** ``len_penalty`` where ``normalize``;
         ``no_repeat_ngram``: n-grams of that many tokens never repeat in a
         hypothesis (0: off).  Returns per sentence its ``nbest`` best ended
-        hypotheses, best first: dicts of ``tokens`` (EOS last), ``score`` and
-        ``positional_scores`` (lists)."""
+        hypotheses, best first: dicts of ``tokens`` (EOS last; int32 array),
+        ``score`` (a float) and ``positional_scores`` (float32 array)."""
         n = len(self.src_keep)
         W = max_len + 1
         n_out = np.empty(n * nbest, dtype=np.int32)
@@ -269,12 +269,11 @@ class NativeBatch:
         for b in range(n):
             hyps = []
             for i in range(nbest):
-                k = int(n_out[b * nbest + i])
+                row = b * nbest + i
+                k = int(n_out[row])
                 if k < 0:
                     break
-                row = b * nbest + i
-                hyps.append({"tokens": tokens[row, :k].tolist(), "score": float(score[row]),
-                             "positional_scores": positional[row, :k].tolist()})
+                hyps.append({"tokens": tokens[row, :k], "score": float(score[row]), "positional_scores": positional[row, :k]})
             out.append(hyps)
         return out
 
