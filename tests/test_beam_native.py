@@ -191,3 +191,13 @@ def test_long_batch_falls_back_to_fairseq():
     native.engine.can_decode = lambda src_len, max_len: False
     _check(model, d, ref, native, rows, 4)
     assert calls
+
+
+def test_hub_translate_with_the_engine():
+    """A hub model's translate(beam=N, engine="native"): fairseq's beam output."""
+    from fairseq_aggressive.translator import load_hub
+
+    hub = load_hub("models/uagec-9x3")
+    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
+        lines = [next(f).strip() for _ in range(8)]
+    assert hub.translate(lines, beam=4, engine="native") == hub.translate(lines, beam=4)
