@@ -168,6 +168,10 @@ def test_refusals():
     batch = engine.begin(make_sample([[5, 6, d.eos()]], d.pad())["net_input"]["src_tokens"], 0)
     with pytest.raises(ValueError, match="does not fit"):
         batch.decode_beam(2, 3, d.eos(), 10, 1, 0.0, 1.0)  # nbest > beam
+    with pytest.raises(ValueError, match="does not fit"):
+        batch.decode_beam(2, 2, len(d), 10, 1, 0.0, 1.0)  # a first token beyond the vocabulary
+    with pytest.raises(ValueError, match="does not fit"):
+        batch.decode_beam(2, 2, d.eos(), engine.tgt_positions, 1, 0.0, 1.0)  # beyond the position table
     # the batch is untouched by a refusal and decodes after it; beam search keeps
     # its hypotheses apart from the batch's caches, so a second search gives the same
     def search():

@@ -262,9 +262,10 @@ class NativeBatch:
         if rc == -2:
             raise self.engine.failure("beam search")
         if rc != 0:
-            raise ValueError(f"native engine: beam search of beam {beam}, nbest {nbest}, lengths {min_len}..{max_len} "
-                             "does not fit this batch (nbest <= beam, 2 x beam <= the vocabulary, a batch "
-                             "without a shortlist, decoded once)")
+            raise ValueError(f"native engine: beam search of beam {beam}, nbest {nbest}, lengths {min_len}..{max_len}, "
+                             f"first token {first} does not fit this batch (nbest <= beam, 2 x beam <= the "
+                             "vocabulary, max_len + 1 within the target positions, a batch without a shortlist "
+                             "that no other search decoded)")
         out = []
         for b in range(n):
             hyps = []

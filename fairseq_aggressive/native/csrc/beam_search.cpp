@@ -52,11 +52,13 @@ class BeamSearch {
   int run() {
     const int B = (int)st_.sents.size(), K = a_.beam;
     if (K < 1 || a_.nbest < 1 || a_.nbest > K || a_.max_len < 1 || a_.min_len < 0 || a_.min_len > a_.max_len ||
-        a_.no_repeat_ngram < 0 || !(a_.temperature > 0.f) || st_.shortlist || 2 * K > V_)
+        a_.no_repeat_ngram < 0 || !(a_.temperature > 0.f) || st_.shortlist || 2 * K > V_ || a_.first < 0 ||
+        a_.first >= V_)
       return -1;
+    // every step's position within the target position table (a sinusoidal one is a table too)
+    if (!m_.w.tgt_pos.empty() && a_.max_len + 1 > (int)(m_.w.tgt_pos.size() / m_.cfg.C)) return -1;
     for (const Sentence& s : st_.sents)
       if (s.len != 0) return -1;
-    const int nl = (int)m_.w.dec.size(), C = m_.cfg.C;
     hs_.sents.resize((size_t)B * K);
     beams_.resize(B);
     for (int b = 0; b < B; ++b) {
@@ -73,8 +75,6 @@ class BeamSearch {
         h.enc = &st_.sents[b];
       }
     }
-    (void)nl;
-    (void)C;
     skip_.assign(V_, 0);
     for (int step = 0; step <= a_.max_len; ++step) {
       if (!decode_step(step)) break;

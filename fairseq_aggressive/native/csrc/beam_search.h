@@ -38,7 +38,8 @@ struct BeamArgs {
 };
 
 // 0, or -1 (nothing decoded) if an argument does not fit (beam, nbest, the
-// lengths, the vocabulary; a state with a shortlist or already decoded from).
+// lengths, the first token, the vocabulary, the target positions; a state
+// with a shortlist or already decoded from).
 // The state's own caches are not used: the hypotheses have theirs, and a
 // second search of the same state gives the same.  The engine's failures throw.
 int decode_beam(Model& m, State& st, const BeamArgs& a);
