@@ -370,3 +370,25 @@ def test_models_filter_and_resume(tmp_path, monkeypatch):
     assert len(calls) == 1 and (save / "TRAINED").read_text() == f"{budget} updates\n"
     assert any(f"raised from {budget - 1000} to {budget}" in line for line in lines)
     assert any(f"resuming after {budget - 1000} updates" in line for line in lines)
+
+
+def test_the_other_direction_of_a_language_pair(tmp_path):
+    """--direction ro-en: the config's directions: entry on top (languages, the paper's
+    settings of that direction), the same prepared data, references of its target language."""
+    path = os.path.join(ROOT, "configs", "translation", "wmt16_enro.yaml")
+    own = pipeline.load_config(path, "paper")
+    assert own["direction"] == "en-ro" and own["decode"]["modes"]["gad++-hq"]["gad-tau"] == 4.0
+    assert pipeline.load_config(path, "paper", "en-ro") == own
+    cfg = pipeline.load_config(path, "paper", "ro-en")
+    assert (cfg["src"], cfg["tgt"], cfg["direction"]) == ("ro", "en", "ro-en")
+    assert cfg["decode"]["modes"]["gad++-hq"]["gad-beta"] == 3 and cfg["decode"]["modes"]["gad++-hq"]["gad-tau"] == 2.0
+    assert cfg["bench"]["gad++-he"]["gad-tau"] == 3.0
+    pipe = pipeline.Pipeline(cfg, tmp_path, dry_run=True, log=lambda _: None)
+    assert pipe.expand(cfg["evaluate"]["sacrebleu-reference"]) == str(tmp_path / "data" / "test.raw.en")
+    pipe.train()
+    train = [list(map(str, a)) for a in pipe.commands if os.path.basename(str(a[0])) == "fairseq-train"]
+    assert train and all(a[a.index("--source-lang") + 1] == "ro" for a in train)
+    ende = pipeline.load_config(os.path.join(ROOT, "configs", "translation", "wmt14_ende.yaml"), "cpu", "de-en")
+    assert (ende["src"], ende["tgt"], ende["evaluate"]["compound-split"]) == ("de", "en", False)
+    with pytest.raises(SystemExit, match="has no direction 'fr-en' \\(it has: en-ro, ro-en\\)"):
+        pipeline.load_config(path, "paper", "fr-en")

@@ -2,7 +2,7 @@
 """Run a paper-reproduction pipeline described by a config in ``configs/``.
 
     python scripts/experiments/pipeline.py configs/translation/wmt14_ende.yaml [--scale paper|cpu|ci]
-        [--work DIR] [--steps prepare,train,decode,bench] [--dry-run]
+        [--direction de-en] [--work DIR] [--steps prepare,train,decode,bench] [--dry-run]
     python scripts/experiments/pipeline.py CONFIG [--scale S] --train-options MODEL
 
 A config names the data preparation command (a script of ``scripts/data/``, or
@@ -12,9 +12,12 @@ evaluate (``fairseq-generate`` options) and the speed benchmarks
 (``fairseq-aggressive-bench`` runs).  ``scales:`` in the config
 overrides the paper settings for a smaller machine: ``cpu`` runs end to end on 2
 CPU cores on the offline corpora (Debian en-de, UA-GEC), ``ci`` on the bundled
-sample in a few minutes.  Values may name other things with ``{work}``,
+sample in a few minutes.  ``directions:`` holds the other direction of a language
+pair (``--direction de-en``: its languages and the settings the papers give it),
+decoded on the same prepared data (the dictionary is joined).  Values may name other things with ``{work}``,
 ``{data}`` (the binarized data), ``{raw}`` (the prepared data directory),
-``{root}`` (this repository), ``{distill}`` (the distilled data) and ``{MODEL}``
+``{root}`` (this repository), ``{distill}`` (the distilled data), ``{src}`` and ``{tgt}``
+(the languages) and ``{MODEL}``
 (that model's checkpoint, e.g. ``{teacher}``); ``${VAR}`` reads the environment.
 
 Steps (default: all): ``prepare`` (data), ``train`` (every model, with Seq-KD
@@ -60,7 +63,10 @@ def deep_merge(base, over):
     return out
 
 
-def load_config(path, scale):
+def load_config(path, scale, direction=None):
+    """The config at ``path`` for ``scale`` (its ``scales:`` entry on top of the
+    paper settings) and ``direction`` (``SRC-TGT``; None: the config's own; another
+    is its ``directions:`` entry on top of that)."""
     import yaml
 
     path = Path(path)
@@ -69,6 +75,7 @@ def load_config(path, scale):
     with open(path, encoding="utf-8") as f:
         cfg = yaml.safe_load(f)
     scales = cfg.pop("scales", {}) or {}
+    directions = cfg.pop("directions", {}) or {}
     if scale != "paper":
         if scale not in scales:
             raise ConfigError(f"{path} has no scale {scale!r} (it has: paper, {', '.join(scales)})")
@@ -82,6 +89,14 @@ def load_config(path, scale):
             raise ConfigError(f"{path}: missing '{key}'")
     if cfg["kind"] not in ("translation", "gec"):
         raise ConfigError(f"{path}: kind must be translation or gec, not {cfg['kind']!r}")
+    own = f"{cfg['src']}-{cfg['tgt']}"
+    if direction not in (None, own):
+        if direction not in directions:
+            raise ConfigError(f"{path} has no direction {direction!r} (it has: {', '.join([own, *directions])})")
+        cfg = deep_merge(cfg, directions[direction])
+        if f"{cfg['src']}-{cfg['tgt']}" != direction:
+            raise ConfigError(f"{path}: direction {direction} sets src {cfg['src']!r} and tgt {cfg['tgt']!r}")
+    cfg["direction"], cfg["own_direction"] = direction or own, own
     cfg["models"] = {name: m for name, m in cfg["models"].items() if m is not None}  # null drops a model
     return cfg
 
@@ -138,7 +153,8 @@ class Pipeline:
 
         value = re.sub(r"\$\{(\w+)\}", env, value)
         known = {"work": self.work, "data": self.data, "raw": self.raw, "root": ROOT,
-                 "distill": self.distill_dir / "bin", "user_dir": USER_DIR}
+                 "distill": self.distill_dir / "bin", "user_dir": USER_DIR, "src": self.cfg["src"],
+                 "tgt": self.cfg["tgt"]}
 
         def name(m):
             key = m.group(1)
@@ -392,7 +408,7 @@ def write_results(work, cfg, decode, bench):
         old["bench"] = {name: {m: {k: v for k, v in r.items() if not isinstance(v, (list, dict))}
                                for m, r in b["modes"].items()} for name, b in bench.items()}
     path.write_text(json.dumps(old, indent=1))
-    lines = [f"# {cfg.get('description', '')}", ""]
+    lines = [f"# {cfg.get('description', '')} ({cfg.get('direction', '')})", ""]
     if old.get("decode"):
         keys = [k for k in ("bleu", "bleu_compound_split", "sacrebleu", "precision", "recall", "f0.5", "gleu")
                 if any(k in r for r in old["decode"].values())]
@@ -421,6 +437,9 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("config", help="a YAML file under configs/")
     ap.add_argument("--scale", default="paper", help="paper (default), cpu or ci")
+    ap.add_argument("--direction", default=None, metavar="SRC-TGT",
+                    help="a direction of the config's language pair (default: its own src-tgt; the other is "
+                    "its directions: entry, e.g. de-en)")
     ap.add_argument("--work", default=None, help="output directory (default work/NAME-SCALE)")
     ap.add_argument("--steps", default=",".join(STEPS), help=f"comma-separated subset of {','.join(STEPS)}")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
@@ -431,7 +450,7 @@ def main(argv=None):
                     help="print MODEL's fairseq-train options (shell-quoted; no data, save directory or "
                     "other models' checkpoints) and exit")
     args = ap.parse_args(argv)
-    cfg = load_config(args.config, args.scale)
+    cfg = load_config(args.config, args.scale, args.direction)
     if args.train_options:
         pipe = Pipeline(cfg, args.work or ROOT / "work")
         print(" ".join(shlex.quote(a) for a in pipe.train_options(args.train_options)))
@@ -440,7 +459,9 @@ def main(argv=None):
     bad = [s for s in steps if s not in STEPS]
     if bad:
         raise ConfigError(f"unknown step(s) {', '.join(bad)}; choose from {', '.join(STEPS)}")
-    work = args.work or ROOT / "work" / f"{Path(args.config).stem}-{args.scale}"
+    other = cfg["direction"] != cfg["own_direction"]  # the other direction works apart
+    work = args.work or ROOT / "work" / (f"{Path(args.config).stem}-{args.scale}"
+                                         + (f"-{cfg['direction']}" if other else ""))
     models = None if args.models is None else [m.strip() for m in args.models.split(",") if m.strip()]
     pipe = Pipeline(cfg, work, dry_run=args.dry_run, models=models)
     started = time.time()
