@@ -374,7 +374,7 @@ def test_models_filter_and_resume(tmp_path, monkeypatch):
 
 def test_the_other_direction_of_a_language_pair(tmp_path):
     """--direction ro-en: the config's directions: entry on top (languages, the paper's
-    settings of that direction), the same prepared data, references of its target language."""
+    settings of that direction), references of its target language."""
     path = os.path.join(ROOT, "configs", "translation", "wmt16_enro.yaml")
     own = pipeline.load_config(path, "paper")
     assert own["direction"] == "en-ro" and own["decode"]["modes"]["gad++-hq"]["gad-tau"] == 4.0

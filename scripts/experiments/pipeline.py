@@ -14,7 +14,7 @@ overrides the paper settings for a smaller machine: ``cpu`` runs end to end on 2
 CPU cores on the offline corpora (Debian en-de, UA-GEC), ``ci`` on the bundled
 sample in a few minutes.  ``directions:`` holds the other direction of a language
 pair (``--direction de-en``: its languages and the settings the papers give it),
-decoded on the same prepared data (the dictionary is joined).  Values may name other things with ``{work}``,
+prepared the same way (the dictionary is joined) in a work directory of its own.  Values may name other things with ``{work}``,
 ``{data}`` (the binarized data), ``{raw}`` (the prepared data directory),
 ``{root}`` (this repository), ``{distill}`` (the distilled data), ``{src}`` and ``{tgt}``
 (the languages) and ``{MODEL}``
