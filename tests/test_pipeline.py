@@ -392,3 +392,20 @@ def test_the_other_direction_of_a_language_pair(tmp_path):
     assert (ende["src"], ende["tgt"], ende["evaluate"]["compound-split"]) == ("de", "en", False)
     with pytest.raises(SystemExit, match="has no direction 'fr-en' \\(it has: en-ro, ro-en\\)"):
         pipeline.load_config(path, "paper", "fr-en")
+
+
+def test_averaged_checkpoints_where_the_paper_averages(tmp_path):
+    """GAD's verifier and drafter (average-last: 10): trained with interval checkpoints, averaged
+    after training, and decoded with the average; the small scales keep their last checkpoint."""
+    path = os.path.join(ROOT, "configs", "translation", "wmt14_ende.yaml")
+    pipe = pipeline.Pipeline(pipeline.load_config(path, "paper"), tmp_path, dry_run=True, log=lambda _: None)
+    pipe.train()
+    flat = [list(map(str, a)) for a in pipe.commands]
+    avg = [a for a in flat if a[1].endswith("average_checkpoints.py")]
+    assert [a[2] for a in avg] == [str(tmp_path / "models" / n) for n in ("verifier", "drafter")]
+    train = next(a for a in flat if "--save-dir" in a and a[a.index("--save-dir") + 1].endswith("verifier"))
+    assert flat.index(avg[0]) > flat.index(train)  # averaged once trained
+    assert "--keep-interval-updates" in train and int(train[train.index("--keep-interval-updates") + 1]) >= 10
+    assert str(pipe.checkpoint("verifier")).endswith("verifier/checkpoint_avg10.pt")
+    cpu = pipeline.Pipeline(pipeline.load_config(path, "cpu"), tmp_path / "cpu", dry_run=True, log=lambda _: None)
+    assert str(cpu.checkpoint("drafter")).endswith("drafter/checkpoint_last.pt")

@@ -18,7 +18,8 @@ prepared the same way (the dictionary is joined) in a work directory of its own.
 ``{data}`` (the binarized data), ``{raw}`` (the prepared data directory),
 ``{root}`` (this repository), ``{distill}`` (the distilled data), ``{src}`` and ``{tgt}``
 (the languages) and ``{MODEL}``
-(that model's checkpoint, e.g. ``{teacher}``); ``${VAR}`` reads the environment.
+(that model's checkpoint, e.g. ``{teacher}``: ``checkpoint: best`` (default) or ``last``, or with
+``average-last: N`` its last N interval checkpoints averaged); ``${VAR}`` reads the environment.
 
 Steps (default: all): ``prepare`` (data), ``train`` (every model, with Seq-KD
 ``distill`` before the first model trained on distilled data: a model's ``data: distill``
@@ -136,6 +137,8 @@ class Pipeline:
         model = self.cfg["models"][name]
         if model.get("same-as"):
             return self.checkpoint(model["same-as"])
+        if model.get("average-last"):  # its last N interval checkpoints averaged (average())
+            return self.work / "models" / name / f"checkpoint_avg{model['average-last']}.pt"
         return self.work / "models" / name / f"checkpoint_{model.get('checkpoint', 'best')}.pt"
 
     def expand(self, value):
@@ -235,10 +238,11 @@ class Pipeline:
                 self.log(f"(model {name}: its budget was raised from {finished[0]} to {budget} updates; "
                          "models and distilled data made from its older checkpoint are kept: remove them to redo)")
                 done.unlink()
-            updates = self.trained_updates(save) if not done.exists() and self.checkpoint(name).exists() else 0
+            updates = self.trained_updates(save) if not done.exists() else 0
             if budget and updates >= int(budget):
                 done.write_text(f"{budget} updates\n")
             if done.exists():
+                self.average(name, model, save)
                 self.log(f"(model {name}: found {self.checkpoint(name)})")
                 return
             if updates:  # fairseq-train resumes from checkpoint_last.pt
@@ -251,6 +255,16 @@ class Pipeline:
         self.run(argv + option_args(self.expand(options)))
         if not self.dry_run:
             done.write_text(f"{options.get('max-update', '')} updates\n")
+        self.average(name, model, save)
+
+    def average(self, name, model, save):
+        """A model with ``average-last: N``: its last N interval checkpoints averaged
+        (scripts/experiments/average_checkpoints.py) into the checkpoint it decodes with."""
+        n = model.get("average-last")
+        if not n or (not self.dry_run and self.checkpoint(name).exists()):
+            return
+        self.run([sys.executable, ROOT / "scripts" / "experiments" / "average_checkpoints.py", save,
+                  "--last", str(n), "--output", self.checkpoint(name)])
 
     def train_options(self, name):
         """The fairseq-train options of model ``name`` (train-common + its own), without
