@@ -1,15 +1,17 @@
 """scripts/experiments/average_checkpoints.py: the last N interval checkpoints of a
 run averaged parameter by parameter into one checkpoint fairseq loads."""
+import importlib.util
 import os
-import sys
 
 import pytest
 import torch
 
 from helpers import ROOT
 
-sys.path.insert(0, os.path.join(ROOT, "scripts", "experiments"))
-import average_checkpoints  # noqa: E402
+_spec = importlib.util.spec_from_file_location(
+    "average_checkpoints", os.path.join(ROOT, "scripts", "experiments", "average_checkpoints.py"))
+average_checkpoints = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(average_checkpoints)
 
 
 def _save(path, updates, value):
