@@ -151,8 +151,8 @@ class AggressiveTranslationConfig(TranslationConfig):
     native_isa: str = field(
         default="auto",
         metadata={
-            "help": "the native engine's build target: auto = the best this CPU runs (avx512vnni, "
-            "avx512, avx2, generic on x86-64; generic on aarch64), or one of them by name; every "
+            "help": "the native engine's build target: auto = the best this CPU runs (avx512amx, "
+            "avx512vnni, avx512, avx2, generic on x86-64; generic on aarch64), or one of them by name; every "
             "target gives the same output, only the speed differs. FAIRSEQ_AGGRESSIVE_ISA sets it "
             "for every model (docs/exactness-and-portability.md)"
         },
