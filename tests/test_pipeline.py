@@ -402,7 +402,8 @@ def test_averaged_checkpoints_where_the_paper_averages(tmp_path):
     pipe.train()
     flat = [list(map(str, a)) for a in pipe.commands]
     avg = [a for a in flat if a[1].endswith("average_checkpoints.py")]
-    assert [a[2] for a in avg] == [str(tmp_path / "models" / n) for n in ("verifier", "drafter")]
+    assert [a[2] for a in avg] == [str(tmp_path / "models" / n) for n in ("verifier", "drafter", "verifier-big",
+                                                                          "drafter-big")]
     train = next(a for a in flat if "--save-dir" in a and a[a.index("--save-dir") + 1].endswith("verifier"))
     assert flat.index(avg[0]) > flat.index(train)  # averaged once trained
     assert "--keep-interval-updates" in train and int(train[train.index("--keep-interval-updates") + 1]) >= 10
