@@ -12,7 +12,7 @@ import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq_aggressive.beam_generator import NativeBeamGenerator
+from fairseq_aggressive.native.beam import NativeBeamGenerator
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable
 from helpers import make_model, make_sample, make_task, needs_native
 from test_equivalence import SHAPES, batches, random_sources

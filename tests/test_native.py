@@ -357,8 +357,10 @@ def test_bench_engine_modes():
     args = argparse.Namespace(drafter_path=None)
     assert mode_overrides("greedy-native", args) == dict(beam=1, decoding="iad", max_draft_len=0, engine="native")
     assert mode_overrides("iad@4-torch", args) == dict(beam=1, decoding="iad", max_draft_len=4, engine="torch")
+    # fairseq's beam search in the engine is a mode of its own; -torch is for aggressive modes
+    assert mode_overrides("beam5-native", args) == dict(beam=5, decoding="beam", engine="native")
     with pytest.raises(SystemExit, match="applies to aggressive modes"):
-        mode_overrides("beam5-native", args)
+        mode_overrides("beam5-torch", args)
 
 
 def test_bench_counts_near_ties():

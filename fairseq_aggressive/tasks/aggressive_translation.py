@@ -51,7 +51,7 @@ class AggressiveTranslationTask(TranslationTask):
             generator = super().build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
             if opts.engine == "native" and not given.get("score_reference") and seq_gen_cls is None:
                 # beam search (greedy at --beam 1) in the engine, fairseq's own for what it cannot take
-                from ..beam_generator import native_beam_from
+                from ..native.beam import native_beam_from
 
                 return native_beam_from(generator, models, self.target_dictionary, threads=opts.native_threads,
                                         isa=opts.native_isa)

@@ -24,10 +24,10 @@ def native_beam_from(fallback, models, tgt_dict, threads: Optional[int] = None, 
     from fairseq.search import BeamSearch
     from fairseq.sequence_generator import SequenceGenerator
 
-    from .native import NativeEngine
-    from .options import check_single_model
+    from .engine import NativeEngine
 
-    check_single_model(models)
+    if len(models) != 1:
+        raise ValueError(f"--engine native decodes with a single model, got an ensemble of {len(models)}")
     if type(fallback) is not SequenceGenerator or type(fallback.search) is not BeamSearch:
         raise ValueError(f"--engine native decodes beam search: not {type(fallback.search).__name__} "
                          "(--sampling, --diverse-beam-groups, --diversity-rate, --constraints and "
