@@ -205,3 +205,5 @@ def test_hub_translate_with_the_engine():
     with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
         lines = [next(f).strip() for _ in range(8)]
     assert hub.translate(lines, beam=4, engine="native") == hub.translate(lines, beam=4)
+    with pytest.raises(ValueError, match="decodes plain beam search, not SequenceGenerator with Sampling"):
+        hub.translate(lines[:1], beam=2, engine="native", sampling=True)

@@ -9,12 +9,9 @@ scores (up to the last bits of float32 sums), for ``--beam``, ``--nbest``,
 n-gram the hypothesis already holds); fairseq's CPU fallback compares the
 hypothesis buffer's padded tail and so blocks nothing on a CPU.
 """
-import logging
 from typing import Dict, List, Optional
 
 import torch
-
-logger = logging.getLogger("fairseq_aggressive")
 
 
 def native_beam_from(fallback, models, tgt_dict, threads: Optional[int] = None, isa: Optional[str] = None):
@@ -29,9 +26,9 @@ def native_beam_from(fallback, models, tgt_dict, threads: Optional[int] = None, 
     if len(models) != 1:
         raise ValueError(f"--engine native decodes with a single model, got an ensemble of {len(models)}")
     if type(fallback) is not SequenceGenerator or type(fallback.search) is not BeamSearch:
-        raise ValueError(f"--engine native decodes beam search: not {type(fallback.search).__name__} "
-                         "(--sampling, --diverse-beam-groups, --diversity-rate, --constraints and "
-                         "--prefix-size are fairseq's; use --engine torch)")
+        raise ValueError(f"--engine native decodes plain beam search, not {type(fallback).__name__} with "
+                         f"{type(fallback.search).__name__} (--sampling, --diverse-beam-groups, --diversity-rate, "
+                         "--constraints, --prefix-size and --print-alignment are fairseq's own; use --engine torch)")
     if fallback.match_source_len or fallback.lm_model is not None:
         raise ValueError("--match-source-len and --lm-path are not supported by --engine native; use --engine torch")
     model = models[0]
@@ -71,7 +68,6 @@ class NativeBeamGenerator:
         self.temperature, self.normalize_scores = temperature, normalize_scores
         self.no_repeat_ngram_size = no_repeat_ngram_size
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
-        self.vocab_size = len(tgt_dict)
 
     @property
     def native(self):
