@@ -38,15 +38,15 @@ def test_peak_memory_side_by_side():
 
     script = os.path.join(ROOT, "scripts", "diagnostics", "peak_memory.py")
     proc = subprocess.run([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
-                           "--sentences", "3", "--modes", "greedy,beam2-native"],
+                           "--sentences", "3", "--modes", "greedy-native,beam2-native"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {ln.split("|")[1].strip(): [float(x) for x in ln.split("|")[2:6]]
-            for ln in proc.stdout.splitlines() if ln.startswith("| greedy") or ln.startswith("| beam2-native")}
-    assert set(rows) == {"greedy", "beam2-native"}
+            for ln in proc.stdout.splitlines() if ln.startswith("| greedy-native") or ln.startswith("| beam2-native")}
+    assert set(rows) == {"greedy-native", "beam2-native"}
     for peak, loaded, adds, ratio in rows.values():
         assert peak >= loaded > 50 and ratio > 0
-    assert rows["greedy"][3] == 1.0
+    assert rows["greedy-native"][3] == 1.0
     bad = subprocess.run([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
                           "--modes", "nope"], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert bad.returncode != 0 and "unknown mode 'nope'" in bad.stderr
+    assert bad.returncode != 0 and "unknown benchmark mode 'nope'" in bad.stderr

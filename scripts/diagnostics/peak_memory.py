@@ -6,32 +6,28 @@ the same process that only loaded the model.
     python scripts/diagnostics/peak_memory.py models/uagec-9x3 data/uagec-sample/test.tok.src \\
         [--modes greedy,iad,beam5] [--sentences 50] [--drafter-path D.pt]
 
-Modes: ``greedy`` (the engine's greedy, ``--decoding iad --max-draft-len 0``),
-``iad``, ``gad`` and ``feature-ar`` (with ``--drafter-path``), ``beamN``
-(fairseq's beam search), ``beamN-native`` (the same in the engine).
+Modes: the benchmark's (``fairseq-aggressive-bench``; docs/benchmark.md):
+``greedy``, ``greedy-native``, ``iad``, ``gad``, ``feature-ar`` (with
+``--drafter-path``), ``beamN``, ``beamN-native``, their ``-int8`` forms, ...
 """
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 
 
 def settings_of(mode: str, drafter_path=None) -> dict:
-    """The Translator settings (or hub translate() arguments, for beam modes) of a mode."""
-    if mode == "greedy":
-        return dict(decoding="iad", max_draft_len=0)
-    if mode == "iad":
-        return dict(decoding="iad")
-    if mode in ("gad", "feature-ar"):
-        if not drafter_path:
-            raise SystemExit(f"error: mode {mode} needs --drafter-path")
-        return dict(decoding=mode, drafter_path=drafter_path)
-    m = re.fullmatch(r"beam(\d+)(-native)?", mode)
-    if m:
-        return dict(beam=int(m.group(1)), **({"engine": "native"} if m.group(2) else {}))
-    raise SystemExit(f"error: unknown mode {mode!r} (greedy, iad, gad, feature-ar, beamN, beamN-native)")
+    """The generation settings of a benchmark mode (fairseq_aggressive.bench.modes)."""
+    import argparse
+
+    from fairseq_aggressive.bench.ct2 import COMPUTE_TYPES
+    from fairseq_aggressive.bench.modes import mode_overrides
+
+    if mode in COMPUTE_TYPES:
+        raise SystemExit(f"error: unknown mode {mode!r}: CTranslate2 runs in a process of its own")
+    args = argparse.Namespace(drafter_path=drafter_path, gad_beta=1, gad_tau=None, bench_shortlist=None)
+    return mode_overrides(mode, args)
 
 
 def child(model_dir: str, sentences_file: str, n: int, settings: dict) -> None:
@@ -47,11 +43,11 @@ def child(model_dir: str, sentences_file: str, n: int, settings: dict) -> None:
         lines = [ln.strip() for ln, _ in zip(f, range(n))]
     hub = load_hub(model_dir)
     loaded = rss()
-    if "beam" in settings:
+    if settings.get("decoding", "beam") == "beam":  # fairseq's beam search, or the engine's
         for s in lines:
             hub.translate(s, **settings)
-    else:
-        t = Translator(hub, **settings)
+    else:  # a Translator decodes with beam 1
+        t = Translator(hub, **{k: v for k, v in settings.items() if k != "beam"})
         for s in lines:
             t.translate(s)
     print(json.dumps({"loaded": loaded, "peak": rss()}))
@@ -61,7 +57,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model_dir")
     p.add_argument("sentences")
-    p.add_argument("--modes", default="greedy,iad,beam5,beam5-native")
+    p.add_argument("--modes", default="greedy-native,iad,beam5,beam5-native")
     p.add_argument("--sentences", dest="n", type=int, default=50)
     p.add_argument("--drafter-path", default=None)
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)

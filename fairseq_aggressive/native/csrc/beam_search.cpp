@@ -131,7 +131,7 @@ class BeamSearch {
   // candidates, ended hypotheses and next beam.  False once every sentence is done.
   bool decode_step(int step) {
     std::vector<int32_t> sent, tokens, row_len;
-    std::vector<int> row_beam, row_hyp;
+    std::vector<int> row_beam;  // each row's sentence
     for (Beam& bm : beams_) {
       if (bm.done) continue;
       const int R = step == 0 ? 1 : a_.beam;  // fairseq's first step reads the first hypothesis only
@@ -140,7 +140,6 @@ class BeamSearch {
         tokens.push_back(bm.toks[i][step]);
         row_len.push_back(1);
         row_beam.push_back(bm.b);
-        row_hyp.push_back(i);
       }
     }
     const int n = (int)sent.size();

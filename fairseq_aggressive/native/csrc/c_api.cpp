@@ -37,10 +37,7 @@ constexpr int kApiVersion = 16;
 
 }  // namespace
 
-using fa::capi::guarded;
-using fa::capi::model;
-using fa::capi::state;
-using fa::capi::weights_to_change;
+using namespace fa::capi;  // model(), state(), guarded(), weights_to_change()
 
 // The library's only exported symbols (it is built with -fvisibility=hidden)
 #pragma GCC visibility push(default)

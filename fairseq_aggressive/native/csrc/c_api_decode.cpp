@@ -18,10 +18,7 @@
 
 using fa::Model;
 using fa::State;
-using fa::capi::guarded;
-using fa::capi::model;
-using fa::capi::state;
-using fa::capi::weights_to_change;
+using namespace fa::capi;  // model(), state(), guarded(), weights_to_change()
 
 #pragma GCC visibility push(default)
 extern "C" {
