@@ -24,10 +24,16 @@ def build_drafter_and_rule(opts: DecodingOptions, task, models):
     return DECODINGS[opts.decoding](opts, task, models)
 
 
+# the longest draft of drafted beam search where --max-draft-len is not given (docs/how-it-works.md)
+BEAM_DRAFT_LEN = 4
+
+
 def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwargs):
     """The generator of an aggressive decoding (``opts``) for ``fairseq-generate``'s ``args``."""
     if not opts.aggressive:
         raise ValueError("--decoding beam is fairseq's own generator")
+    if opts.decoding == "iad" and getattr(args, "beam", 5) != 1:
+        return build_drafted_beam(task, models, args, opts)
     check_generation_args(args, opts.decoding)
     if kwargs.get("prefix_allowed_tokens_fn") is not None:
         raise ValueError(f"prefix_allowed_tokens_fn is not supported with --decoding {opts.decoding}")
@@ -61,6 +67,33 @@ def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwar
     # every generator of a hub model's translate() calls, with its engine and threads)
     weakref.finalize(generator, _log_summary, generator.stats, opts.decoding)
     return generator
+
+
+def build_drafted_beam(task, models, args, opts: DecodingOptions):
+    """``--decoding iad --beam N``: the engine's beam search (fairseq's
+    ``SequenceGenerator`` with ``BeamSearch``, the same output) with its best
+    hypothesis drafted from the source (native/beam.py); fairseq's own beam
+    search, logged once, where the engine does not run and ``--engine`` is ``auto``."""
+    from fairseq.tasks.translation import TranslationTask
+
+    from .engines import choose_engine
+    from .native.beam import CopyDrafts, native_beam_from
+
+    for flag, given in (("--vocab-shortlist", opts.vocab_shortlist is not None), ("--python-loop", opts.python_loop),
+                        (f"--iad-branches {opts.iad_branches}", opts.iad_branches != 1)):
+        if given:
+            raise ValueError(f"{flag} is not supported with --decoding iad --beam N (drafted beam search)")
+    if opts.engine == "torch":
+        raise ValueError("--decoding iad with --beam N > 1 (drafted beam search) runs in the native engine: "
+                         "--engine native or auto, or --decoding beam for fairseq's own beam search")
+    fallback = TranslationTask.build_generator(task, models, args)
+    drafter, _ = build_drafter_and_rule(opts, task, models)
+    max_draft = BEAM_DRAFT_LEN if opts.max_draft_len is None else opts.max_draft_len
+    drafts = CopyDrafts(drafter.copy_source, max_draft, opts.iad_ngram_min, opts.iad_ngram_max)
+    built = choose_engine(opts.engine, lambda: native_beam_from(fallback, models, task.target_dictionary,
+                                                                threads=opts.native_threads, isa=opts.native_isa,
+                                                                drafts=drafts), "drafted beam search")
+    return fallback if built is None else built
 
 
 def _shortlist(task, n):

@@ -175,7 +175,7 @@ def test_refusals():
     # the batch is untouched by a refusal and decodes after it; beam search keeps
     # its hypotheses apart from the batch's caches, so a second search gives the same
     def search():
-        return [[(h["tokens"].tolist(), h["score"]) for h in s] for s in batch.decode_beam(2, 2, d.eos(), 10, 1, 0.0, 1.0)]
+        return [[(h["tokens"].tolist(), h["score"]) for h in s] for s in batch.decode_beam(2, 2, d.eos(), 10, 1, 0.0, 1.0)[0]]
 
     first = search()
     assert len(first[0]) == 2 and search() == first

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from fairseq_aggressive.bench.modes import mode_overrides, reference_mode, without_target
-from fairseq_aggressive.bench.report import print_edit_table, print_position_table, print_table, summarize
+from fairseq_aggressive.bench.report import beam_width, print_edit_table, print_position_table, print_table, summarize
 from fairseq_aggressive.evaluation.edit_spans import bound_of_spans, edit_span_ranges, span_lengths
 from fairseq_aggressive.stats import DecodingStats
 
@@ -45,6 +45,8 @@ def args(**kw):
     ("beam4", dict(beam=4, decoding="beam")),
     ("beam5-native", dict(beam=5, decoding="beam", engine="native")),
     ("beam2-native-int8", dict(beam=2, decoding="beam", engine="native", inference_precision="int8")),
+    ("iad-beam5", dict(beam=5, decoding="iad", engine="native")),
+    ("iad@6-beam4-int8", dict(beam=4, decoding="iad", engine="native", max_draft_len=6, inference_precision="int8")),
 ])
 def test_mode_names(name, expected):
     assert mode_overrides(name, args()) == expected
@@ -62,6 +64,7 @@ def test_mode_names(name, expected):
     ("beam0-native", "the beam must be >= 1"),
     ("beam5-native-pyloop", "-pyloop applies to IAD"),
     ("beam5-torch", "-torch applies to aggressive modes"),
+    ("iad-beam1", "the beam must be >= 2"),
 ])
 def test_bad_mode_names(name, message):
     with pytest.raises(SystemExit, match=message):
@@ -85,6 +88,10 @@ def test_reference_modes():
     # the engine's beam search: fairseq's of the same width and precision, where the run has it
     beams = ["greedy", "beam5", "beam5-int8", "beam5-native", "beam5-native-int8", "beam4-native"]
     assert [reference_mode(m, beams) for m in beams[3:]] == ["beam5", "beam5-int8", "greedy"]
+    # drafted beam search: the engine's beam search of its width, else fairseq's
+    assert reference_mode("iad-beam5", beams) == "beam5-native"
+    assert reference_mode("iad@8-beam5-int8", beams) == "beam5-native-int8"
+    assert reference_mode("iad-beam5", ["greedy", "beam5"]) == "beam5"
     assert without_target("iad-int8:avx512") == "iad-int8"
     # the drafter's precision, its shortlist and the loop leave the verifier, and so the reference, as it is
     modes = ["greedy", "greedy-int8"]
@@ -168,6 +175,7 @@ def test_beam_modes_against_ctranslate2s_beam_of_their_width():
     assert native["speedup_vs_ct2_beam"] == pytest.approx(1.5) and native["ct2_beam_reference"] == "ct2-int8-beam5"
     assert native["identical_to_greedy"] == 2  # against beam5, its reference
     assert "speedup_vs_ct2_beam" not in res["modes"]["ct2-int8"]
+    assert beam_width("iad@8-beam5-int8") == 5 and beam_width("base_beam5") == 5 and beam_width("iad") == 1
     out = io.StringIO()
     print_table(res, out)
     assert "x CT2's fastest beam of its width" in out.getvalue()

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from helpers import ROOT, USER_DIR, generate, run, sample_test_size, tool
+from helpers import NATIVE_REASON, ROOT, USER_DIR, generate, run, sample_test_size, tool
 
 # trains a model on the sample (conftest.py's `trained`): minutes
 pytestmark = pytest.mark.slow
@@ -143,13 +143,19 @@ def test_hub_api_iad(trained):
                                            bpe_codes=str(data.parent / "bpe.codes"))
     lines = [l.strip() for l in open(os.path.join(ROOT, "data/uagec-sample/valid.tok.src"), encoding="utf-8")][:10]
     assert hub.translate(lines, beam=1, decoding="iad") == hub.translate(lines, beam=1)
-    with pytest.raises(ValueError, match="--beam 1"):
-        hub.translate(lines[:1], beam=5, decoding="iad")
+    # --beam N > 1: the engine's beam search, drafted (fairseq's beam's output); not on the torch path
+    if NATIVE_REASON is None:
+        assert hub.translate(lines, beam=4, decoding="iad") == hub.translate(lines, beam=4)
+    with pytest.raises(ValueError, match="runs in the native engine"):
+        hub.translate(lines[:1], beam=5, decoding="iad", engine="torch")
+    with pytest.raises(ValueError, match="--iad-branches 2 is not supported with --decoding iad --beam N"):
+        hub.translate(lines[:1], beam=5, decoding="iad", iad_branches=2)
 
 
 def test_generate_beam_on_the_engine(trained):
     """fairseq-generate --beam 4 --nbest 2 with --engine native: fairseq's own beam's
-    hypotheses, in its order, every test sentence; int8 at --beam 1 the engine's greedy."""
+    hypotheses, in its order, every test sentence; with --decoding iad (drafted)
+    the same; int8 at --beam 1 the engine's greedy."""
     from fairseq_aggressive.evaluation.generate_output import parse_generate_lines
 
     data, ckpt = trained
@@ -170,6 +176,8 @@ def test_generate_beam_on_the_engine(trained):
     differ = [k for k in fairseq if [t for _, t in fairseq[k]] != [t for _, t in ours[k]]]
     assert not differ, f"{len(differ)} sentences differ, e.g. {fairseq[differ[0]]} / {ours[differ[0]]}"
     assert all(abs(a - b) < 1e-4 for k in fairseq for (a, _), (b, _) in zip(fairseq[k], ours[k]))
+    # drafted beam search (--decoding iad --beam N): the engine's beam search's hypotheses and scores
+    assert beam("--engine", "native", "--decoding", "iad", "--max-draft-len", "6") == ours
     # int8: beam 1 on the engine is the engine's greedy (the int8 torch model's float parts
     # are not the engine's bit for bit, so quantized activations can round apart from it:
     # tests/test_beam_native.py compares with it on random models)

@@ -27,7 +27,8 @@ SHORTLIST_DEFAULT = 1000  # -sl modes: the 1,000 most frequent tokens + the sour
 
 # the mode names, as the command's help and the error for an unknown name say them
 GRAMMAR = (
-    "beam5, greedy, iad; beamN (fairseq's beam search of width N), beamN-native (the same in the engine); "
+    "beam5, greedy, iad; beamN (fairseq's beam search of width N), beamN-native (the same in the engine), "
+    "iad-beamN (the same drafted from the source, iad@L-beamN: drafts of at most L tokens); "
     "iad@L (drafts of at most L tokens), iad-bN (N branches after an edit), iad-cost "
     "(cost-aware draft lengths; combine as iad@L-bN-cost); gad, gad++ (GAD with --drafter-path; gad@K sets the "
     "block size, gad-bf16@K a bfloat16 drafter, a final -dsl the drafter shortlist, a final -dint8 an int8 "
@@ -93,6 +94,14 @@ def mode_overrides(name: str, args) -> Dict:
         if int(beam.group(1)) < 1:
             raise SystemExit(f"benchmark mode {name}: the beam must be >= 1")
         return dict(beam=int(beam.group(1)), decoding="beam", engine="native")
+    drafted = re.fullmatch(r"iad(?:@(\d+))?-beam(\d+)", name)
+    if drafted:  # the engine's beam search drafted from the source (--decoding iad --beam N)
+        if int(drafted.group(2)) < 2:
+            raise SystemExit(f"benchmark mode {name}: the beam must be >= 2 (iad is IAD's greedy search)")
+        ov = dict(beam=int(drafted.group(2)), decoding="iad", engine="native")
+        if drafted.group(1):
+            ov["max_draft_len"] = int(drafted.group(1))
+        return ov
     for engine in ("native", "torch"):
         if name.endswith("-" + engine) and name != "greedy-torch":
             base = name[: -len(engine) - 1]
@@ -165,11 +174,17 @@ def reference_mode(mode: str, modes) -> str:
     """The mode whose outputs ``mode`` must equal: greedy of the same model
     (int8: ``greedy-int8``; shortlist: ``greedy-sl`` / ``greedy-int8-sl``);
     the engine's beam search: fairseq's of the same width (``beam5-native``:
-    ``beam5``; ``beam5-native-int8``: ``beam5-int8``) where the run has it."""
+    ``beam5``; ``beam5-native-int8``: ``beam5-int8``) where the run has it;
+    drafted beam search: the engine's (``iad-beam5``: ``beam5-native``), else fairseq's."""
     mode = verifier_mode(mode)
     beam = re.fullmatch(r"(beam\d+)-native(-int8)?", mode)
     if beam and beam.group(1) + (beam.group(2) or "") in modes:
         return beam.group(1) + (beam.group(2) or "")
+    drafted = re.fullmatch(r"iad(?:@\d+)?-(beam\d+)(-int8)?", mode)
+    if drafted:
+        for ref in (drafted.group(1) + "-native", drafted.group(1)):
+            if ref + (drafted.group(2) or "") in modes:
+                return ref + (drafted.group(2) or "")
     sl = mode.endswith("-sl")
     base = mode[: -len("-sl")] if sl else mode
     int8 = base.endswith("-int8") and base not in COMPUTE_TYPES

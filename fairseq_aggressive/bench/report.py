@@ -45,6 +45,8 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
             row["speedup_vs_ct2_beam"] = totals[ct2_beams[width]] / totals[m] if totals[m] else float("nan")
             row["ct2_beam_reference"] = ct2_beams[width]
         gen = gens[m][1] if m in gens else None
+        if getattr(gen, "totals", None):  # the engine's beam search: its steps, passes, drafted reads
+            row["beam_counts"] = dict(gen.totals)
         if hasattr(gen, "stats"):
             st = gen.stats.as_dict()
             row["decoder_passes"] = st["sentence_passes"]
@@ -63,6 +65,12 @@ def summarize(modes, per_sent, totals, steps, gens, bsz, threads, load=0) -> Dic
             wins = getattr(gen.drafter, "wins", None)
             if wins:
                 row["kept_branch_kinds"] = dict(wins)
+        elif getattr(gen, "totals", None):  # a sentence's step without a pass of its hypotheses was drafted
+            c = gen.totals
+            row["decoder_passes"] = c["steps"] - c["replayed"]
+            row["batched_passes"] = c["passes"]
+            row["mean_tokens_per_pass"] = c["steps"] / max(row["decoder_passes"], 1)
+            row["mean_passes_per_sentence"] = row["decoder_passes"] / max(len(recs), 1)
         else:
             n_steps = sum(len(r[m]["tokens"]) for r in recs)  # one step per output token
             row["decoder_passes"] = n_steps
@@ -144,7 +152,7 @@ def beam_width(mode: str) -> int:
     """The beam width a mode searches with (1: greedy and the aggressive modes)."""
     if mode in COMPUTE_TYPES:
         return ct2.beam_of(mode)
-    m = re.match(r"(?:base_)?beam(\d+)", mode)
+    m = re.search(r"beam(\d+)", mode)  # beam5, base_beam5, beam5-native, iad-beam5
     return int(m.group(1)) if m else 1
 
 

@@ -222,6 +222,8 @@ def decode_blocks(blocks, gens, batches, bench, per_sent, totals, steps, tgt_dic
         for m in block:
             if hasattr(gens[m][1], "stats"):
                 gens[m][1].stats.__init__()
+            if getattr(gens[m][1], "totals", None):  # the engine's beam search counts the timed batches only
+                gens[m][1].totals.clear()
         for sample in progress_bar.progress_bar(batches, log_format="tqdm", prefix="bench"):
             sids = sample["id"].tolist()
             device = sample["net_input"]["src_tokens"].device

@@ -238,16 +238,23 @@ class NativeBatch:
                                  "model needs proposal heads, and a batch decodes once)")
 
     def decode_beam(self, beam: int, nbest: int, first: int, max_len: int, min_len: int, unk_penalty: float,
-                    temperature: float, len_penalty: float = 1.0, normalize: bool = True, no_repeat_ngram: int = 0):
+                    temperature: float, len_penalty: float = 1.0, normalize: bool = True, no_repeat_ngram: int = 0,
+                    src: Optional[np.ndarray] = None, src_len: Optional[np.ndarray] = None, max_draft: int = 0,
+                    ngram_min: int = 1, ngram_max: int = 4, draft_hyps: int = 1):
         """Beam search over the whole batch (just begun) in the engine: fairseq's
         SequenceGenerator with BeamSearch (``csrc/beam_search.h``), ``beam``
         hypotheses per sentence from the token ``first``, ``max_len`` and
         ``min_len`` as fairseq applies them (``max_len`` the batch's), scores
         divided by (length + 1) ** ``len_penalty`` where ``normalize``;
         ``no_repeat_ngram``: n-grams of that many tokens never repeat in a
-        hypothesis (0: off).  Returns per sentence its ``nbest`` best ended
-        hypotheses, best first: dicts of ``tokens`` (EOS last; int32 array),
-        ``score`` (a float) and ``positional_scores`` (float32 array)."""
+        hypothesis (0: off).  With ``src`` (each sentence's copy source in target
+        ids, ``src_len[b]`` tokens each, concatenated), the first ``draft_hyps``
+        hypotheses of each beam are drafted from their sources (at most
+        ``max_draft`` tokens; re-anchoring on suffixes of ``ngram_min`` ..
+        ``ngram_max`` tokens): the same output, in fewer passes.  Returns per sentence its ``nbest`` best ended hypotheses, best
+        first (dicts of ``tokens``: EOS last, an int32 array; ``score``: a float;
+        ``positional_scores``: a float32 array), and the search's
+        :class:`~fairseq_aggressive.native.c_api.BeamCounts`."""
         n = len(self.src_keep)
         W = max_len + 1
         n_out = np.empty(n * nbest, dtype=np.int32)
@@ -257,15 +264,25 @@ class NativeBatch:
         a = c_api.BeamArgs(beam=beam, nbest=nbest, first=first, max_len=max_len, min_len=min_len,
                            unk_penalty=unk_penalty, temperature=temperature, len_penalty=len_penalty,
                            normalize=int(bool(normalize)), no_repeat_ngram=no_repeat_ngram, n_out=_addr(n_out),
-                           tokens=_addr(tokens), positional=_addr(positional), score=_addr(score))
-        rc = self.lib.fa_decode_beam(self.engine.handle, self.handle, ctypes.byref(a))
+                           tokens=_addr(tokens), positional=_addr(positional), score=_addr(score),
+                           max_draft=max_draft, ngram_min=ngram_min, ngram_max=ngram_max, draft_hyps=draft_hyps)
+        if src is not None:
+            src = np.ascontiguousarray(src, dtype=np.int32)
+            src_len = np.ascontiguousarray(src_len, dtype=np.int32)
+            if len(src_len) != n or int(src_len.sum()) != len(src):
+                raise ValueError(f"copy sources: {len(src_len)} lengths adding up to {int(src_len.sum())} for "
+                                 f"{n} sentences and {len(src)} tokens")
+            a.src, a.src_len = _addr(src), _addr(src_len)
+        counts = c_api.BeamCounts()
+        rc = self.lib.fa_decode_beam(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(counts))
         if rc == -2:
             raise self.engine.failure("beam search")
         if rc != 0:
             raise ValueError(f"native engine: beam search of beam {beam}, nbest {nbest}, lengths {min_len}..{max_len}, "
                              f"first token {first} does not fit this batch (nbest <= beam, 2 x beam <= the "
-                             "vocabulary, max_len + 1 within the target positions, a batch without a shortlist "
-                             "that no other search decoded)")
+                             "vocabulary, max_len + 1 within the target positions, max_draft >= 0, draft_hyps "
+                             ">= 0 and 1 <= ngram_min <= ngram_max with sources, a batch without a shortlist that no "
+                             "other search decoded)")
         out = []
         for b in range(n):
             hyps = []
@@ -276,7 +293,7 @@ class NativeBatch:
                     break
                 hyps.append({"tokens": tokens[row, :k], "score": float(score[row]), "positional_scores": positional[row, :k]})
             out.append(hyps)
-        return out
+        return out, counts
 
     def _loop_result(self, rc: int, buf: "_LoopBuffers", stats, refusal: str):
         """What a loop in the engine returned: its outputs and counters; its

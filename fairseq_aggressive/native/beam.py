@@ -5,6 +5,12 @@ scores (up to the last bits of float32 sums), for ``--beam``, ``--nbest``,
 ``--lenpen``, ``--unkpen``, ``--min-len``, ``--max-len-a/-b``,
 ``--temperature``, ``--unnormalized`` and ``--no-repeat-ngram-size``.
 
+With a copy source (``--decoding iad --beam N``), the engine drafts each
+hypothesis from its source and replays beam steps from a pass's later
+positions, and leaves unread a hypothesis none of whose candidates could be
+chosen: the same output in fewer passes (docs/how-it-works.md, "Drafted beam
+search").
+
 ``--no-repeat-ngram-size`` blocks what fairseq's CUDA kernel blocks (an
 n-gram the hypothesis already holds); fairseq's CPU fallback compares the
 hypothesis buffer's padded tail and so blocks nothing on a CPU.
@@ -14,10 +20,12 @@ from typing import Dict, List, Optional
 import torch
 
 
-def native_beam_from(fallback, models, tgt_dict, threads: Optional[int] = None, isa: Optional[str] = None):
+def native_beam_from(fallback, models, tgt_dict, threads: Optional[int] = None, isa: Optional[str] = None,
+                     drafts: Optional["CopyDrafts"] = None):
     """The engine's beam search with the settings of ``fallback``, the
     SequenceGenerator fairseq built for the same arguments (it decodes what the
-    engine cannot take); a ValueError naming what the engine does not do."""
+    engine cannot take), drafted with ``drafts`` if given; a ValueError naming
+    what the engine does not do."""
     from fairseq.search import BeamSearch
     from fairseq.sequence_generator import SequenceGenerator
 
@@ -41,7 +49,20 @@ def native_beam_from(fallback, models, tgt_dict, threads: Optional[int] = None, 
         max_len_b=fallback.max_len_b, max_len=fallback.max_len, min_len=fallback.min_len,
         len_penalty=fallback.len_penalty, unk_penalty=fallback.unk_penalty, temperature=fallback.temperature,
         normalize_scores=fallback.normalize_scores,
-        no_repeat_ngram_size=blocker.no_repeat_ngram_size if blocker is not None else 0)
+        no_repeat_ngram_size=blocker.no_repeat_ngram_size if blocker is not None else 0, drafts=drafts)
+
+
+class CopyDrafts:
+    """How beam search drafts from the source: ``copy_source(sample)`` gives
+    each sentence's copy source in target ids (flat int32 array, lengths), as
+    IAD's drafter gives it; drafts of at most ``max_draft`` tokens; re-anchoring
+    on output suffixes of ``ngram_min`` .. ``ngram_max`` tokens."""
+
+    def __init__(self, copy_source, max_draft: int, ngram_min: int = 1, ngram_max: int = 4):
+        if max_draft < 0:
+            raise ValueError(f"--max-draft-len must be >= 0, got {max_draft}")
+        self.copy_source, self.max_draft = copy_source, max_draft
+        self.ngram_min, self.ngram_max = ngram_min, ngram_max
 
 
 class NativeBeamGenerator:
@@ -53,7 +74,7 @@ class NativeBeamGenerator:
     def __init__(self, engine, tgt_dict, fallback, beam_size: int = 5, max_len_a: float = 0.0,
                  max_len_b: int = 200, max_len: int = 0, min_len: int = 1, len_penalty: float = 1.0,
                  unk_penalty: float = 0.0, temperature: float = 1.0, normalize_scores: bool = True,
-                 no_repeat_ngram_size: int = 0, max_positions: int = 1024):
+                 no_repeat_ngram_size: int = 0, max_positions: int = 1024, drafts: Optional[CopyDrafts] = None):
         if beam_size < 1:
             raise ValueError(f"--beam must be >= 1, got {beam_size}")
         if not temperature > 0:
@@ -68,6 +89,9 @@ class NativeBeamGenerator:
         self.temperature, self.normalize_scores = temperature, normalize_scores
         self.no_repeat_ngram_size = no_repeat_ngram_size
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
+        self.drafts = drafts
+        self.counts = None  # the last batch's BeamCounts (native/c_api.py)
+        self.totals = {}  # every batch's counts added up, by name
 
     @property
     def native(self):
@@ -92,9 +116,16 @@ class NativeBeamGenerator:
         batch = self.engine.begin(src_tokens, 0)
         bos = kwargs.get("bos_token")
         # every ended hypothesis, best first, as fairseq's generator returns them (--nbest picks the first)
-        hyps = batch.decode_beam(self.beam_size, self.beam_size, self.eos if bos is None else bos, max_len, self.min_len,
-                                 self.unk_penalty, self.temperature, self.len_penalty, self.normalize_scores,
-                                 self.no_repeat_ngram_size)
+        draft = {}
+        if self.drafts is not None:
+            src, src_len = self.drafts.copy_source(sample)
+            draft = dict(src=src, src_len=src_len, max_draft=self.drafts.max_draft, ngram_min=self.drafts.ngram_min,
+                         ngram_max=self.drafts.ngram_max)
+        hyps, self.counts = batch.decode_beam(
+            self.beam_size, self.beam_size, self.eos if bos is None else bos, max_len, self.min_len, self.unk_penalty,
+            self.temperature, self.len_penalty, self.normalize_scores, self.no_repeat_ngram_size, **draft)
+        for name, _ in type(self.counts)._fields_:
+            self.totals[name] = self.totals.get(name, 0) + getattr(self.counts, name)
         empty = torch.empty(0)
         return [[{"tokens": torch.from_numpy(h["tokens"]).long(), "score": torch.tensor(h["score"]),
                   "attention": empty, "alignment": empty,

@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 16
+API_VERSION = 17
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -126,8 +126,17 @@ class BeamArgs(ctypes.Structure):
     I, F, P = ctypes.c_int32, ctypes.c_float, ctypes.c_void_p
     _fields_ = [("beam", I), ("nbest", I), ("first", I), ("max_len", I), ("min_len", I), ("unk_penalty", F),
                 ("temperature", F), ("len_penalty", F), ("normalize", I), ("no_repeat_ngram", I),
-                ("n_out", P), ("tokens", P), ("positional", P), ("score", P)]
+                ("n_out", P), ("tokens", P), ("positional", P), ("score", P), ("src", P), ("src_len", P),
+                ("max_draft", I), ("ngram_min", I), ("ngram_max", I), ("draft_hyps", I)]
     del I, F, P
+
+
+class BeamCounts(ctypes.Structure):
+    """fa::BeamCounts (csrc/beam_search.h): what a beam search did: steps (per
+    sentence), of them those drafts served whole, hypotheses read, of them
+    those a draft served, decoder passes and their row positions."""
+
+    _fields_ = [(name, ctypes.c_int64) for name in ("steps", "replayed", "reads", "drafted", "passes", "positions")]
 
 
 # passes counted by their rows in RunStats (kRunRowsHist; the last counts 64 rows or more)
@@ -174,7 +183,7 @@ def declare(lib) -> None:
         "fa_shortlist": (I, [P, P, I, I, P]),
         "fa_pass": (I, [P, P, ctypes.POINTER(PassArgs)]),
         "fa_decode_copy": (I, [P, P, ctypes.POINTER(CopyLoopArgs), ctypes.POINTER(CopyLoopStats)]),
-        "fa_decode_beam": (I, [P, P, ctypes.POINTER(BeamArgs)]),
+        "fa_decode_beam": (I, [P, P, ctypes.POINTER(BeamArgs), ctypes.POINTER(BeamCounts)]),
         "fa_set_mask_embed": (I, [P, P]),
         "fa_set_feature_proj": (I, [P, P, P, I]),
         "fa_set_own_feature_proj": (I, [P, P, P]),
@@ -205,6 +214,8 @@ def declare_testing(lib) -> None:
     lib.fa_pool_selftest.argtypes = [I, I, I, I, I, I, I, L64]
     lib.fa_pool_lose_next_count.restype = None
     lib.fa_pool_lose_next_count.argtypes = [ctypes.c_void_p]
+    lib.fa_set_beam_mutant.restype = None
+    lib.fa_set_beam_mutant.argtypes = [I]
     lib.fa_set_eager_projection_bytes.restype = None
     lib.fa_set_eager_projection_bytes.argtypes = [ctypes.c_void_p, I64]
     P = ctypes.c_void_p
@@ -244,7 +255,7 @@ def mismatch(lib):
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
     declare(lib)
     for struct in (Config, PassArgs, LoopRules, LoopOutput, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs,
-                   FeatureLoopArgs, BlockwiseLoopArgs, RunSettings, RunStats, BeamArgs):
+                   FeatureLoopArgs, BlockwiseLoopArgs, RunSettings, RunStats, BeamArgs, BeamCounts):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

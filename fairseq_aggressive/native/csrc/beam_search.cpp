@@ -1,22 +1,42 @@
 // Beam search (see beam_search.h).  Each hypothesis has a cache slot of its
-// own and reads its sentence's encoder keys and values (Sentence::enc); one
-// decoder pass per step over every live hypothesis of the batch; after the
-// choice a hypothesis whose parent has no other child keeps the parent's slot,
-// and only a parent's second and later children copy its cache into a slot a
-// childless parent left.
+// own and reads its sentence's encoder keys and values (Sentence::enc).  A
+// step reads the hypotheses that have features for it (a draft's later
+// positions), then the others' candidates could still reach the beam get one
+// decoder pass together, over their last token and their draft.  After the
+// choice a child that extends its parent by the drafted token keeps the
+// parent's slot (the draft's positions are in it); otherwise a parent's first
+// child keeps it, and its other children copy its positions so far into a
+// slot a childless parent left.
 #include "beam_search.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
-#include "ops.h"
+#include "beam_candidates.h"
+#include "copy_source.h"
 #include "stages.h"
 
 namespace fa {
 
+#if defined(FA_TEST_HOOKS)
+int beam_mutant = 0;  // fa_set_beam_mutant (testing/test_api.cpp): a broken rule, for the tests to catch
+#endif
+
 namespace {
+
+// whether the test library runs broken rule n (never in the engine decoding loads)
+inline bool mutant(int n) {
+#if defined(FA_TEST_HOOKS)
+  return beam_mutant == n;
+#else
+  (void)n;
+  return false;
+#endif
+}
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -26,6 +46,20 @@ struct Ended {
   float score;
 };
 
+// The features a hypothesis's logits come from, while a pass computed them:
+// this step's at row `at` of the pass's final features; the drafted tokens
+// still ahead continue it, next[ahead] with its features at row at + 1.
+struct Chain {
+  std::shared_ptr<const std::vector<float>> feats;  // null: none (a pass is needed)
+  int at = 0;
+  std::vector<int32_t> next;
+  int ahead = 0;
+
+  bool extends(int32_t t) const {
+    return feats && ahead < (int)next.size() && (next[ahead] == t || mutant(1));  // 1: any token
+  }
+};
+
 // one sentence's beam
 struct Beam {
   int b = 0;                              // the sentence in the encoded state
@@ -33,21 +67,24 @@ struct Beam {
   std::vector<std::vector<int32_t>> toks; // hypothesis i's tokens: first, then one per step
   std::vector<std::vector<float>> cum;    // its cumulative scores, one per step
   std::vector<char> ignore;               // fairseq's cands_to_ignore (by candidate position)
+  std::vector<Chain> chain;               // its features for this step, if a pass has them
+  std::vector<int> copy;                  // the source position its next token would copy, or kNoCopy
+  CopySource source;
+  std::vector<Candidate> cands;           // this step's candidates so far
   std::vector<Ended> ended;
   bool done = false;
 };
 
-struct Candidate {
-  float val;
-  int flat;  // hypothesis * V + token
+// a hypothesis to read: features (C floats) of hypothesis i of beams_[beam]
+struct Read {
+  int beam, i;
+  const float* feats;
 };
-
-// ranked best first: higher score, then the lower hypothesis and token
-bool better(const Candidate& x, const Candidate& y) { return x.val > y.val || (x.val == y.val && x.flat < y.flat); }
 
 class BeamSearch {
  public:
-  BeamSearch(Model& m, State& st, const BeamArgs& a) : m_(m), st_(st), a_(a), V_(m.cfg.tgt_vocab) {}
+  BeamSearch(Model& m, State& st, const BeamArgs& a, BeamCounts& n)
+      : m_(m), st_(st), a_(a), n_(n), V_(m.cfg.tgt_vocab), scan_(a, m.cfg.tgt_vocab, m.cfg.pad, m.cfg.unk, m.cfg.eos) {}
 
   int run() {
     const int B = (int)st_.sents.size(), K = a_.beam;
@@ -55,12 +92,17 @@ class BeamSearch {
         a_.no_repeat_ngram < 0 || !(a_.temperature > 0.f) || st_.shortlist || 2 * K > V_ || a_.first < 0 ||
         a_.first >= V_)
       return -1;
+    if (a_.src && (a_.max_draft < 0 || a_.ngram_min < 1 || a_.ngram_max < a_.ngram_min || a_.draft_hyps < 0)) return -1;
     // every step's position within the target position table (a sinusoidal one is a table too)
     if (!m_.w.tgt_pos.empty() && a_.max_len + 1 > (int)(m_.w.tgt_pos.size() / m_.cfg.C)) return -1;
     for (const Sentence& s : st_.sents)
       if (s.len != 0) return -1;
+    if (a_.src)
+      for (int b = 0; b < B; ++b)
+        if (a_.src_len[b] < 0) return -1;
     hs_.sents.resize((size_t)B * K);
     beams_.resize(B);
+    const int32_t* src = a_.src;
     for (int b = 0; b < B; ++b) {
       Beam& bm = beams_[b];
       bm.b = b;
@@ -68,6 +110,12 @@ class BeamSearch {
       bm.toks.assign(K, std::vector<int32_t>{a_.first});
       bm.cum.assign(K, {});
       bm.ignore.assign(K, 0);
+      bm.chain.assign(K, {});
+      if (src) {
+        bm.source.start(src, a_.src_len[b]);
+        src += a_.src_len[b];
+      }
+      bm.copy.assign(K, bm.source.ptr);
       for (int i = 0; i < K; ++i) {
         bm.slot[i] = b * K + i;
         Sentence& h = hs_.sents[(size_t)b * K + i];
@@ -75,7 +123,6 @@ class BeamSearch {
         h.enc = &st_.sents[b];
       }
     }
-    skip_.assign(V_, 0);
     for (int step = 0; step <= a_.max_len; ++step) {
       if (!decode_step(step)) break;
     }
@@ -87,12 +134,11 @@ class BeamSearch {
   Model& m_;
   State& st_;
   const BeamArgs& a_;
+  BeamCounts& n_;
   const int V_;
+  CandidateScan scan_;
   State hs_;  // the hypotheses' slots
   std::vector<Beam> beams_;
-  std::vector<Candidate> top_;  // one row's best so far
-  std::vector<int> special_;    // one row's adjusted columns
-  std::vector<char> skip_;      // per column: adjusted (valued apart from the scan)
 
   // room for `need` positions in slot s (the positions written kept)
   void fit(int s, int need) {
@@ -112,145 +158,141 @@ class BeamSearch {
     h.cap = cap;
   }
 
-  // slot `to` becomes a copy of slot `from` (its positions so far)
-  void copy_slot(int from, int to) {
+  // slot `to` holds the first n positions of slot `from`
+  void copy_slot(int from, int to, int n) {
+    fit(to, n);
     const Sentence& f = hs_.sents[from];
-    fit(to, f.len);
     Sentence& t = hs_.sents[to];
     const int nl = (int)m_.w.dec.size(), H = m_.cfg.H, D = m_.D;
     for (int l = 0; l < nl; ++l)
       for (int hh = 0; hh < H; ++hh) {
         const size_t a = kv_at(l, hh, 0, H, f.cap, D), z = kv_at(l, hh, 0, H, t.cap, D);
-        std::copy(f.self_k.begin() + a, f.self_k.begin() + a + (size_t)f.len * D, t.self_k.begin() + z);
-        std::copy(f.self_v.begin() + a, f.self_v.begin() + a + (size_t)f.len * D, t.self_v.begin() + z);
+        std::copy(f.self_k.begin() + a, f.self_k.begin() + a + (size_t)n * D, t.self_k.begin() + z);
+        std::copy(f.self_v.begin() + a, f.self_v.begin() + a + (size_t)n * D, t.self_v.begin() + z);
       }
-    t.len = f.len;
+    t.len = n;
   }
 
-  // One step: the decoder over every live hypothesis, then each sentence's
-  // candidates, ended hypotheses and next beam.  False once every sentence is done.
+  // One step: the hypotheses with features read, then one pass for those
+  // that need one, then each sentence's candidates, ended hypotheses and next
+  // beam.  False once every sentence is done.
   bool decode_step(int step) {
-    std::vector<int32_t> sent, tokens, row_len;
-    std::vector<int> row_beam;  // each row's sentence
+    std::vector<Read> reads;
     for (Beam& bm : beams_) {
       if (bm.done) continue;
-      const int R = step == 0 ? 1 : a_.beam;  // fairseq's first step reads the first hypothesis only
-      for (int i = 0; i < R; ++i) {
-        sent.push_back(bm.slot[i]);
-        tokens.push_back(bm.toks[i][step]);
-        row_len.push_back(1);
-        row_beam.push_back(bm.b);
+      ++n_.steps;
+      bm.cands.clear();
+      for (int i = 0; i < rows(step); ++i) {
+        const Chain& c = bm.chain[i];
+        if (c.feats) reads.push_back({bm.b, i, c.feats->data() + (size_t)c.at * m_.cfg.C});
       }
     }
-    const int n = (int)sent.size();
-    if (n == 0) return false;
-    std::vector<int> off(n + 1);
-    int max_keys = 0;
-    for (int r = 0; r < n; ++r) {
-      off[r + 1] = r + 1;
-      fit(sent[r], hs_.sents[sent[r]].len + 1);
-      max_keys = std::max(max_keys, std::max(hs_.sents[sent[r]].len + 1, hs_.sents[sent[r]].src_len));
+    n_.drafted += (int64_t)reads.size();
+    // the others: one pass, then every hypothesis' logits in one projection
+    std::vector<Read> need;
+    for (const Beam& bm : beams_) {
+      if (bm.done) continue;
+      const size_t before = need.size();
+      for (int i = 0; i < rows(step); ++i)
+        if (!bm.chain[i].feats) need.push_back({bm.b, i, nullptr});
+      n_.replayed += need.size() == before;
     }
-    decoder_rows(m_, hs_, n, sent.data(), row_len.data(), tokens.data(), off, max_keys, nullptr);
-    for (int r = 0; r < n; ++r) hs_.sents[sent[r]].len += 1;
-    const int C = m_.cfg.C;
+    if (!need.empty()) pass(need, step);
+    reads.insert(reads.end(), need.begin(), need.end());
+    read(reads, step);
+    bool live = false;
+    for (Beam& bm : beams_) {
+      if (bm.done) continue;
+      choose(bm, step);
+      live = live || !bm.done;
+    }
+    return live;
+  }
+
+  // fairseq's first step reads the first hypothesis only
+  int rows(int step) const { return step == 0 ? 1 : a_.beam; }
+  int cand_count(int step) const { return std::min(2 * a_.beam, rows(step) * V_ - 1); }
+
+  // The hypotheses' logits from their features, and their candidates into their beams
+  void read(const std::vector<Read>& reads, int step) {
+    const int n = (int)reads.size(), C = m_.cfg.C;
+    if (n == 0) return;
+    n_.reads += n;
+    std::vector<int32_t> sent(n);
     {
       StageClock c(Stage::kProjection);
       ensure(m_.h, (size_t)n * C);
-      std::copy(m_.x.data(), m_.x.data() + (size_t)n * C, m_.h.data());
+      for (int r = 0; r < n; ++r) {
+        std::copy(reads[r].feats, reads[r].feats + C, m_.h.data() + (size_t)r * C);
+        sent[r] = beams_[reads[r].beam].slot[reads[r].i];
+      }
       ensure(m_.logits, (size_t)n * V_);
       project(m_, hs_, m_.h.data(), n, sent.data(), m_.logits.data());
     }
     StageClock c(Stage::kChoose);
-    // per beam, its rows' log-probabilities, then its choice
-    for (int r = 0; r < n;) {
-      Beam& bm = beams_[row_beam[r]];
-      int R = 0;
-      while (r + R < n && row_beam[r + R] == bm.b) ++R;
-      choose(bm, step, r, R);
-      r += R;
+    for (int r = 0; r < n; ++r) {
+      Beam& bm = beams_[reads[r].beam];
+      const int i = reads[r].i;
+      scan_.row(m_.logits.data() + (size_t)r * V_, bm.toks[i], i, step == 0 ? 0.f : bm.cum[i][step - 1], step,
+                cand_count(step), bm.cands);
     }
-    for (const Beam& bm : beams_)
-      if (!bm.done) return true;
-    return false;
   }
 
-  // Row `row`'s (hypothesis i of bm) k best candidates, best first, appended to
-  // out: value (lg[v] - lse) (+ the hypothesis' score after step 0) as fairseq
-  // adjusts it (pad never, unk pays unk_penalty, EOS not before min_len, only
-  // EOS from max_len on, no repeated n-gram).  The scan skips a block of 16
-  // columns whose largest logit cannot reach the k-th value so far (the value
-  // rises with the logit); the few adjusted columns are valued apart.
-  void row_candidates(const Beam& bm, int i, int row, int step, int k, std::vector<Candidate>& out) {
-    float* lg = m_.logits.data() + (size_t)row * V_;
-    if (a_.temperature != 1.f)
-      for (int v = 0; v < V_; ++v) lg[v] = lg[v] / a_.temperature;
-    const float lse = logsumexp(lg, V_);
-    const float prev = step == 0 ? 0.f : bm.cum[i][step - 1];
-    auto value = [&](float x) {
-      x = x - lse;
-      if (x != x) x = kNegInf;
-      return step == 0 ? x : x + prev;
-    };
-    const int pad = m_.cfg.pad, unk = m_.cfg.unk, eos = m_.cfg.eos, base = i * V_;
-    top_.clear();
-    auto offer = [&](const Candidate& c) {
-      if ((int)top_.size() == k && !better(c, top_.back())) return;
-      top_.insert(std::upper_bound(top_.begin(), top_.end(), c, better), c);
-      if ((int)top_.size() > k) top_.pop_back();
-    };
-    if (step >= a_.max_len) {  // only EOS; the other places go to the lowest ids at -inf
-      offer({value(lg[eos]), base + eos});
-      for (int v = 0; v < V_ && (int)top_.size() < k; ++v)
-        if (v != eos) offer({kNegInf, base + v});
-      out.insert(out.end(), top_.begin(), top_.end());
-      return;
+  // hypothesis i's draft at `step`: the copy source from its copy position on
+  void draft(const Beam& bm, int i, int step, std::vector<int32_t>& out) const {
+    out.clear();
+    if (!a_.src || a_.max_draft == 0) return;
+    if (i >= a_.draft_hyps) return;
+    int start = bm.copy[i];
+    if (start == kNoCopy) {
+      const std::vector<int32_t> emitted(bm.toks[i].begin() + 1, bm.toks[i].end());
+      start = bm.source.resync(emitted, a_.ngram_min, a_.ngram_max);
     }
-    special_.clear();
-    special_.push_back(pad);
-    special_.push_back(unk);
-    special_.push_back(eos);
-    const int N = a_.no_repeat_ngram;
-    if (N > 0 && step + 2 - N >= 0) {  // tokens that would repeat an n-gram of this hypothesis
-      const std::vector<int32_t>& t = bm.toks[i];  // t[0 .. step]
-      for (int s = 0; s < step + 2 - N; ++s)
-        if (std::equal(t.begin() + s, t.begin() + s + N - 1, t.begin() + (step + 2 - N))) special_.push_back(t[s + N - 1]);
-    }
-    for (int v : special_) skip_[v] = 1;
-    constexpr int kBlock = 16;
-    for (int u = 0; u < V_; u += kBlock) {
-      const int n = std::min(kBlock, V_ - u);
-      if ((int)top_.size() == k && value(max_of(lg + u, n)) < top_.back().val) continue;
-      for (int v = u; v < u + n; ++v)
-        if (!skip_[v]) offer({value(lg[v]), base + v});
-    }
-    for (int v : special_) skip_[v] = 0;
-    for (size_t j = 0; j < special_.size(); ++j) {
-      const int v = special_[j];
-      if (std::find(special_.begin(), special_.begin() + j, v) != special_.begin() + j) continue;  // once each
-      const bool banned = std::find(special_.begin() + 3, special_.end(), v) != special_.end();
-      float val;
-      if (v == pad || banned || (v == eos && step < a_.min_len)) {
-        val = kNegInf;
-      } else if (v == unk) {  // fairseq: lprobs[unk] -= unk_penalty, then the hypothesis' score is added
-        float x = lg[v] - lse;
-        if (x != x) x = kNegInf;
-        x = x - a_.unk_penalty;
-        val = step == 0 ? x : x + prev;
-      } else {
-        val = value(lg[v]);
-      }
-      offer({val, base + v});
-    }
-    out.insert(out.end(), top_.begin(), top_.end());
+    if (start == kNoCopy) return;
+    const int n = std::min({a_.max_draft, bm.source.len - start, a_.max_len - step});
+    for (int j = 0; j < n && bm.source.src[start + j] != m_.cfg.eos; ++j) out.push_back(bm.source.src[start + j]);
   }
 
-  void choose(Beam& bm, int step, int r0, int R) {
-    const int K = a_.beam, cand_size = 2 * K;
-    const int k = std::min(cand_size, R * V_ - 1);
-    std::vector<Candidate> cands;
-    cands.reserve((size_t)R * k);
-    for (int i = 0; i < R; ++i) row_candidates(bm, i, r0 + i, step, k, cands);
+  // One decoder pass over the hypotheses `need` (each: its last token, then
+  // its draft); each gets a chain of the pass's features, its reads' feats set
+  void pass(std::vector<Read>& need, int step) {
+    const int n = (int)need.size(), C = m_.cfg.C;
+    std::vector<int32_t> sent(n), row_len(n), tokens;
+    std::vector<std::vector<int32_t>> drafts(n);
+    std::vector<int> off(n + 1, 0);
+    int max_keys = 0;
+    for (int r = 0; r < n; ++r) {
+      const Beam& bm = beams_[need[r].beam];
+      const int i = need[r].i, s = bm.slot[i];
+      if (hs_.sents[s].len != step && !mutant(3) && !mutant(4))
+        throw std::logic_error("beam search: a hypothesis' cache is not at its step");
+      draft(bm, i, step, drafts[r]);
+      sent[r] = s;
+      row_len[r] = 1 + (int)drafts[r].size();
+      tokens.push_back(bm.toks[i][step]);
+      tokens.insert(tokens.end(), drafts[r].begin(), drafts[r].end());
+      off[r + 1] = off[r] + row_len[r];
+      if (hs_.sents[s].len + row_len[r] > a_.max_len + 1)
+        throw std::logic_error("beam search: a pass beyond the hypotheses' length limit");
+      fit(s, hs_.sents[s].len + row_len[r]);
+      max_keys = std::max(max_keys, std::max(hs_.sents[s].len + row_len[r], hs_.sents[s].src_len));
+    }
+    decoder_rows(m_, hs_, n, sent.data(), row_len.data(), tokens.data(), off, max_keys, nullptr);
+    ++n_.passes;
+    n_.positions += off[n];
+    auto feats = std::make_shared<std::vector<float>>(m_.x.data(), m_.x.data() + (size_t)off[n] * C);
+    for (int r = 0; r < n; ++r) {
+      Beam& bm = beams_[need[r].beam];
+      const int i = need[r].i;
+      hs_.sents[sent[r]].len += row_len[r];
+      bm.chain[i] = Chain{feats, off[r], std::move(drafts[r]), 0};
+      need[r].feats = feats->data() + (size_t)off[r] * C;
+    }
+  }
+
+  void choose(Beam& bm, int step) {
+    const int K = a_.beam, cand_size = 2 * K, k = cand_count(step);
+    std::vector<Candidate>& cands = bm.cands;
     std::sort(cands.begin(), cands.end(), better);
     cands.resize(std::min<size_t>(cands.size(), k));
     const int nc = (int)cands.size(), eos = m_.cfg.eos;
@@ -275,6 +317,7 @@ class BeamSearch {
     }
     if ((int)bm.ended.size() >= K || step >= a_.max_len) {
       bm.done = true;
+      bm.chain.clear();
       return;
     }
     // the next beam: the first K candidates not ending (fairseq's active_mask)
@@ -286,39 +329,55 @@ class BeamSearch {
     std::vector<int> order(nc);
     for (int j = 0; j < nc; ++j) order[j] = j;
     std::sort(order.begin(), order.end(), [&](int x, int y) { return key[x] < key[y]; });
-    std::vector<int> parent(K), chosen(K);
+    std::vector<int> parent(K), token(K);
+    std::vector<char> extends(K);
     for (int i = 0; i < K; ++i) {
-      chosen[i] = order[i];
       parent[i] = cands[order[i]].flat / V_;
+      token[i] = cands[order[i]].flat % V_;
+      extends[i] = bm.chain[parent[i]].extends(token[i]);
       bm.ignore[i] = key[order[i]] >= cand_size;
     }
-    // slots: a parent's first child keeps its slot, the others copy it into a childless parent's
+    // slots: the child on its parent's draft keeps the parent's slot, else its
+    // first child does; the others copy the positions so far into a childless parent's
     std::vector<int> new_slot(K, -1), free_slots;
     std::vector<char> kept(K, 0);
-    for (int i = 0; i < K; ++i)
-      if (!kept[parent[i]]) {
-        kept[parent[i]] = 1;
-        new_slot[i] = bm.slot[parent[i]];
-      }
+    for (int pass = 0; pass < 2; ++pass)
+      for (int i = 0; i < K; ++i)
+        if ((pass == 1 || (extends[i] && !mutant(4))) && new_slot[i] < 0 && !kept[parent[i]]) {  // 4: first child
+          kept[parent[i]] = 1;
+          new_slot[i] = bm.slot[parent[i]];
+        }
     for (int h = 0; h < K; ++h)
       if (!kept[h]) free_slots.push_back(bm.slot[h]);
     for (int i = 0, f = 0; i < K; ++i)
       if (new_slot[i] < 0) {
         new_slot[i] = free_slots[f++];
-        copy_slot(bm.slot[parent[i]], new_slot[i]);
+        copy_slot(bm.slot[parent[i]], new_slot[i], step + 1);
       }
+    for (int i = 0; i < K; ++i)
+      if (!extends[i] && !mutant(3)) hs_.sents[new_slot[i]].len = step + 1;  // a draft's positions beyond: not its
     std::vector<std::vector<int32_t>> toks(K);
     std::vector<std::vector<float>> cum(K);
+    std::vector<Chain> chain(K);
+    std::vector<int> copy(K, kNoCopy);
     for (int i = 0; i < K; ++i) {
-      const Candidate& c = cands[chosen[i]];
-      toks[i] = bm.toks[parent[i]];
-      toks[i].push_back(c.flat % V_);
-      cum[i].assign(bm.cum[parent[i]].begin(), bm.cum[parent[i]].begin() + step);
-      cum[i].push_back(c.val);
+      const int p = parent[i];
+      toks[i] = bm.toks[p];
+      toks[i].push_back(token[i]);
+      cum[i].assign(bm.cum[p].begin(), bm.cum[p].begin() + step);
+      cum[i].push_back(cands[order[i]].val);
+      if (extends[i]) {
+        const Chain& c = bm.chain[p];
+        chain[i] = Chain{c.feats, mutant(2) ? c.at : c.at + 1, c.next, c.ahead + 1};  // 2: the parent's row again
+      }
+      const int at = bm.copy[p];  // the copy goes on where the token is the source's next one
+      if (at != kNoCopy && bm.source.src[at] == token[i] && at + 1 < bm.source.len) copy[i] = at + 1;
     }
     bm.toks.swap(toks);
     bm.cum.swap(cum);
     bm.slot.swap(new_slot);
+    bm.chain.swap(chain);
+    bm.copy.swap(copy);
   }
 
   void write_out() {
@@ -346,6 +405,11 @@ class BeamSearch {
 
 }  // namespace
 
-int decode_beam(Model& m, State& st, const BeamArgs& a) { return BeamSearch(m, st, a).run(); }
+int decode_beam(Model& m, State& st, const BeamArgs& a, BeamCounts* counts) {
+  BeamCounts n{};
+  const int rc = BeamSearch(m, st, a, n).run();
+  if (counts) *counts = n;
+  return rc;
+}
 
 }  // namespace fa

@@ -33,7 +33,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 16;
+constexpr int kApiVersion = 17;
 
 }  // namespace
 
@@ -48,7 +48,8 @@ int fa_version() { return kApiVersion; }
 
 // sizeof the structs c_api.py mirrors ("Config", "PassArgs", "LoopRules",
 // "LoopOutput", "CopyLoopArgs", "LoopStats", "CopyLoopStats", "DraftArgs",
-// "FeatureLoopArgs", "BlockwiseLoopArgs"); -1 for another name
+// "FeatureLoopArgs", "BlockwiseLoopArgs", "RunSettings", "RunStats", "BeamArgs",
+// "BeamCounts"); -1 for another name
 int fa_sizeof(const char* name) {
   static const std::pair<const char*, size_t> sizes[] = {
       {"Config", sizeof(fa::Config)}, {"PassArgs", sizeof(fa::PassArgs)},
@@ -57,7 +58,7 @@ int fa_sizeof(const char* name) {
       {"LoopRules", sizeof(fa::LoopRules)}, {"LoopOutput", sizeof(fa::LoopOutput)},
       {"FeatureLoopArgs", sizeof(fa::FeatureLoopArgs)}, {"BlockwiseLoopArgs", sizeof(fa::BlockwiseLoopArgs)},
       {"RunSettings", sizeof(fa::RunSettings)}, {"RunStats", sizeof(fa::RunStats)},
-      {"BeamArgs", sizeof(fa::BeamArgs)}};
+      {"BeamArgs", sizeof(fa::BeamArgs)}, {"BeamCounts", sizeof(fa::BeamCounts)}};
   for (const auto& s : sizes)
     if (std::strcmp(name, s.first) == 0) return (int)s.second;
   return -1;

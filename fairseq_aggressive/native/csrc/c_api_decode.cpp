@@ -41,10 +41,11 @@ int fa_decode_copy(void* mp, void* sp, const fa::CopyLoopArgs* args, fa::CopyLoo
 }
 
 // Beam search over an encoded batch whose caches are unused (fa::decode_beam,
-// csrc/beam_search.h): fairseq's SequenceGenerator, step for step; 0, -1
-// (nothing decoded: an argument does not fit), or -2 (fa_model_error).
-int fa_decode_beam(void* mp, void* sp, const fa::BeamArgs* args) {
-  return guarded(mp, -2, [&] { return fa::decode_beam(model(mp), state(sp), *args); });
+// csrc/beam_search.h): fairseq's SequenceGenerator, step for step, drafted
+// where args->src is given; what it did into *counts; 0, -1 (nothing decoded:
+// an argument does not fit), or -2 (fa_model_error).
+int fa_decode_beam(void* mp, void* sp, const fa::BeamArgs* args, fa::BeamCounts* counts) {
+  return guarded(mp, -2, [&] { return fa::decode_beam(model(mp), state(sp), *args, counts); });
 }
 
 // ------------------------------------------------------------ running batches

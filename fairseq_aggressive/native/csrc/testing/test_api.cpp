@@ -25,6 +25,10 @@
 #include "../stages.h"
 #include "../weight_hints.h"
 
+namespace fa {
+extern int beam_mutant;  // beam_search.cpp
+}
+
 #pragma GCC visibility push(default)
 extern "C" {
 
@@ -92,6 +96,13 @@ int64_t fa_pool_selftest(int threads, int calls, int max_items, int seed, int sl
 
 // Test hook: the model's next parallel call loses one completion (fa::Pool::lose_next_count).
 void fa_pool_lose_next_count(void* mp) { static_cast<fa::Model*>(mp)->pool.lose_next_count(); }
+
+// Test hook: beam search runs broken rule n (beam_search.cpp; 0: none): 1 a
+// child reads its parent's draft whatever its token, 2 it reads its parent's
+// row again, 3 a child off the draft keeps the draft's positions in its
+// parent's slot, 4 the child on the draft leaves its parent's slot (and the
+// draft's positions) to the parent's first child
+void fa_set_beam_mutant(int n) { fa::beam_mutant = n; }
 
 // Test hook: the projection size beyond which the model's passes project a
 // whole path in one round (0: always, -1: never); results never depend on it.
