@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "beam_candidates.h"
+#include "beam_slots.h"
 #include "copy_source.h"
 #include "stages.h"
 
@@ -140,39 +141,6 @@ class BeamSearch {
   State hs_;  // the hypotheses' slots
   std::vector<Beam> beams_;
 
-  // room for `need` positions in slot s (the positions written kept)
-  void fit(int s, int need) {
-    Sentence& h = hs_.sents[s];
-    if (need <= h.cap) return;
-    const int nl = (int)m_.w.dec.size(), H = m_.cfg.H, D = m_.D;
-    const int cap = std::min(std::max(need, std::max(16, 2 * h.cap)), a_.max_len + 1);
-    LineVector<float> k((size_t)nl * H * cap * D), v((size_t)nl * H * cap * D);
-    for (int l = 0; l < nl; ++l)
-      for (int hh = 0; hh < H; ++hh) {
-        const size_t from = kv_at(l, hh, 0, H, h.cap, D), to = kv_at(l, hh, 0, H, cap, D);
-        std::copy(h.self_k.begin() + from, h.self_k.begin() + from + (size_t)h.len * D, k.begin() + to);
-        std::copy(h.self_v.begin() + from, h.self_v.begin() + from + (size_t)h.len * D, v.begin() + to);
-      }
-    h.self_k.swap(k);
-    h.self_v.swap(v);
-    h.cap = cap;
-  }
-
-  // slot `to` holds the first n positions of slot `from`
-  void copy_slot(int from, int to, int n) {
-    fit(to, n);
-    const Sentence& f = hs_.sents[from];
-    Sentence& t = hs_.sents[to];
-    const int nl = (int)m_.w.dec.size(), H = m_.cfg.H, D = m_.D;
-    for (int l = 0; l < nl; ++l)
-      for (int hh = 0; hh < H; ++hh) {
-        const size_t a = kv_at(l, hh, 0, H, f.cap, D), z = kv_at(l, hh, 0, H, t.cap, D);
-        std::copy(f.self_k.begin() + a, f.self_k.begin() + a + (size_t)n * D, t.self_k.begin() + z);
-        std::copy(f.self_v.begin() + a, f.self_v.begin() + a + (size_t)n * D, t.self_v.begin() + z);
-      }
-    t.len = n;
-  }
-
   // One step: the hypotheses with features read, then one pass for those
   // that need one, then each sentence's candidates, ended hypotheses and next
   // beam.  False once every sentence is done.
@@ -274,7 +242,7 @@ class BeamSearch {
       off[r + 1] = off[r] + row_len[r];
       if (hs_.sents[s].len + row_len[r] > a_.max_len + 1)
         throw std::logic_error("beam search: a pass beyond the hypotheses' length limit");
-      fit(s, hs_.sents[s].len + row_len[r]);
+      fit_slot(m_, hs_.sents[s], hs_.sents[s].len + row_len[r], a_.max_len + 1);
       max_keys = std::max(max_keys, std::max(hs_.sents[s].len + row_len[r], hs_.sents[s].src_len));
     }
     decoder_rows(m_, hs_, n, sent.data(), row_len.data(), tokens.data(), off, max_keys, nullptr);
@@ -352,7 +320,7 @@ class BeamSearch {
     for (int i = 0, f = 0; i < K; ++i)
       if (new_slot[i] < 0) {
         new_slot[i] = free_slots[f++];
-        copy_slot(bm.slot[parent[i]], new_slot[i], step + 1);
+        copy_slot(m_, hs_.sents[bm.slot[parent[i]]], hs_.sents[new_slot[i]], step + 1, a_.max_len + 1);
       }
     for (int i = 0; i < K; ++i)
       if (!extends[i] && !mutant(3)) hs_.sents[new_slot[i]].len = step + 1;  // a draft's positions beyond: not its
