@@ -80,6 +80,15 @@ def _compare(engine, d, rows, bsz, beam, sources, **kw):
     return total
 
 
+def _setup(seed, n, beam, model_seed=11, **shape):
+    """A random model, its engine, n random sentences and their copy sources."""
+    task = make_task()
+    d = task.target_dictionary
+    engine = _engine(make_model(task, seed=model_seed, **shape), d)
+    rows = random_sources(random.Random(seed), n, len(d), d.eos())
+    return d, engine, rows, _sources(engine, d, rows, beam, seed=seed)
+
+
 def _engine(model, d, threads=1):
     try:
         return NativeEngine(model, d, threads=threads)
@@ -90,12 +99,7 @@ def _engine(model, d, threads=1):
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 @pytest.mark.parametrize("beam, bsz, draft_hyps", [(2, 1, 2), (5, 1, 1), (4, 8, 4), (5, 8, 1)])
 def test_drafted_equals_plain_beam_random_models(shape, beam, bsz, draft_hyps):
-    task = make_task()
-    d = task.target_dictionary
-    model = make_model(task, seed=3, **SHAPES[shape])
-    engine = _engine(model, d)
-    rows = random_sources(random.Random(beam * 10 + bsz), 16, len(d), d.eos())
-    sources = _sources(engine, d, rows, beam, seed=bsz)
+    d, engine, rows, sources = _setup(beam * 10 + bsz, 16, beam, model_seed=3, **SHAPES[shape])
     counts = _compare(engine, d, rows, bsz, beam, sources, max_draft=6, draft_hyps=draft_hyps)
     assert counts["drafted"] > 0
 
@@ -103,12 +107,7 @@ def test_drafted_equals_plain_beam_random_models(shape, beam, bsz, draft_hyps):
 @pytest.mark.parametrize("options", [dict(len_penalty=0.6), dict(unk_penalty=-0.5), dict(temperature=0.7)],
                          ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
 def test_drafted_with_options_and_draft_lengths(options):
-    task = make_task()
-    d = task.target_dictionary
-    model = make_model(task, seed=11)
-    engine = _engine(model, d)
-    rows = random_sources(random.Random(5), 12, len(d), d.eos())
-    sources = _sources(engine, d, rows, 4, seed=2)
+    d, engine, rows, sources = _setup(5, 12, 4)
     for max_draft, draft_hyps in ((1, 4), (3, 1), (40, 2), (0, 4)):
         counts = _compare(engine, d, rows, 4, 4, sources, max_draft=max_draft, draft_hyps=draft_hyps, **options)
         assert (counts["drafted"] > 0) == (max_draft > 0)
@@ -151,12 +150,7 @@ def test_each_broken_rule_changes_an_output(monkeypatch, mutant):
     from fairseq_aggressive.native import build, engine as native_engine
 
     monkeypatch.setattr(native_engine, "library", build.test_library)
-    task = make_task()
-    d = task.target_dictionary
-    model = make_model(task, seed=3)
-    engine = _engine(model, d)
-    rows = random_sources(random.Random(8), 16, len(d), d.eos())
-    sources = _sources(engine, d, rows, 4, seed=8)
+    d, engine, rows, sources = _setup(8, 16, 4, model_seed=3)
     lib = build.test_library()
     counts = _compare(engine, d, rows, 1, 4, sources, max_draft=6, draft_hyps=4)
     assert counts["replayed"] > 0  # steps no pass served: the chains carried every hypothesis
