@@ -5,7 +5,8 @@
         [--models 3x2 9x3 d512 d1024] [--loads 0 2] [--avx2-only] [--sentences-scale F] [--dry-run]
     python scripts/experiments/cpu_engine_tables.py --summary [--out DIR]
 
-What docs/results-build-targets.md and docs/threads-and-load.md report, by part:
+What docs/results-build-targets.md, docs/pass-cost.md, docs/engine-kernels.md and docs/threads-and-load.md
+report, by part:
 
 - ``ct2``: the shipped 3+2 and 9+3 UA-GEC models and the 9+3 widened to Transformer-base
   (d=512) and Transformer-big (d=1024) layers, the engine's greedy and IAD in float32 and int8
