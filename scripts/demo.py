@@ -187,20 +187,22 @@ def main(argv=None):
     print(f"speedup over beam 5: greedy {r['greedy']['speedup_vs_beam5']:.2f}x, IAD "
           f"{r['iad']['speedup_vs_beam5']:.2f}x; IAD over greedy {r['iad']['speedup_vs_greedy']:.2f}x")
     if has_ct2:
-        best = r["ct2-best"]
-        cfg = best["ct2_config"]
-        print(f"CTranslate2 greedy on the same checkpoint: {r['ct2']['mean_ms_per_sentence']:.1f} ms per sentence "
-              f"(float32, {res['threads']['ctranslate2']} thread(s)); at its fastest configuration on this machine "
-              f"({cfg['compute_type']}, {cfg['threads']} thread(s)) {best['mean_ms_per_sentence']:.1f} ms. IAD "
-              f"{r['iad']['mean_ms_per_sentence']:.1f} ms: {r['iad']['speedup_vs_ct2']:.2f}x CTranslate2's fastest")
+        from fairseq_aggressive.bench.report import describe_mode
+
+        fastest = res["ct2_fastest"]  # the fastest CTranslate2 greedy over the run, the ratios' base
+        print(f"CTranslate2 greedy on the same checkpoint: {describe_mode('ct2', r['ct2'])} "
+              f"{r['ct2']['mean_ms_per_sentence']:.1f} ms per sentence; the configuration its probe found fastest "
+              f"on this machine, {describe_mode('ct2-best', r['ct2-best'])}, {r['ct2-best']['mean_ms_per_sentence']:.1f}"
+              f" ms. IAD {r['iad']['mean_ms_per_sentence']:.1f} ms: {r['iad']['speedup_vs_ct2']:.2f}x the fastest "
+              f"of the run, {describe_mode(fastest, r[fastest])}")
     if int8:
         q = r["iad-int8"]
         same8 = sum(s["iad-int8"]["tokens"] == s["greedy-native-int8"]["tokens"] for s in res["per_sentence"])
         print(f"IAD on the int8 model: {q['mean_ms_per_sentence']:.1f} ms per sentence"
-              + (f", {q['speedup_vs_ct2']:.2f}x CTranslate2's fastest" if has_ct2 else "")
+              + (f", {q['speedup_vs_ct2']:.2f}x {res['ct2_fastest']}" if has_ct2 else "")
               + f"; identical to that model's greedy on the engine: {same8}/{n} sentences (to the float32 "
               f"greedy: {q['identical_to_fp32_greedy']}/{n}"
-              + (f"; CTranslate2's fastest: {r['ct2-best']['identical_to_fp32_greedy']}/{n}" if has_ct2 else "")
+              + (f"; CTranslate2's probe's pick: {r['ct2-best']['identical_to_fp32_greedy']}/{n}" if has_ct2 else "")
               + ")")
     print(f"(per-sentence JSON and the speedup-vs-edit-ratio plot: {js}, {work / 'bench.png'})")
     if same != n:

@@ -114,10 +114,10 @@ def main(argv=None):
               f"{r[mode]['mean_ms_per_sentence']:.2f} ms per sentence "
               f"(the engine's greedy {r['greedy-native']['mean_ms_per_sentence']:.2f})")
     if has_ct2:
-        best = r["ct2-best"]
-        cfg = best["ct2_config"]
-        print(f"CTranslate2 at its fastest configuration here ({cfg['compute_type']}, {cfg['threads']} thread(s)): "
-              f"{best['mean_ms_per_sentence']:.2f} ms per sentence")
+        from fairseq_aggressive.bench.report import describe_mode
+
+        print(f"CTranslate2 at the configuration its probe found fastest here, {describe_mode('ct2-best', r['ct2-best'])}: "
+              f"{r['ct2-best']['mean_ms_per_sentence']:.2f} ms per sentence")
     print(f"(per-sentence JSON: {js})")
     if bad:
         sys.exit("error: drafted output differed from greedy: "

@@ -74,6 +74,28 @@ def test_bench_ct2_best_configuration(trained, tmp_path):
     assert res["modes"][fastest]["speedup_vs_ct2"] == 1.0
     thr = f"{config['threads']} thread{'s' if config['threads'] > 1 else ''}"
     assert f"| ct2-best ({config['compute_type']}, {thr}) |" in proc.stdout
+    assert f"| x {fastest} ({res['modes'][fastest]['ct2_config']['compute_type']}, " in proc.stdout  # its base, named
+
+
+def test_ct2_tune_takes_each_configurations_fastest_round(monkeypatch):
+    """Every configuration is timed twice, the second round in the other order, and
+    keeps its faster time: a slow moment during one round does not pick the winner."""
+    calls = []
+    slow_first = {("float32", 2): [0.5, 0.1], ("int8", 1): [0.2, 0.3]}  # per call: seconds
+
+    def worker(command, model_dir, request, mode, omp_threads):
+        key = (request["compute_type"], request["threads"])
+        calls.append(key)
+        t = slow_first.get(key, [0.25, 0.25])[sum(k == key for k in calls) - 1]
+        return {"batches": [{"seconds": t}]}
+
+    monkeypatch.setattr(ct2_bench, "compute_types", lambda: ["float32", "int8"])
+    monkeypatch.setattr(ct2_bench, "_worker", worker)
+    config = ct2_bench.tune("dir", [{"tokens": [["a"]], "max_len": 5}], [1, 2], 0)
+    grid = [("float32", 1), ("float32", 2), ("int8", 1), ("int8", 2)]
+    assert calls == grid + grid[::-1]
+    assert (config["compute_type"], config["threads"]) == ("float32", 2)
+    assert {(c["compute_type"], c["threads"]): c["seconds"] for c in config["configs"]}[("int8", 1)] == 0.2
 
 
 def test_ct2_thread_counts_and_probe():

@@ -151,17 +151,19 @@ def probe_batches(batches: List[Dict], sentences: int = PROBE_SENTENCES) -> List
     return out
 
 
-def tune(model_dir: str, batches: List[Dict], threads: List[int], warmup: int) -> Dict:
+def tune(model_dir: str, batches: List[Dict], threads: List[int], warmup: int, rounds: int = 2) -> Dict:
     """Times the decoding of ``batches`` (greedy, or their ``beam``) with every compute type of this CPU at
-    each count of ``threads``; returns ``{"compute_type", "threads"}`` of the
-    fastest and ``"configs"``, every configuration with its seconds."""
-    configs = []
-    for ct in compute_types():
-        for t in threads:
+    each count of ``threads``, ``rounds`` times in alternating order (a configuration's time is
+    its fastest round, so a slow moment of the machine does not decide); returns
+    ``{"compute_type", "threads"}`` of the fastest and ``"configs"``, every configuration with its seconds."""
+    grid = [(ct, t) for ct in compute_types() for t in threads]
+    seconds = {c: [] for c in grid}
+    for r in range(rounds):
+        for ct, t in (grid if r % 2 == 0 else grid[::-1]):
             res = _worker("decode", model_dir, {"compute_type": ct, "threads": t, "warmup": warmup,
                                                 "batches": batches}, f"{BEST} {ct}", t)
-            configs.append({"compute_type": ct, "threads": t,
-                            "seconds": sum(b["seconds"] for b in res["batches"])})
+            seconds[(ct, t)].append(sum(b["seconds"] for b in res["batches"]))
+    configs = [{"compute_type": ct, "threads": t, "seconds": min(seconds[(ct, t)])} for ct, t in grid]
     best = min(configs, key=lambda c: c["seconds"])
     return {"compute_type": best["compute_type"], "threads": best["threads"], "configs": configs}
 

@@ -3,6 +3,7 @@ the main table, passes against edit spans, acceptance by draft position, plots."
 import re
 import statistics
 import sys
+import textwrap
 from typing import Dict
 
 from ..native.machine import describe_machine, machine_info
@@ -157,9 +158,9 @@ def beam_width(mode: str) -> int:
 
 
 def describe_mode(mode: str, row: Dict) -> str:
-    """A mode's name in the table; ct2-best with the configuration it chose."""
+    """A mode's name in the table; a CTranslate2 mode with its configuration (ct2-best: the one it chose)."""
     config = row.get("ct2_config")
-    if not ct2.is_best(mode) or not config:
+    if not config:
         return mode
     return f"{mode} ({config['compute_type']}, {config['threads']} thread{'s' if config['threads'] > 1 else ''})"
 
@@ -171,7 +172,7 @@ def print_table(res, file=sys.stdout):
     ct2 = res.get("ct2_fastest")
     has_ct2_beam = any("speedup_vs_ct2_beam" in r for r in res["modes"].values())
     cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy"] + (
-        ["x greedy-native"] if has_native else []) + ([f"x {ct2}"] if ct2 else []) + (
+        ["x greedy-native"] if has_native else []) + ([f"x {describe_mode(ct2, res['modes'][ct2])}"] if ct2 else []) + (
         ["x CT2's fastest beam of its width"] if has_ct2_beam else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
     print(f"machine: {describe_machine(res['machine'])}", file=file)
     if res.get("device"):
@@ -272,11 +273,19 @@ def plot(res, path, mode="iad", base="beam5"):
     ax.plot(mids, means, "r-o", label="binned mean")
     ax.set_xlabel("edit ratio (edit distance source -> output / source length)")
     ax.set_ylabel(f"speedup of {mode} over {base}")
-    ax.set_title(f"{mode} speedup vs edit ratio (threads: {describe_threads(res['threads'])}, "
-                 f"batch {res['batch_size']})")
+    ax.set_title(f"{mode} against {base}, by how much the output edits its source", fontsize=10)
     ax.legend()
-    fig.tight_layout()
+    _caption(fig, res)
     fig.savefig(path, dpi=120)
+
+
+def _caption(fig, res):
+    """The run's machine, threads and batch under a plot, wrapped to its width; the layout leaves room for it."""
+    text = (f"{res['sentences']} sentences, batch {res['batch_size']}, threads: {describe_threads(res['threads'])}; "
+            f"{describe_machine(res['machine'])}")
+    lines = textwrap.wrap(text, width=int(fig.get_figwidth() * 19))
+    fig.text(0.5, 0.01, "\n".join(lines), ha="center", va="bottom", fontsize=6.5)
+    fig.tight_layout(rect=(0, 0.025 + 0.035 * len(lines), 1, 1))
 
 
 def plot_edit_spans(res, path):
@@ -299,7 +308,7 @@ def plot_edit_spans(res, path):
         ax.plot(xs, [1 + 1.3 * x for x in xs], "k--", label="reference 1 + 1.3E (1 pass + 1.3 per edit span)")
     ax.set_xlabel("E: edit spans between source and greedy output (last bucket: 5 or more)")
     ax.set_ylabel("mean decoder passes per sentence")
-    ax.set_title(f"passes against edits ({res['sentences']} sentences, batch {res['batch_size']})")
+    ax.set_title("decoder passes against edit spans", fontsize=10)
     ax.legend(fontsize=7)
-    fig.tight_layout()
+    _caption(fig, res)
     fig.savefig(path, dpi=120)
