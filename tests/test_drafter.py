@@ -5,6 +5,11 @@ from fairseq_aggressive.drafters import DraftOutcome, InputCopyDrafter
 from helpers import make_dict, make_sample
 
 
+def first_draft(dr, sent, output, cap):
+    """The first draft the drafter proposes for one sentence."""
+    return dr.propose([sent], [output], [cap])[0][0].tokens
+
+
 def drafter_for(src_ids, **kw):
     d = make_dict()
     dr = InputCopyDrafter(d, d, **kw)
@@ -14,42 +19,42 @@ def drafter_for(src_ids, **kw):
 
 def test_first_draft_is_whole_source_with_eos_sentinel():
     dr, d = drafter_for([10, 11, 12])
-    assert dr.draft(0, [], 100) == [10, 11, 12, d.eos()]
-    assert dr.draft(0, [], 2) == [10, 11]  # Lmax / length cap
+    assert first_draft(dr, 0, [], 100) == [10, 11, 12, d.eos()]
+    assert first_draft(dr, 0, [], 2) == [10, 11]  # Lmax / length cap
 
 
 def test_full_acceptance_keeps_copying():
     dr, d = drafter_for([10, 11, 12, 13, 14])
     # drafted [10, 11], both accepted, verifier's next token 12 == source: continue at 13
     dr.update(0, [10, 11, 12], DraftOutcome([2], 0, 2))
-    assert dr.draft(0, [10, 11, 12], 100) == [13, 14, d.eos()]
+    assert first_draft(dr, 0, [10, 11, 12], 100) == [13, 14, d.eos()]
 
 
 def test_mismatch_resyncs_on_unique_suffix():
     dr, d = drafter_for([10, 11, 12, 13, 14])
     # substitution 11 -> 20: suffix (20,) is not in the source -> one-token mode
     dr.update(0, [10, 20], DraftOutcome([5], 0, 1))
-    assert dr.draft(0, [10, 20], 100) == []
+    assert first_draft(dr, 0, [10, 20], 100) == []
     # next token 12 occurs once in the source: copy resumes after it
     dr.update(0, [10, 20, 12], DraftOutcome([0], 0, 0))
-    assert dr.draft(0, [10, 20, 12], 100) == [13, 14, d.eos()]
+    assert first_draft(dr, 0, [10, 20, 12], 100) == [13, 14, d.eos()]
 
 
 def test_ambiguous_suffix_needs_longer_ngram():
     dr, d = drafter_for([10, 11, 10, 12, 13])
     dr.update(0, [7], DraftOutcome([6], 0, 0))  # first draft rejected at once
-    assert dr.draft(0, [7], 100) == []
+    assert first_draft(dr, 0, [7], 100) == []
     dr.update(0, [7, 10], DraftOutcome([0], 0, 0))  # (10,) twice, (7, 10) never
-    assert dr.draft(0, [7, 10], 100) == []
+    assert first_draft(dr, 0, [7, 10], 100) == []
     dr.update(0, [7, 11, 10], DraftOutcome([0], 0, 0))  # (10,) ambiguous, (11, 10) unique
-    assert dr.draft(0, [7, 11, 10], 100) == [12, 13, d.eos()]
+    assert first_draft(dr, 0, [7, 11, 10], 100) == [12, 13, d.eos()]
 
 
 def test_ngram_max_limits_disambiguation():
     dr, d = drafter_for([10, 10, 10, 10, 11], ngram_max=2)
     dr.update(0, [10], DraftOutcome([6], 0, 0))
     dr.update(0, [10, 10], DraftOutcome([0], 0, 0))  # (10,) and (10, 10) both repeated
-    assert dr.draft(0, [10, 10], 100) == []
+    assert first_draft(dr, 0, [10, 10], 100) == []
 
 
 @pytest.mark.parametrize("lo,hi", [(0, 2), (3, 2)])
@@ -67,7 +72,7 @@ def test_source_ids_mapped_to_target_dictionary():
     tgt.indices = {s: i for i, s in enumerate(tgt.symbols)}
     dr = InputCopyDrafter(src, tgt)
     dr.begin(make_sample([[4, 5, src.eos()]], src.pad()), max_len=100)
-    assert dr.draft(0, [], 10) == [5, 4, tgt.eos()]
+    assert first_draft(dr, 0, [], 10) == [5, 4, tgt.eos()]
 
 
 def test_a_new_decoding_is_a_drafter_and_its_builder(monkeypatch):

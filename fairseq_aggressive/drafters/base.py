@@ -123,10 +123,6 @@ class Drafter:
         the engine's draft-length policy."""
         return False
 
-    def draft(self, sent: int, output: List[int], cap: int) -> List[int]:
-        """The first draft :meth:`propose` gives one sentence (a convenience)."""
-        return self.propose([sent], [output], [cap])[0][0].tokens
-
 
 @dataclass
 class LoopResult:

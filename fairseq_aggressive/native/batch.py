@@ -83,7 +83,7 @@ class NativeBatch:
         keep = self.src_keep
         C = self.engine.embed_dim
         flat = torch.empty(int(keep.sum()), C, dtype=torch.float32)
-        n = self.lib.fa_encoder_out(self.handle, flat.data_ptr())
+        n = self.lib.fa_encoder_out(self.handle, flat.data_ptr(), flat.numel())
         if n != flat.numel():
             raise RuntimeError(f"native engine: {n} encoder values, expected {flat.numel()}")
         enc = torch.zeros(*keep.shape, C, dtype=torch.float32)

@@ -313,11 +313,6 @@ def library(isa: Optional[str] = None) -> ctypes.CDLL:
         return lib
 
 
-def describe(lib: ctypes.CDLL) -> str:
-    """The target a loaded library was built for and where it lies."""
-    return f"{lib.fa_isa().decode()} ({lib._name})"
-
-
 def available(isa: Optional[str] = None) -> Optional[str]:
     """None if the native engine can run here, else the reason it cannot."""
     try:

@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 17
+API_VERSION = 18
 
 # dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -163,6 +163,7 @@ def declare(lib) -> None:
         "fa_amx_state": (I, []),
         "fa_source_key": (ctypes.c_char_p, []),
         "fa_model_new": (P, [ctypes.POINTER(Config)]),
+        "fa_new_error": (ctypes.c_char_p, []),
         "fa_set_weight": (I, [P, ctypes.c_char_p, I, I, P, I, I]),
         "fa_model_build": (I, [P]),
         "fa_model_error": (ctypes.c_char_p, [P]),
@@ -177,7 +178,7 @@ def declare(lib) -> None:
         "fa_begin": (P, [P, I, P, P, I]),
         "fa_begin_encoded": (P, [P, I, P, P, I]),
         "fa_state_free": (None, [P]),
-        "fa_encoder_out": (I64, [P, P]),
+        "fa_encoder_out": (I64, [P, P, I64]),
         "fa_length": (I, [P, I]),
         "fa_shortlist_common": (I, [P, I]),
         "fa_shortlist": (I, [P, P, I, I, P]),

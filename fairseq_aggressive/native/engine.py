@@ -93,7 +93,7 @@ class NativeEngine:
         self.embed_dim = dec.embed_dim
         self.handle = self.lib.fa_model_new(ctypes.byref(cfg))
         if not self.handle:
-            raise MemoryError(f"native engine: no memory for a model of width {C}")
+            raise NativeUnavailable(f"the native engine cannot make this model: {self.lib.fa_new_error().decode()}")
         # every tensor by its fairseq name (csrc/weights.h lists them); the engine copies it
         self._n_float = self._n_int8 = 0
         sides = (("encoder", enc, src_pos),) if self.own_encoder else ()

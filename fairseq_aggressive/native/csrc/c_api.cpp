@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -33,7 +34,13 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 17;
+constexpr int kApiVersion = 18;
+
+// why this thread's last fa_model_new failed
+std::string& new_error() {
+  static thread_local std::string e;
+  return e;
+}
 
 }  // namespace
 
@@ -93,14 +100,23 @@ const char* fa_source_key() { return FA_SOURCE_KEY; }
 // ------------------------------------------------------------ model
 // A model with the shape cfg and no weights yet: give each tensor with
 // fa_set_weight (names in csrc/weights.h), then pack them with fa_model_build.
-// nullptr if it cannot be made (memory).
+// nullptr if it cannot be made (a shape it cannot take, memory): fa_new_error
+// says why, on the calling thread.
 void* fa_model_new(const fa::Config* cfg) {
+  new_error().clear();
   try {
-    return new Model(*cfg);
+    new_error() = fa::check_config(*cfg);
+    return new_error().empty() ? new Model(*cfg) : nullptr;
+  } catch (const std::exception& e) {
+    new_error() = std::string("model: ") + e.what();
   } catch (...) {
-    return nullptr;
+    new_error() = "model: unknown failure";
   }
+  return nullptr;
 }
+
+// Why this thread's last fa_model_new returned nullptr ("" if it did not)
+const char* fa_new_error() { return new_error().c_str(); }
 
 // Copies one named tensor (rows x cols, row-major; dtype 0 float32, 1 float16,
 // 2 int8) of `layer` (-1 for a tensor outside the layers).  0, or -1 when the
@@ -194,10 +210,12 @@ void* fa_begin_encoded(void* mp, int B, const float* enc_out, const int32_t* src
 void fa_state_free(void* sp) { delete static_cast<State*>(sp); }
 
 // The encoder output of the batch (sum of src_len rows x C, sentences in order)
-// into out; the number of floats written.  A drafter that shares the
-// verifier's encoder reads it (GAD with a --shared-encoder drafter).
-int64_t fa_encoder_out(void* sp, float* out) {
+// into out, which holds cap floats; the number of floats written, or -1
+// (nothing written) if they do not fit.  A drafter that shares the verifier's
+// encoder reads it (GAD with a --shared-encoder drafter).
+int64_t fa_encoder_out(void* sp, float* out, int64_t cap) {
   const State& st = state(sp);
+  if ((int64_t)st.enc_out.size() > cap) return -1;
   std::copy(st.enc_out.begin(), st.enc_out.end(), out);
   return (int64_t)st.enc_out.size();
 }

@@ -140,7 +140,7 @@ struct Model {
   struct ShareWeightsOf {
     const Model& other;
   };
-  explicit Model(const Config& c);
+  explicit Model(const Config& c);  // c as check_config takes it
   explicit Model(ShareWeightsOf s);
   // whether another decoder reads these weights
   bool weights_shared() const { return shared.use_count() > 1; }
@@ -151,6 +151,9 @@ inline size_t kv_at(int l, int h, int p, int H, int rows, int D) { return (((siz
 
 // Packs the tensors of m.w.staged into the model's layers; "" or what is wrong
 std::string build_model(Model& m);
+
+// "" if a model of shape c can be made, else what is wrong (widths, heads, layers, vocabularies, symbols)
+std::string check_config(const Config& c);
 
 // Attention keys and values, per layer and head: the head's D values of each
 // position together (kv_at), so the keys one head's attention reads are
