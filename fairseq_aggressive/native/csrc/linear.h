@@ -89,7 +89,7 @@ void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* 
 // order first reads the lines the last pass read last, still in the cache.
 // On a 2-core Xeon guest with AMX, one thread: the 9+3's greedy 2-3% (int8)
 // and 5% (float32) faster, IAD within 1.3%; two threads (half the weights
-// per core) unchanged (docs/results-build-targets.md).  Products whose
+// per core) unchanged (docs/engine-kernels.md).  Products whose
 // weights are asked for ahead (Linear::prefetch: they outgrow the caches)
 // keep one order.  Each output is computed alone, so the order never changes
 // a result (tests/test_native.py runs the kernels both ways).
