@@ -223,6 +223,22 @@ const Tensor* WeightSet::get(const std::string& name, int layer) const {
   return it == tensors.end() ? nullptr : &it->second;
 }
 
+std::string check_config(const Config& c) {
+  auto bad = [](const std::string& what) { return "model configuration: " + what; };
+  if (c.C < 1 || c.H < 1 || c.C % c.H != 0)
+    return bad("the width " + std::to_string(c.C) + " is not a positive multiple of the heads " + std::to_string(c.H));
+  if (c.F < 1 || c.dec_layers < 1 || c.enc_layers < 0)
+    return bad("feed-forward width " + std::to_string(c.F) + ", " + std::to_string(c.enc_layers) + " encoder and " +
+               std::to_string(c.dec_layers) + " decoder layers (at least 1 each, 0 encoder layers allowed)");
+  if (c.tgt_vocab < 1 || c.src_vocab < 0 || c.enc_dim < 0)
+    return bad("vocabularies " + std::to_string(c.src_vocab) + " / " + std::to_string(c.tgt_vocab) +
+               ", encoder width " + std::to_string(c.enc_dim));
+  for (int s : {c.pad, c.unk, c.eos})
+    if (s < 0 || s >= c.tgt_vocab) return bad("a special symbol id (" + std::to_string(s) + ") outside the vocabulary");
+  if (!(c.ln_eps > 0.f)) return bad("layer norm epsilon must be positive");
+  return "";
+}
+
 std::string build_model(Model& m) {
   Weights& W = *m.shared;
   const Config& cfg = m.cfg;
