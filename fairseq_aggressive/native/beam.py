@@ -5,11 +5,10 @@ scores (up to the last bits of float32 sums), for ``--beam``, ``--nbest``,
 ``--lenpen``, ``--unkpen``, ``--min-len``, ``--max-len-a/-b``,
 ``--temperature``, ``--unnormalized`` and ``--no-repeat-ngram-size``.
 
-With a copy source (``--decoding iad --beam N``), the engine drafts each
-hypothesis from its source and replays beam steps from a pass's later
-positions, and leaves unread a hypothesis none of whose candidates could be
-chosen: the same output in fewer passes (docs/how-it-works.md, "Drafted beam
-search").
+With a copy source (``--decoding iad --beam N``), the engine drafts the best
+hypothesis of each beam from its source and reads the hypotheses that extend
+a draft from that pass's later positions: the same output, with fewer rows
+in the passes (docs/how-it-works.md, "Drafted beam search").
 
 ``--no-repeat-ngram-size`` blocks what fairseq's CUDA kernel blocks (an
 n-gram the hypothesis already holds); fairseq's CPU fallback compares the
