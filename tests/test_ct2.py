@@ -33,7 +33,7 @@ def test_bench_ct2_modes(trained, tmp_path):
     # int8 is another model (13 of 30 identical on this briefly trained fixture), not noise
     assert int8["identical_to_greedy"] >= 5, int8
     assert ct2["total_s"] > 0 and int8["total_s"] > 0 and ct2["mean_passes_per_sentence"] > 1
-    assert "| ct2 |" in proc.stdout and "| ct2-int8 |" in proc.stdout
+    assert "| ct2 (float32, " in proc.stdout and "| ct2-int8 (int8, " in proc.stdout  # each with its configuration
     for r in res["per_sentence"]:
         assert r["ct2"]["tokens"][-1] == r["greedy"]["tokens"][-1]  # both end with EOS
 

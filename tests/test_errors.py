@@ -37,11 +37,21 @@ def test_negative_max_draft_len():
         make_task(max_draft_len=-1)
 
 
-def test_iad_needs_beam_1():
+def test_iad_with_a_beam_is_drafted_beam_search_on_the_engine():
+    """--decoding iad --beam N: the engine's beam search, drafted; on the torch path an
+    error naming the engine; the other aggressive decodings still need --beam 1."""
+    from fairseq_aggressive.native import available
+    from fairseq_aggressive.native.beam import NativeBeamGenerator
+
     task = make_task(decoding="iad")
     model = make_model(task)
+    if available() is None:
+        gen = task.build_generator([model], gen_args(beam=5))
+        assert isinstance(gen, NativeBeamGenerator) and gen.drafts is not None and gen.beam_size == 5
+    with pytest.raises(ValueError, match="runs in the native engine"):
+        make_task(decoding="iad", engine="torch").build_generator([model], gen_args(beam=5))
     with pytest.raises(ValueError, match="--beam 1"):
-        task.build_generator([model], gen_args(beam=5))
+        make_task(decoding="blockwise").build_generator([model], gen_args(beam=5))
 
 
 @pytest.mark.parametrize(
