@@ -217,6 +217,10 @@ def declare_testing(lib) -> None:
     lib.fa_pool_lose_next_count.argtypes = [ctypes.c_void_p]
     lib.fa_set_beam_mutant.restype = None
     lib.fa_set_beam_mutant.argtypes = [I]
+    lib.fa_set_drafted_pass_delay.restype = None
+    lib.fa_set_drafted_pass_delay.argtypes = [I]
+    lib.fa_set_realized_check.restype = None
+    lib.fa_set_realized_check.argtypes = [I]
     lib.fa_set_eager_projection_bytes.restype = None
     lib.fa_set_eager_projection_bytes.argtypes = [ctypes.c_void_p, I64]
     P = ctypes.c_void_p

@@ -46,7 +46,7 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
       kind[i] = resynced;
       cand[i] = {cap, resynced, Acceptance::confidence(batch.outputs().last_score(b))};
     }
-    draft_lengths(policy, cand, lens);
+    draft_lengths(policy, cand, lens, /*checked=*/true);
     int positions = 0;
     for (int i = 0; i < n; ++i) {
       const int b = batch.active()[i], L = lens[i];
@@ -60,9 +60,14 @@ int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats
     stats.loop.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
     batch.verify(m, st, stats.loop);
     if (policy != nullptr) {
-      policy->cost.observe(positions, std::chrono::duration<double, std::milli>(Clock::now() - t1).count());
-      for (int i = 0; i < n; ++i)
+      const auto t2 = Clock::now();
+      policy->cost.observe(positions, std::chrono::duration<double, std::milli>(t2 - t1).count());
+      int emitted = n;
+      for (int i = 0; i < n; ++i) {
         policy->acceptance.observe(cand[i].resynced, cand[i].conf, batch.drafted(i), batch.accepted(i));
+        emitted += batch.accepted(i);
+      }
+      realized_pass(policy, n, positions > n, emitted, t0);
     }
     // what the drafter learns (InputCopyDrafter.update with one branch)
     batch.settle(stats.loop, [&](int i, int b, int, int) {

@@ -41,6 +41,14 @@ void halve_if_old(double& hits, double& trials) {
 
 }  // namespace
 
+#if defined(FA_TEST_HOOKS)
+// fa_set_drafted_pass_delay, fa_set_realized_check (testing/test_api.cpp): a
+// drafted pass that takes longer than the cost table knows, as on a loaded
+// CPU; the check on or off
+int drafted_pass_delay_us = 0;
+bool realized_check = true;
+#endif
+
 const std::vector<int>& PassCost::knots() {
   static const std::vector<int> k = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128};
   return k;
@@ -144,7 +152,7 @@ bool Realized::drafts(int rows, bool model_drafts) {
   const int c = rows_class(rows, kClasses);
   if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses)  // both sides measured first
     return passes_[1][c] <= passes_[0][c];
-  const bool better = rate_[1][c] > rate_[0][c];
+  const bool better = tokens_[1][c] * time_[0][c] > (1 - kSlack) * tokens_[0][c] * time_[1][c];
   if (++turn_[c] >= kExplore) {
     turn_[c] = 0;
     return !better;
@@ -152,12 +160,17 @@ bool Realized::drafts(int rows, bool model_drafts) {
   return better;
 }
 
-void Realized::observe(int rows, bool drafted, int tokens, double ms) {
-  if (!(ms > 0)) return;
+void Realized::observe(int rows, bool drafted, int tokens, double ms, double greedy_ms) {
+  if (!(ms > 0) || !(greedy_ms > 0) || rows <= 0) return;
   const int c = rows_class(rows, kClasses), d = drafted ? 1 : 0;
-  const double rate = tokens / ms;
-  rate_[d][c] = passes_[d][c] ? rate_[d][c] + kCostRate * (rate - rate_[d][c]) : rate;
+  tokens_[d][c] = tokens_[d][c] * kKeep + double(tokens) / rows;
+  time_[d][c] = time_[d][c] * kKeep + ms / greedy_ms;
   passes_[d][c] += 1;
+}
+
+double Realized::speed(int rows, bool drafted) const {
+  const int c = rows_class(rows, kClasses), d = drafted ? 1 : 0;
+  return time_[d][c] > 0 ? tokens_[d][c] / time_[d][c] : 0.0;
 }
 
 int DraftPolicy::steps(const std::vector<DraftCandidate>& rows) {
@@ -309,13 +322,35 @@ std::vector<double> measure_pass_cost(Model& m) {
 
 }  // namespace
 
-void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths) {
+void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
+                   bool checked) {
   if (policy != nullptr) {
     policy->choose(rows, lengths);
+#if defined(FA_TEST_HOOKS)
+    checked = checked && realized_check;
+#endif
+    if (checked) {
+      const bool any = std::any_of(lengths.begin(), lengths.end(), [](int L) { return L > 0; });
+      if (!policy->realized.drafts((int)rows.size(), any)) std::fill(lengths.begin(), lengths.end(), 0);
+    }
     return;
   }
   lengths.resize(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) lengths[i] = rows[i].cap;
+}
+
+void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,
+                   std::chrono::steady_clock::time_point began) {
+  if (policy == nullptr) return;
+#if defined(FA_TEST_HOOKS)
+  if (drafted && drafted_pass_delay_us > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(drafted_pass_delay_us);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  }
+#endif
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
+  policy->realized.observe(rows, drafted, tokens, ms, policy->cost.ms(rows));
 }
 
 DraftPolicy& draft_policy(Model& m) {

@@ -16,6 +16,7 @@
 // so the output stays greedy's.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -79,21 +80,33 @@ class DraftCost {
   bool seen_[kClasses] = {false, false, false, false, false, false, false, false};
 };
 
-// Tokens per millisecond of whole passes (drafting, verification and what a
-// loop does around them), measured apart for passes that drafted and passes
-// that did not, by the rows (classes of powers of two): the check on a
-// drafter whose cost the model above may misjudge.  A pass without drafts is
-// chosen where those measured faster, except one pass in kExplore, which
-// keeps measuring the other side.
+// The check on the model above: how much faster than greedy's pass over the
+// same rows (the cost table's ms(rows)) passes that drafted went, in tokens
+// per row over time, against the same for passes that did not draft (whose
+// ratio says how far the table is off now: load from other processes, a
+// longer cache), from the passes timed, by the rows (classes of powers of two),
+// in sums that forget old passes (kKeep per pass).  Where drafted passes went
+// slower (by more than kSlack), passes do not draft, except one in kExplore, which keeps measuring
+// them; the same keeps the other side measured where drafting wins.  With
+// every drafter's pass timed, drafting that loses to greedy on this machine
+// now (a full batch, a loaded CPU) is seen and stopped, whatever the model
+// predicted.
 class Realized {
  public:
   static constexpr int kClasses = 8, kExplore = 64, kMinPasses = 8;
+  static constexpr double kKeep = 1.0 - 1.0 / 64;
+  // drafted passes count as slower beyond this: the sums' noise on a quiet
+  // machine is about this size, and the model's choice stands within it
+  static constexpr double kSlack = 0.02;
   // whether passes of these rows should draft, given that the model says `model_drafts`
   bool drafts(int rows, bool model_drafts);
-  void observe(int rows, bool drafted, int tokens, double ms);
+  // a pass of `rows` rows, drafted or not, emitted `tokens` in `ms`; the table's greedy pass over them: `greedy_ms`
+  void observe(int rows, bool drafted, int tokens, double ms, double greedy_ms);
+  // tokens per row over time against greedy's of the passes seen (0: none), drafted or not
+  double speed(int rows, bool drafted) const;
 
  private:
-  double rate_[2][kClasses] = {};
+  double tokens_[2][kClasses] = {}, time_[2][kClasses] = {};
   int passes_[2][kClasses] = {};
   int turn_[kClasses] = {};
 };
@@ -120,8 +133,16 @@ class DraftPolicy {
   std::vector<double> g_;
 };
 
-// The lengths each row verifies: the policy's choice, or (no policy) every candidate's cap
-void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths);
+// The lengths each row verifies: the policy's choice, or (no policy) every
+// candidate's cap; with `checked`, none where drafted passes of these rows
+// went slower than greedy's (Realized; a drafter that asked it already, as
+// the feature drafter before its own pass, leaves it out)
+void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
+                   bool checked = false);
+// After a pass a policy chose the lengths of: what it tells the policy's
+// check (rows, whether any drafted, tokens emitted, when drafting began)
+void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,
+                   std::chrono::steady_clock::time_point began);
 
 // The policies of the decoders that read one copy of the weights, as each
 // last left it, by thread count (Weights::policies): a decoder made later

@@ -79,7 +79,7 @@ void RunningBatch::copy_drafts(DraftPolicy* policy) {
     const int cap = r.copy.candidate(r.out, room, s_.ngram_min, s_.ngram_max, &start_[i], &resynced);
     cand_[i] = {cap, resynced, Acceptance::confidence(last_score(r))};
   }
-  draft_lengths(policy, cand_, lens_);
+  draft_lengths(policy, cand_, lens_, /*checked=*/true);
 }
 
 void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
@@ -186,10 +186,11 @@ int RunningBatch::run(Model& m, Model* dm, int max_passes, double min_ms, int32_
       policy->cost.observe((int)total, ms_since(t1));
       for (int i = 0; i < n; ++i) policy->acceptance.observe(cand_[i].resynced, cand_[i].conf, lens_[i], n_match_[i]);
     }
-    if (policy != nullptr && feature()) {
+    if (policy != nullptr) {
       int emitted = 0;
-      for (int i = 0; i < n; ++i) emitted += n_emit_[i];
-      policy->realized.observe(n, steps_ > 0, emitted, ms_since(t0));
+      bool drafted = false;
+      for (int i = 0; i < n; ++i) emitted += n_emit_[i], drafted |= lens_[i] > 0;
+      realized_pass(policy, n, feature() ? steps_ > 0 : drafted, emitted, t0);
     }
     stats_.loop.passes += 1;
     stats_.loop.sentence_passes += n;

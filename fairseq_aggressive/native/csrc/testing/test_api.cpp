@@ -26,7 +26,9 @@
 #include "../weight_hints.h"
 
 namespace fa {
-extern int beam_mutant;  // beam_search.cpp
+extern int beam_mutant;            // beam_search.cpp
+extern int drafted_pass_delay_us;  // draft_lengths.cpp
+extern bool realized_check;
 }
 
 #pragma GCC visibility push(default)
@@ -103,6 +105,13 @@ void fa_pool_lose_next_count(void* mp) { static_cast<fa::Model*>(mp)->pool.lose_
 // parent's slot, 4 the child on the draft leaves its parent's slot (and the
 // draft's positions) to the parent's first child
 void fa_set_beam_mutant(int n) { fa::beam_mutant = n; }
+
+// Test hook: every pass that verified a draft under the draft-length policy
+// takes `us` microseconds more (spent after the pass-cost table's timing, so
+// only the policy's check on whole passes sees it), as drafted passes on a
+// loaded CPU cost more than the table says; and the check on (1) or off (0)
+void fa_set_drafted_pass_delay(int us) { fa::drafted_pass_delay_us = us; }
+void fa_set_realized_check(int on) { fa::realized_check = on != 0; }
 
 // Test hook: the projection size beyond which the model's passes project a
 // whole path in one round (0: always, -1: never); results never depend on it.

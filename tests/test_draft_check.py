@@ -1,0 +1,102 @@
+"""The draft-length policy's check on whole passes (csrc/draft_lengths.h,
+Realized): where passes that drafted went slower than greedy's pass over the
+same rows would have, the engine's loops stop drafting (but one pass in
+kExplore, which keeps measuring), whatever the cost table predicts.
+
+The test library makes every drafted pass take longer after the table has
+timed it (fa_set_drafted_pass_delay), as a drafted pass on a loaded CPU costs
+more than the table says.  With the check, the static copy loop and a running
+batch then draft almost nothing; with the check off the same delay leaves
+drafting as it was (so the delay alone changes nothing the table sees); the
+outputs are greedy's throughout."""
+import pytest
+import torch
+
+from helpers import needs_native
+
+pytestmark = needs_native
+
+MODEL = "models/uagec-9x3"
+N_SENT = 32
+DELAY_US = 2000  # a 9+3 pass at batch 1 takes about 0.1-0.3 ms
+
+
+@pytest.fixture(scope="module")
+def sentences():
+    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
+        return [next(f).strip() for _ in range(N_SENT)]
+
+
+@pytest.fixture
+def test_lib(monkeypatch):
+    from fairseq_aggressive.native import build, engine as native_engine
+
+    monkeypatch.setattr(native_engine, "library", build.test_library)
+    lib = build.test_library()
+    yield lib
+    lib.fa_set_drafted_pass_delay(0)
+    lib.fa_set_realized_check(1)
+
+
+def _translators(**kw):
+    """IAD under the policy and the engine's greedy, on a hub of their own (a
+    fresh weight copy: the policy starts unmeasured)."""
+    from fairseq_aggressive.translator import Translator, load_hub
+
+    hub = load_hub(MODEL)
+    return hub, Translator(hub, decoding="iad", **kw), Translator(hub, decoding="iad", max_draft_len=0, **kw)
+
+
+def _static(hub, translator, sentences):
+    """Each sentence decoded alone by the engine's loop: outputs, drafted positions per pass."""
+    gen = translator.generator
+    gen.stats.__init__()
+    outs = []
+    for s in sentences:
+        tokens = hub.encode(s)
+        sample = {"id": torch.arange(1), "nsentences": 1, "ntokens": tokens.numel(),
+                  "net_input": {"src_tokens": tokens.view(1, -1), "src_lengths": torch.tensor([tokens.numel()])}}
+        with torch.no_grad():
+            outs.append(hub.task.inference_step(gen, hub.models, sample)[0][0]["tokens"].tolist())
+    return outs, gen.stats.drafted / gen.stats.sentence_passes
+
+
+def _running(hub, translator, sentences):
+    """Each sentence through a running batch, one after the other: outputs, drafted positions per pass."""
+    from fairseq_aggressive.generator import length_cap
+    from fairseq_aggressive.native.running import RunningBatch
+
+    gen = translator.generator
+    r = gen.verifier.rules
+    batch = RunningBatch(gen.verifier.engine, first=gen.eos, max_draft=8, ngram_min=gen.drafter.ngram_min,
+                         ngram_max=gen.drafter.ngram_max, budget=True, min_len=r.min_len,
+                         unk_penalty=r.unk_penalty, temperature=r.temperature)
+    outs = []
+    for s in sentences:
+        src = hub.encode(s).tolist()
+        lim = length_cap(gen.max_len_a, gen.max_len_b, len(src), gen.max_len)
+        (slot,) = batch.join([src], [src], [lim])
+        assert batch.run() == [slot]
+        outs.append(batch.take(slot, lim)[0])
+    st = batch.stats()
+    return outs, st.drafted / st.sentence_passes
+
+
+@pytest.mark.parametrize("loop", [_static, _running])
+def test_drafted_passes_slower_than_greedy_stop_drafting(test_lib, sentences, loop):
+    hub, iad, greedy = _translators()
+    ref, _ = _static(hub, greedy, sentences)
+    quiet_out, quiet = loop(hub, iad, sentences)
+    assert quiet_out == ref and quiet > 0.5, quiet  # a lone GEC sentence drafts nearly every pass
+
+    test_lib.fa_set_drafted_pass_delay(DELAY_US)
+    hub, iad, _ = _translators()  # a fresh policy: it learns this machine anew
+    slow_out, slow = loop(hub, iad, sentences)
+    assert slow_out == ref
+    assert slow < 0.15 * quiet, (slow, quiet)  # measured both ways, then one pass in 64
+
+    test_lib.fa_set_realized_check(0)  # the same delay without the check: the model drafts on
+    hub, iad, _ = _translators()
+    blind_out, blind = loop(hub, iad, sentences)
+    assert blind_out == ref
+    assert blind > 0.7 * quiet, (blind, quiet)
