@@ -1,8 +1,8 @@
 """IAD's draft lengths side by side: the engine's greedy, IAD with fixed drafts
 (``--draft-cost off``) and IAD under the engine's draft-length policy (the
-default), on the same batches in alternating rounds, at several batch sizes;
-medians of the rounds and ratios to greedy, every output checked against
-greedy's.
+default), taking turns on every batch (in rotating order), at several batch
+sizes; medians of the rounds and ratios to greedy, every output checked
+against greedy's.
 
     python scripts/diagnostics/draft_lengths_side_by_side.py models/uagec-9x3 \\
         data/uagec-sample/test.tok.src --batch-sizes 1,8,32 --rounds 5 [--checkpoint PATH] [--int8] [--load 2]
@@ -68,17 +68,24 @@ def main(argv=None):
                                 "ntokens": sum(t.numel() for t in chunk),
                                 "net_input": {"src_tokens": src, "src_lengths": torch.tensor([t.numel() for t in chunk])}})
             times = {m: [] for m in MODES}
-            outs = {}
+            order = list(MODES)
             for r in range(args.rounds + 1):  # the first round warms up (and measures the pass cost)
-                for m, t in gens.items():
+                spent = {m: 0.0 for m in MODES}
+                outs = {m: [] for m in MODES}
+                for t in gens.values():
                     t.generator.stats.__init__()
-                    t0 = time.perf_counter()
-                    with torch.no_grad():
-                        hyps = [h[0]["tokens"].tolist() for s in samples
-                                for h in hub.task.inference_step(t.generator, hub.models, s)]
-                    if r:
-                        times[m].append(time.perf_counter() - t0)
-                    outs[m] = hyps
+                # the modes take turns on every batch, each batch in another order: a machine
+                # whose speed drifts (other guests, clocks) moves every mode's time alike
+                for i, s in enumerate(samples):
+                    for m in order[i % len(order):] + order[:i % len(order)]:
+                        t0 = time.perf_counter()
+                        with torch.no_grad():
+                            hyps = hub.task.inference_step(gens[m].generator, hub.models, s)
+                        spent[m] += time.perf_counter() - t0
+                        outs[m].extend(h[0]["tokens"].tolist() for h in hyps)
+                if r:
+                    for m in MODES:
+                        times[m].append(spent[m])
             bad = [m for m in MODES if outs[m] != outs["greedy"]]
             if bad:
                 raise SystemExit(f"batch {bsz}: {', '.join(bad)} differ from greedy")
