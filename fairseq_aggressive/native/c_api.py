@@ -11,7 +11,7 @@ F32, F16, I8 = 0, 1, 2
 
 
 class Config(ctypes.Structure):
-    """fa::Config (csrc/model.h): the model's shape and fairseq options."""
+    """fa::Config (csrc/weights.h): the model's shape and fairseq options."""
 
     _fields_ = [(n, ctypes.c_int32) for n in (
         "C", "H", "F", "enc_layers", "dec_layers", "src_vocab", "tgt_vocab",

@@ -39,8 +39,8 @@ from fairseq_aggressive.native.build import _compiler
 from fairseq_aggressive.native.targets import CSRC
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VARIANTS = {"plain": [], "faults": ["-DFA_POOL_FAULTS"],
-            "split-bound": ["-DFA_POOL_FAULTS", "-DFA_POOL_SPLIT_BOUND"]}
+VARIANTS = {"plain": ["-DFA_TEST_HOOKS"], "faults": ["-DFA_TEST_HOOKS", "-DFA_POOL_FAULTS"],
+            "split-bound": ["-DFA_TEST_HOOKS", "-DFA_POOL_FAULTS", "-DFA_POOL_SPLIT_BOUND"]}
 STATUS = {0: "ok", 1: "miscounted items", 2: "lost completion reported", 3: "hang"}
 
 

@@ -84,7 +84,7 @@ struct Read {
 
 class BeamSearch {
  public:
-  BeamSearch(Model& m, State& st, const BeamArgs& a, BeamCounts& n)
+  BeamSearch(Decoder& m, State& st, const BeamArgs& a, BeamCounts& n)
       : m_(m), st_(st), a_(a), n_(n), V_(m.cfg.tgt_vocab), scan_(a, m.cfg.tgt_vocab, m.cfg.pad, m.cfg.unk, m.cfg.eos) {}
 
   int run() {
@@ -132,7 +132,7 @@ class BeamSearch {
   }
 
  private:
-  Model& m_;
+  Decoder& m_;
   State& st_;
   const BeamArgs& a_;
   BeamCounts& n_;
@@ -373,7 +373,7 @@ class BeamSearch {
 
 }  // namespace
 
-int decode_beam(Model& m, State& st, const BeamArgs& a, BeamCounts* counts) {
+int decode_beam(Decoder& m, State& st, const BeamArgs& a, BeamCounts* counts) {
   BeamCounts n{};
   const int rc = BeamSearch(m, st, a, n).run();
   if (counts) *counts = n;

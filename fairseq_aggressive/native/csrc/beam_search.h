@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "model.h"
+#include "decoder.h"
 
 namespace fa {
 
@@ -68,6 +68,6 @@ struct BeamCounts {
 // settings with a source; a state with a shortlist or already decoded from).
 // The state's own caches are not used: the hypotheses have theirs, and a
 // second search of the same state gives the same.  The engine's failures throw.
-int decode_beam(Model& m, State& st, const BeamArgs& a, BeamCounts* counts = nullptr);
+int decode_beam(Decoder& m, State& st, const BeamArgs& a, BeamCounts* counts = nullptr);
 
 }  // namespace fa

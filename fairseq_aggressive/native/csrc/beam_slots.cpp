@@ -5,7 +5,7 @@
 
 namespace fa {
 
-void fit_slot(const Model& m, Sentence& h, int need, int most) {
+void fit_slot(const Decoder& m, Sentence& h, int need, int most) {
   if (need <= h.cap) return;
   const int nl = (int)m.w.dec.size(), H = m.cfg.H, D = m.D;
   const int cap = std::min(std::max(need, std::max(16, 2 * h.cap)), most);
@@ -21,7 +21,7 @@ void fit_slot(const Model& m, Sentence& h, int need, int most) {
   h.cap = cap;
 }
 
-void copy_slot(const Model& m, const Sentence& from, Sentence& to, int n, int most) {
+void copy_slot(const Decoder& m, const Sentence& from, Sentence& to, int n, int most) {
   fit_slot(m, to, n, most);
   const int nl = (int)m.w.dec.size(), H = m.cfg.H, D = m.D;
   for (int l = 0; l < nl; ++l)

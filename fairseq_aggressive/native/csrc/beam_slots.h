@@ -3,14 +3,14 @@
 // a parent's second child starts from it.
 #pragma once
 
-#include "model.h"
+#include "decoder.h"
 
 namespace fa {
 
 // room for `need` positions in slot h (the positions written kept), at most `most`
-void fit_slot(const Model& m, Sentence& h, int need, int most);
+void fit_slot(const Decoder& m, Sentence& h, int need, int most);
 
 // slot `to` holds the first n positions of slot `from` (its own room at most `most`)
-void copy_slot(const Model& m, const Sentence& from, Sentence& to, int n, int most);
+void copy_slot(const Decoder& m, const Sentence& from, Sentence& to, int n, int most);
 
 }  // namespace fa

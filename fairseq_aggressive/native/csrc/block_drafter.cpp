@@ -10,7 +10,7 @@
 
 namespace fa {
 
-void choose_rows(Model& m, State& st, const float* h, int n, const int32_t* sent_of, int32_t* out, int stride) {
+void choose_rows(Decoder& m, State& st, const float* h, int n, const int32_t* sent_of, int32_t* out, int stride) {
   const int V = m.cfg.tgt_vocab;
   ensure(m.logits, (size_t)n * V);
   project(m, st, h, n, sent_of, m.logits.data());
@@ -28,7 +28,7 @@ namespace {
 float top_probability(const float* lg, int W, int best) { return std::exp(lg[best] - logsumexp(lg, W)); }
 
 // A --feature-ar drafter's pass (DraftArgs.autoregressive)
-int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
+int ar_draft_pass(Decoder& m, State& st, const DraftArgs& a) {
   const int n = a.n, k = a.k, C = m.cfg.C, FC = m.w.feat_proj.K;  // FC: the verifier's feature width
   // its own output (C wide) stands in for the verifier's features from the second step on
   const Linear& own = m.w.own_feat_proj.N != 0 ? m.w.own_feat_proj : m.w.feat_proj;
@@ -97,7 +97,7 @@ int ar_draft_pass(Model& m, State& st, const DraftArgs& a) {
 
 }  // namespace
 
-int draft_pass(Model& m, State& st, const DraftArgs& a) {
+int draft_pass(Decoder& m, State& st, const DraftArgs& a) {
   if (a.autoregressive) return ar_draft_pass(m, st, a);
   const int n = a.n, k = a.k;
   const bool causal = a.causal != 0;

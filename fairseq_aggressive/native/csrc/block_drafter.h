@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "model.h"
+#include "decoder.h"
 
 namespace fa {
 
@@ -74,11 +74,11 @@ inline DraftArgs feature_draft_args(int n, const int32_t* sent, const int32_t* r
 // The drafter's token for each of n feature rows h (C floats each): the argmax
 // of its logits over sentence sent_of[r]'s columns, pad excluded, the first
 // maximum; into out[r * stride].
-void choose_rows(Model& m, State& st, const float* h, int n, const int32_t* sent_of, int32_t* out, int stride);
+void choose_rows(Decoder& m, State& st, const float* h, int n, const int32_t* sent_of, int32_t* out, int stride);
 
 // 0, or -1 if a row does not fit (or the drafter's mask embedding or feature
 // projection is missing, or an autoregressive pass lacks features or a causal
 // prefix, or its projection of its own output is not C x C).
-int draft_pass(Model& m, State& st, const DraftArgs& a);
+int draft_pass(Decoder& m, State& st, const DraftArgs& a);
 
 }  // namespace fa

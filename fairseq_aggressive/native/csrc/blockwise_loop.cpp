@@ -12,7 +12,7 @@
 
 namespace fa {
 
-int heads_pass(Model& m, State& st, int n, const int32_t* sent, const float* x, int32_t* out) {
+int heads_pass(Decoder& m, State& st, int n, const int32_t* sent, const float* x, int32_t* out) {
   const Linear &fc1 = m.w.heads_fc1, &fc2 = m.w.heads_fc2;
   const int H = m.w.n_heads, C = m.cfg.C, hidden = fc1.N;
   if (H == 0) return -1;
@@ -30,7 +30,7 @@ int heads_pass(Model& m, State& st, int n, const int32_t* sent, const float* x, 
   return 0;
 }
 
-int decode_blockwise(Model& m, State& st, const BlockwiseLoopArgs& a, LoopStats& stats) {
+int decode_blockwise(Decoder& m, State& st, const BlockwiseLoopArgs& a, LoopStats& stats) {
   const int B = a.n, H = m.w.n_heads, max_len = a.rules.max_len;
   if (H == 0 || B != (int)st.sents.size() || a.output.out_cap < max_len + 1) return -1;
   for (int b = 0; b < B; ++b)

@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "decode_loop.h"
-#include "model.h"
+#include "decoder.h"
 
 namespace fa {
 
@@ -19,7 +19,7 @@ namespace fa {
 // floats each): m.n_heads tokens each, at out[r * n_heads + j] (each the argmax
 // of its logits over the sentence's columns, pad excluded).  0, or -1 if the
 // model has no heads.
-int heads_pass(Model& m, State& st, int n, const int32_t* sent, const float* x, int32_t* out);
+int heads_pass(Decoder& m, State& st, int n, const int32_t* sent, const float* x, int32_t* out);
 
 // One batch's loop (mirrored by BlockwiseLoopArgs in c_api.py): n sentences,
 // none decoded yet; rows start from the token `first`; the first pass drafts
@@ -35,6 +35,6 @@ struct BlockwiseLoopArgs {
 
 // 0, or -1 (nothing decoded) if an argument does not fit the state or the model
 // has no heads; a failed pass throws.
-int decode_blockwise(Model& m, State& st, const BlockwiseLoopArgs& a, LoopStats& stats);
+int decode_blockwise(Decoder& m, State& st, const BlockwiseLoopArgs& a, LoopStats& stats);
 
 }  // namespace fa

@@ -23,11 +23,11 @@
 #include "running_batch.h"
 #include "amx.h"
 #include "c_api_support.h"
-#include "model.h"
+#include "decoder.h"
 #include "parallel.h"
 #include "vec.h"
 
-using fa::Model;
+using fa::Decoder;
 using fa::State;
 
 namespace {
@@ -106,7 +106,7 @@ void* fa_model_new(const fa::Config* cfg) {
   new_error().clear();
   try {
     new_error() = fa::check_config(*cfg);
-    return new_error().empty() ? new Model(*cfg) : nullptr;
+    return new_error().empty() ? new Decoder(*cfg) : nullptr;
   } catch (const std::exception& e) {
     new_error() = std::string("model: ") + e.what();
   } catch (...) {
@@ -123,7 +123,7 @@ const char* fa_new_error() { return new_error().c_str(); }
 // name, layer, shape or dtype is wrong (fa_model_error says which).
 int fa_set_weight(void* mp, const char* name, int layer, int dtype, const void* data, int rows, int cols) {
   return guarded(mp, -1, [&] {
-    Model& m = model(mp);
+    Decoder& m = model(mp);
     m.error = weights_to_change(m).staged.put(m.cfg, name, layer, dtype, data, rows, cols);
     return m.error.empty() ? 0 : -1;
   });
@@ -132,9 +132,9 @@ int fa_set_weight(void* mp, const char* name, int layer, int dtype, const void* 
 // Packs the tensors given; 0, or -1 when one is missing or inconsistent (fa_model_error)
 int fa_model_build(void* mp) {
   return guarded(mp, -1, [&] {
-    Model& m = model(mp);
+    Decoder& m = model(mp);
     fa::Weights& w = weights_to_change(m);
-    m.error = fa::build_model(m);
+    m.error = fa::build_weights(*m.shared, m.cfg);
     w.built = m.error.empty();
     return m.error.empty() ? 0 : -1;
   });
@@ -147,9 +147,9 @@ int fa_model_build(void* mp) {
 // memory is short.  Free each with fa_model_free; the weights go with the last.
 void* fa_model_share(void* mp) {
   return guarded<void*>(mp, nullptr, [&]() -> void* {
-    const Model& m = model(mp);
+    const Decoder& m = model(mp);
     if (!m.w.built) throw std::logic_error("the model is not built (fa_model_build) yet");
-    return new Model(Model::ShareWeightsOf{m});
+    return new Decoder(Decoder::ShareWeightsOf{m});
   });
 }
 
@@ -161,7 +161,7 @@ void fa_model_free(void* mp) {
     fa::keep_policy(model(mp));  // what it learnt, for the decoders made after it
   } catch (...) {
   }
-  delete static_cast<Model*>(mp);
+  delete static_cast<Decoder*>(mp);
 }
 
 // linear layers stored as float16 / as int8
@@ -175,7 +175,7 @@ int64_t fa_weights_id(void* mp) { return (int64_t)(intptr_t)&model(mp).w; }
 // 0, or -2 if the threads could not be started (fa_model_error says why)
 int fa_set_threads(void* mp, int n) {
   return guarded(mp, -2, [&] {
-    Model& m = model(mp);
+    Decoder& m = model(mp);
     m.pool.resize(n);
     if (m.policy) m.policy->cost.clear();  // measured again for these threads
     return 0;

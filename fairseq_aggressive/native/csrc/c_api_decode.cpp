@@ -12,11 +12,11 @@
 #include "copy_loop.h"
 #include "draft_lengths.h"
 #include "feature_loop.h"
-#include "model.h"
+#include "decoder.h"
 #include "pass.h"
 #include "running_batch.h"
 
-using fa::Model;
+using fa::Decoder;
 using fa::State;
 using namespace fa::capi;  // model(), state(), guarded(), weights_to_change()
 
@@ -69,7 +69,7 @@ void fa_run_free(void* rp) { delete static_cast<fa::RunningBatch*>(rp); }
 int fa_run_join(void* mp, void* dp, void* rp, int n, const int32_t* tokens, const int32_t* src_len,
                 const int32_t* copy, const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
   return guarded(mp, -2, [&] {
-    Model* dm = dp ? &model(dp) : nullptr;
+    Decoder* dm = dp ? &model(dp) : nullptr;
     if (dm != nullptr && (dm->w.feat_proj.N == 0 || dm->w.feat_proj.K != model(mp).cfg.C ||
                           dm->cfg.tgt_vocab != model(mp).cfg.tgt_vocab))
       return -1;  // not a drafter that reads this verifier's features
@@ -109,7 +109,7 @@ int fa_pass_cost(void* mp, double* out, int cap) {
 // A block drafter's slot input vector (C floats); 0, or -2 (fa_model_error).
 int fa_set_mask_embed(void* mp, const float* v) {
   return guarded(mp, -2, [&] {
-    Model& m = model(mp);
+    Decoder& m = model(mp);
     weights_to_change(m).mask_embed.assign(v, v + m.cfg.C);
     return 0;
   });
@@ -119,7 +119,7 @@ int fa_set_mask_embed(void* mp, const float* v) {
 // the verifier's features into its prefix inputs; 0, or -2 (fa_model_error).
 int fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
   return guarded(mp, -2, [&] {
-    Model& m = model(mp);
+    Decoder& m = model(mp);
     weights_to_change(m).feat_proj.pack(W, nullptr, b, m.cfg.C, n_in);
     return 0;
   });
@@ -130,7 +130,7 @@ int fa_set_feature_proj(void* mp, const float* W, const float* b, int n_in) {
 // projects those); 0, or -2 (fa_model_error).
 int fa_set_own_feature_proj(void* mp, const float* W, const float* b) {
   return guarded(mp, -2, [&] {
-    Model& m = model(mp);
+    Decoder& m = model(mp);
     weights_to_change(m).own_feat_proj.pack(W, nullptr, b, m.cfg.C, m.cfg.C);
     return 0;
   });
@@ -159,7 +159,7 @@ int fa_decode_feature(void* vp, void* vs, void* dp, void* ds, const fa::FeatureL
 int fa_set_heads(void* mp, const float* W1, const float* b1, int hidden, const float* W2, const float* b2,
                  int n_heads) {
   return guarded(mp, -2, [&] {
-    Model& m = model(mp);
+    Decoder& m = model(mp);
     if (hidden < 1 || n_heads < 1) throw std::invalid_argument("heads: hidden size and count must be positive");
     fa::Weights& w = weights_to_change(m);
     w.heads_fc1.pack(W1, nullptr, b1, hidden, m.cfg.C);

@@ -6,11 +6,11 @@
 #include <exception>
 #include <stdexcept>
 
-#include "model.h"
+#include "decoder.h"
 
 namespace fa::capi {
 
-inline Model& model(void* mp) { return *static_cast<Model*>(mp); }
+inline Decoder& model(void* mp) { return *static_cast<Decoder*>(mp); }
 inline State& state(void* sp) { return *static_cast<State*>(sp); }
 
 // Runs a call that decodes: an exception (a lost completion in the pool, memory
@@ -29,7 +29,7 @@ R guarded(void* mp, R failed, F&& call) {
 
 // The weights of m for a call that changes them: refused (an exception, so the
 // call's error) once another decoder reads them
-inline Weights& weights_to_change(Model& m) {
+inline Weights& weights_to_change(Decoder& m) {
   if (m.weights_shared()) throw std::logic_error("the weights are shared with another decoder (fa_model_share): they no longer change");
   return *m.shared;
 }

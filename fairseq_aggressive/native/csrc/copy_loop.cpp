@@ -13,7 +13,7 @@
 namespace fa {
 
 
-int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats) {
+int decode_copy(Decoder& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats) {
   const int B = a.n, max_len = a.rules.max_len;
   if (B != (int)st.sents.size() || a.output.out_cap < max_len + 1 || a.max_draft < 0 || a.ngram_min < 1 ||
       a.ngram_max < a.ngram_min)

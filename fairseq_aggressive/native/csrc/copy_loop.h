@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "decode_loop.h"
-#include "model.h"
+#include "decoder.h"
 
 namespace fa {
 
@@ -55,6 +55,6 @@ struct CopyLoopStats {
 // 0, or -1 (nothing decoded) if an argument does not fit the state (n, a
 // source length, out_cap, the draft settings, a sentence already decoded); a
 // failed pass throws (as verify_pass does).
-int decode_copy(Model& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats);
+int decode_copy(Decoder& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats);
 
 }  // namespace fa

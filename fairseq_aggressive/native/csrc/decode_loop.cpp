@@ -42,7 +42,7 @@ void LoopBatch::add_row(int b, const int32_t* draft, int L) {
   row_len_.push_back(1 + L);
 }
 
-void LoopBatch::verify(Model& m, State& st, LoopStats& stats, bool feats) {
+void LoopBatch::verify(Decoder& m, State& st, LoopStats& stats, bool feats) {
   const int n = (int)active_.size();
   if ((int)row_len_.size() != n) throw std::logic_error("a loop's pass has a row per active sentence");
   const size_t total = tokens_.size();

@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-#include "model.h"
+#include "decoder.h"
 #include "pass.h"
 
 namespace fa {
@@ -82,7 +82,7 @@ class LoopBatch {
   void add_row(int b, const int32_t* draft, int L);
   // verify_pass over the rows added (with feats: also the features, m.cfg.C
   // floats, that chose each emitted token); throws if a row does not fit
-  void verify(Model& m, State& st, LoopStats& stats, bool feats = false);
+  void verify(Decoder& m, State& st, LoopStats& stats, bool feats = false);
   // After verify: per row, the pass counted and its tokens emitted; the
   // sentences that go on stay active, and kept(i, b, o, n_emit) is called
   // for each (i: its row, b: the sentence, o: the row's offset among the

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <memory>
 
-#include "model.h"
+#include "decoder.h"
 #include "pass.h"
 
 namespace fa {
@@ -251,7 +251,7 @@ namespace {
 // synthetic sentences (tokens of the source vocabulary, each row its last
 // token then padding, which greedy never chooses: every position is computed
 // and projected, as a rejected draft's are), the median of 3 each
-std::vector<double> measure_pass_cost(Model& m) {
+std::vector<double> measure_pass_cost(Decoder& m) {
   using Clock = std::chrono::steady_clock;
   constexpr int kSents = 16, kWarm = 8;
   const auto& knots = PassCost::knots();
@@ -353,7 +353,7 @@ void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,
   policy->realized.observe(rows, drafted, tokens, ms, policy->cost.ms(rows));
 }
 
-DraftPolicy& draft_policy(Model& m) {
+DraftPolicy& draft_policy(Decoder& m) {
   if (m.policy && m.policy->cost.ready()) return *m.policy;
   PolicyCache& cache = *m.shared->policies;
   {
@@ -373,7 +373,7 @@ DraftPolicy& draft_policy(Model& m) {
   return *m.policy;
 }
 
-void keep_policy(const Model& m) {
+void keep_policy(const Decoder& m) {
   if (!m.policy || !m.policy->cost.ready()) return;
   PolicyCache& cache = *m.shared->policies;
   std::lock_guard<std::mutex> lock(cache.mu);

@@ -24,7 +24,7 @@
 
 namespace fa {
 
-struct Model;
+struct Decoder;
 
 // Milliseconds of a pass over M positions: piecewise linear through knots
 class PassCost {
@@ -157,8 +157,8 @@ struct PolicyCache {
 // The decoder's policy: its own, or a copy of the last one kept for its
 // weights and thread count, or (neither) one whose pass cost it measures
 // now (a few dozen passes over a scratch state of synthetic sentences)
-DraftPolicy& draft_policy(Model& m);
+DraftPolicy& draft_policy(Decoder& m);
 // Keeps a copy of the decoder's policy for the decoders made after it (when it has one)
-void keep_policy(const Model& m);
+void keep_policy(const Decoder& m);
 
 }  // namespace fa

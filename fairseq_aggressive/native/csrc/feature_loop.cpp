@@ -11,7 +11,7 @@
 
 namespace fa {
 
-int decode_feature(Model& vm, State& vs, Model& dm, State& ds, const FeatureLoopArgs& a, LoopStats& stats) {
+int decode_feature(Decoder& vm, State& vs, Decoder& dm, State& ds, const FeatureLoopArgs& a, LoopStats& stats) {
   const int B = a.n, FC = vm.cfg.C, max_len = a.rules.max_len;  // FC: the verifier's feature width
   if (B != (int)vs.sents.size() || B != (int)ds.sents.size() || a.k < 1 || a.output.out_cap < max_len + 1 ||
       dm.w.feat_proj.N == 0 || dm.w.feat_proj.K != FC || dm.cfg.tgt_vocab != vm.cfg.tgt_vocab)

@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "decode_loop.h"
-#include "model.h"
+#include "decoder.h"
 
 namespace fa {
 
@@ -42,6 +42,6 @@ struct FeatureLoopArgs {
 // 0, or -1 (nothing decoded) if an argument does not fit the states (n, k,
 // out_cap, a sentence already decoded) or the drafter does not read this
 // verifier's features; a failed pass throws (as verify_pass and draft_pass do).
-int decode_feature(Model& verifier, State& vs, Model& drafter, State& ds, const FeatureLoopArgs& a, LoopStats& stats);
+int decode_feature(Decoder& verifier, State& vs, Decoder& drafter, State& ds, const FeatureLoopArgs& a, LoopStats& stats);
 
 }  // namespace fa

@@ -72,8 +72,8 @@ namespace {
 // were up to 17% slower than the vector tiles at 1-6 rows, within 5% either
 // way at 8-9, 0-14% faster at 10 rows and 25-31% at 16 (an encoder's
 // sentences, batches, long drafts).
-std::atomic<int> g_amx_min_rows{10};
 #if defined(FA_TEST_HOOKS)
+std::atomic<int> g_amx_min_rows{kAmxMinRows};
 std::atomic<int64_t> g_amx_products{0};
 #endif
 
@@ -208,9 +208,9 @@ AmxTileFn amx_tile_fn(int nr) {
 
 }  // namespace
 
+#if defined(FA_TEST_HOOKS)
 int amx_min_rows() { return g_amx_min_rows.load(std::memory_order_relaxed); }
 void set_amx_min_rows(int rows) { g_amx_min_rows.store(std::max(rows, 1), std::memory_order_relaxed); }
-#if defined(FA_TEST_HOOKS)
 int64_t amx_products() { return g_amx_products.load(std::memory_order_relaxed); }
 #endif
 

@@ -89,11 +89,15 @@ inline int product_chunks(const Pool& pool, const Linear& L, int M, int n_groups
 
 #if defined(FA_AMX)
 // The fewest rows an int8 product runs on AMX tiles (fewer: the vector tiles,
-// the same bits).  Tests and diagnostics change it.
+// the same bits; linear_amx.cpp says why 10).  The test library can change it
+// (fa_set_amx_min_rows: the tests and scripts/diagnostics/pass_cost.py).
+constexpr int kAmxMinRows = 10;
+#if defined(FA_TEST_HOOKS)
 int amx_min_rows();
 void set_amx_min_rows(int rows);
-#if defined(FA_TEST_HOOKS)
 int64_t amx_products();  // products run on AMX tiles in this process
+#else
+constexpr int amx_min_rows() { return kAmxMinRows; }
 #endif
 
 // y (M x N) from the quantized rows q (M x ldq, ldq = Q8_GROUP * L.KG()) and

@@ -106,12 +106,13 @@ class Pool {
   // still holds one (point 5 above).
   void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
 
-  // Test hook: every call with more than one item is offered to the workers
-  // (no back-off after stalls or calls the workers missed), so that stress tests
-  // exercise the protocol on every call.
+#ifdef FA_TEST_HOOKS
+  // Test hook (the test library and scripts/diagnostics/pool_stress.cpp only):
+  // every call with more than one item is offered to the workers (no back-off
+  // after stalls or calls the workers missed), so that stress tests exercise
+  // the protocol on every call.
   void set_always_parallel(bool on) { always_parallel_ = on; }
 
-#ifdef FA_TEST_HOOKS
   // Test hook (the test library only): the next parallel call counts one item
   // less than it ran, as a lost completion would; that call then fails with
   // PoolError after the timeout.
@@ -125,7 +126,12 @@ class Pool {
       return;
     }
     if (n > 1) ++stats_.calls;
-    if (workers_.empty() || n == 1 || (serial_left_ > 0 && !always_parallel_) || broken_) {
+    #ifdef FA_TEST_HOOKS
+    const bool alone = serial_left_ > 0 && !always_parallel_;
+#else
+    const bool alone = serial_left_ > 0;
+#endif
+    if (workers_.empty() || n == 1 || alone || broken_) {
       if (n > 1 && serial_left_ > 0) --serial_left_;
       for (int i = 0; i < n; ++i) f(i);
       return;
@@ -366,7 +372,10 @@ class Pool {
   std::chrono::milliseconds timeout_{60000};
   // the caller's: calls left to run alone after a stall, and the next such count
   int serial_left_ = 0, backoff_ = kMinBackoff, shared_ = 0, alone_ = 0;
-  bool broken_ = false, lose_count_ = false, always_parallel_ = false;
+  bool broken_ = false;
+#ifdef FA_TEST_HOOKS
+  bool lose_count_ = false, always_parallel_ = false;
+#endif
   PoolStats stats_;
 };
 

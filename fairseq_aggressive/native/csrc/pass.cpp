@@ -49,11 +49,18 @@ struct ScoreRules {
   }
 };
 
+// projection weight bytes beyond which a pass projects a path at once (eager_ below)
+#if defined(FA_TEST_HOOKS)
+size_t eager_projection_bytes(const Decoder& m) { return m.eager_projection_bytes; }
+#else
+constexpr size_t eager_projection_bytes(const Decoder&) { return kEagerProjectionBytes; }
+#endif
+
 class Pass {
  public:
-  Pass(Model& m, State& st, const PassArgs& a)
+  Pass(Decoder& m, State& st, const PassArgs& a)
       : m_(m), st_(st), a_(a), rules_{m.cfg.pad, m.cfg.unk, m.cfg.eos, a.max_len, a.min_len, a.unk_penalty},
-        eager_((st.shortlist ? m.sl_common.bytes() : m.w.proj.bytes()) > m.eager_projection_bytes) {}
+        eager_((st.shortlist ? m.sl_common.bytes() : m.w.proj.bytes()) > eager_projection_bytes(m)) {}
 
   int run() {
     StageClock clock(Stage::kPass);
@@ -83,7 +90,7 @@ class Pass {
   }
 
  private:
-  Model& m_;
+  Decoder& m_;
   State& st_;
   const PassArgs& a_;
   const ScoreRules rules_;
@@ -319,6 +326,6 @@ class Pass {
 
 }  // namespace
 
-int verify_pass(Model& m, State& st, const PassArgs& a) { return Pass(m, st, a).run(); }
+int verify_pass(Decoder& m, State& st, const PassArgs& a) { return Pass(m, st, a).run(); }
 
 }  // namespace fa

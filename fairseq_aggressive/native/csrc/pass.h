@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "model.h"
+#include "decoder.h"
 
 namespace fa {
 
@@ -56,6 +56,6 @@ struct PassArgs {
 
 // 0, or -1 (nothing changed) if a row does not fit its sentence's cache or
 // its branches do not add up to it.
-int verify_pass(Model& m, State& st, const PassArgs& a);
+int verify_pass(Decoder& m, State& st, const PassArgs& a);
 
 }  // namespace fa

@@ -20,7 +20,7 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 
 }  // namespace
 
-int RunningBatch::join(Model& m, Model* dm, int n, const int32_t* tokens, const int32_t* src_len,
+int RunningBatch::join(Decoder& m, Decoder* dm, int n, const int32_t* tokens, const int32_t* src_len,
                        const int32_t* copy, const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
   if (n < 1 || (feature() && dm == nullptr)) return -1;
   int cap = 0;
@@ -82,7 +82,7 @@ void RunningBatch::copy_drafts(DraftPolicy* policy) {
   draft_lengths(policy, cand_, lens_, /*checked=*/true);
 }
 
-void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
+void RunningBatch::feature_drafts(Decoder& dm, DraftPolicy* policy) {
   const int n = (int)active_.size();
   cand_.resize(n);
   for (int i = 0; i < n; ++i) {
@@ -124,7 +124,7 @@ void RunningBatch::feature_drafts(Model& dm, DraftPolicy* policy) {
   draft_lengths(policy, cand_, lens_);  // the verification pass keeps the positions that pay
 }
 
-int RunningBatch::run(Model& m, Model* dm, int max_passes, double min_ms, int32_t* finished, int cap) {
+int RunningBatch::run(Decoder& m, Decoder* dm, int max_passes, double min_ms, int32_t* finished, int cap) {
   if (feature() && dm == nullptr) throw std::invalid_argument("a running batch of a feature drafter needs its decoder");
   const bool drafts = feature() ? s_.max_draft != 0 : s_.max_draft > 0;
   DraftPolicy* policy = s_.budget && drafts ? &draft_policy(m) : nullptr;

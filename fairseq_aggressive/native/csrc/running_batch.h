@@ -30,7 +30,7 @@
 #include "copy_source.h"
 #include "decode_loop.h"
 #include "draft_lengths.h"
-#include "model.h"
+#include "decoder.h"
 
 namespace fa {
 
@@ -71,13 +71,13 @@ class RunningBatch {
   // concatenated), their length limits; each one's slot into slot_out.
   // -1 (nothing joined) if an argument is out of range.
   // dm: the feature drafter's decoder (null for source copies).
-  int join(Model& m, Model* dm, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
+  int join(Decoder& m, Decoder* dm, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
            const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out);
   // Passes over the active rows until one finishes, max_passes passes or a
   // wake(), but (while rows remain) not before min_ms milliseconds: each
   // return costs the driver a trip through Python; the slots that finished
   // into finished (their number returned; at most cap, the rows active at the call)
-  int run(Model& m, Model* dm, int max_passes, double min_ms, int32_t* finished, int cap);
+  int run(Decoder& m, Decoder* dm, int max_passes, double min_ms, int32_t* finished, int cap);
   // A finished slot's tokens and scores (at most cap) and its passes; the slot
   // is free again.  Its length, or -1 if the slot has not finished.
   int take(int slot, int32_t* tokens, float* scores, int cap, int32_t* passes);
@@ -106,7 +106,7 @@ class RunningBatch {
   }
   // this pass's drafts: cand_ (caps), then lens_ and the drafted tokens' start in draft_
   void copy_drafts(DraftPolicy* policy);
-  void feature_drafts(Model& dm, DraftPolicy* policy);
+  void feature_drafts(Decoder& dm, DraftPolicy* policy);
   RunSettings s_;
   State st_, dst_;  // the verifier's slots and (feature drafter) the drafter's
   std::vector<Row> rows_;  // by slot, as st_.sents

@@ -1,11 +1,31 @@
-// Checking the named tensors as they arrive (WeightSet::put) and packing them
-// into the model's layers (build_model).  See weights.h for the names.
+// A model's Weights: made, the named tensors checked as they arrive
+// (WeightSet::put) and packed into the layers (build_weights).  See weights.h
+// for the names.
+#include "weights.h"
+
 #include <cstring>
 
-#include "model.h"
+#include "draft_lengths.h"
 #include "vec.h"
 
 namespace fa {
+
+Weights::Weights(const Config& c) : policies(std::make_shared<PolicyCache>()) {
+  enc.resize(c.enc_layers);
+  dec.resize(c.dec_layers);
+}
+
+int Weights::half_linears() const {
+  int n = 0;
+  for_each_linear([&](const Linear& L) { n += L.half; });
+  return n;
+}
+
+int Weights::int8_linears() const {
+  int n = 0;
+  for_each_linear([&](const Linear& L) { n += L.q8; });
+  return n;
+}
 
 namespace {
 
@@ -104,11 +124,12 @@ size_t dtype_size(int dtype) { return dtype == F32 ? 4 : dtype == F16 ? 2 : 1; }
 
 // Packing the staged tensors; the first problem found goes to `error`.
 struct Builder {
-  Model& m;
+  Weights& W;
+  const Config& cfg;
   std::string error;
 
   const Tensor* get(const std::string& name, int layer, bool required) {
-    const Tensor* t = m.w.staged.get(name, layer);
+    const Tensor* t = W.staged.get(name, layer);
     if (t == nullptr && required && error.empty())
       error = "missing " + name + (layer >= 0 ? " of layer " + std::to_string(layer) : "");
     return t;
@@ -120,8 +141,8 @@ struct Builder {
     const Tensor* b = get(name + ".bias", layer, w != nullptr);
     n.on = w != nullptr && b != nullptr;
     if (n.on) {
-      n.w.assign(f32(w), f32(w) + m.cfg.C);
-      n.b.assign(f32(b), f32(b) + m.cfg.C);
+      n.w.assign(f32(w), f32(w) + cfg.C);
+      n.b.assign(f32(b), f32(b) + cfg.C);
     }
   }
 
@@ -239,11 +260,9 @@ std::string check_config(const Config& c) {
   return "";
 }
 
-std::string build_model(Model& m) {
-  Weights& W = *m.shared;
-  const Config& cfg = m.cfg;
+std::string build_weights(Weights& W, const Config& cfg) {
   const int C = cfg.C, F = cfg.F;
-  Builder b{m, ""};
+  Builder b{W, cfg, ""};
   if (!cfg.has_encoder() && cfg.enc_layers != 0) return "a decoder over another encoder's output has no encoder layers";
   b.table(W.src_embed, "encoder.embed_tokens.weight", cfg.has_encoder());
   b.table(W.src_pos, "encoder.embed_positions.weight", false);

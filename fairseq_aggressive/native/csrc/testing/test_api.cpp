@@ -19,7 +19,7 @@
 #include "../amx.h"
 #include "../linear.h"
 #include "../linear_int8.h"
-#include "../model.h"
+#include "../decoder.h"
 #include "../ops.h"
 #include "../parallel.h"
 #include "../stages.h"
@@ -97,7 +97,7 @@ int64_t fa_pool_selftest(int threads, int calls, int max_items, int seed, int sl
 }
 
 // Test hook: the model's next parallel call loses one completion (fa::Pool::lose_next_count).
-void fa_pool_lose_next_count(void* mp) { static_cast<fa::Model*>(mp)->pool.lose_next_count(); }
+void fa_pool_lose_next_count(void* mp) { static_cast<fa::Decoder*>(mp)->pool.lose_next_count(); }
 
 // Test hook: beam search runs broken rule n (beam_search.cpp; 0: none): 1 a
 // child reads its parent's draft whatever its token, 2 it reads its parent's
@@ -116,7 +116,7 @@ void fa_set_realized_check(int on) { fa::realized_check = on != 0; }
 // Test hook: the projection size beyond which the model's passes project a
 // whole path in one round (0: always, -1: never); results never depend on it.
 void fa_set_eager_projection_bytes(void* mp, int64_t bytes) {
-  static_cast<fa::Model*>(mp)->eager_projection_bytes = bytes < 0 ? SIZE_MAX : (size_t)bytes;
+  static_cast<fa::Decoder*>(mp)->eager_projection_bytes = bytes < 0 ? SIZE_MAX : (size_t)bytes;
 }
 
 // y (M x N) = x (M x K) W^T + b on a pool of `threads`, through the engine's
@@ -150,7 +150,7 @@ int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, co
 // Where the storage the kernels read starts, as bytes past a cache line: the
 // packed weights of float32, float16 and int8 layers (large and small, the
 // sizes malloc serves from mmap and from its heap) and the buffers a model's
-// rows, caches and logits live in (LineVector, grown as Model's ensure does).
+// rows, caches and logits live in (LineVector, grown as Decoder's ensure does).
 // Writes up to n offsets (0 on a line) and returns how many it checked.
 int fa_test_storage_offsets(int64_t* out, int n) try {
   std::vector<int64_t> offs;

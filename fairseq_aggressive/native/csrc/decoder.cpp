@@ -1,7 +1,7 @@
 // The encoder, the decoder over rows of tokens on top of each sentence's
 // cache, the output projection (with the vocabulary shortlist), and the
 // per-batch state they work on.
-#include "model.h"
+#include "decoder.h"
 
 #include <string>
 
@@ -17,42 +17,25 @@
 
 namespace fa {
 
-Weights::Weights(const Config& c) : policies(std::make_shared<PolicyCache>()) {
-  enc.resize(c.enc_layers);
-  dec.resize(c.dec_layers);
-}
-
-Model::Model(const Config& c) : cfg(c), shared(std::make_shared<Weights>(c)), w(*shared) {
+Decoder::Decoder(const Config& c) : cfg(c), shared(std::make_shared<Weights>(c)), w(*shared) {
   D = cfg.C / cfg.H;
   // fairseq: self.scaling = self.head_dim ** -0.5 (a Python float, rounded to fp32 in the product)
   scaling = (float)std::pow((double)D, -0.5);
 }
 
-Model::Model(ShareWeightsOf s)
+Decoder::Decoder(ShareWeightsOf s)
     : cfg(s.other.cfg), D(s.other.D), scaling(s.other.scaling), shared(s.other.shared), w(*shared) {}
 
-int Weights::half_linears() const {
-  int n = 0;
-  for_each_linear([&](const Linear& L) { n += L.half; });
-  return n;
-}
-
-int Weights::int8_linears() const {
-  int n = 0;
-  for_each_linear([&](const Linear& L) { n += L.q8; });
-  return n;
-}
-
 // ------------------------------------------------------------ vocabulary
-int columns(const Model& m, const State& st, const Sentence& s) {
+int columns(const Decoder& m, const State& st, const Sentence& s) {
   return st.shortlist ? m.sl_n + (int)s.sl_ids.size() : m.cfg.tgt_vocab;
 }
 
-int token_of_column(const Model& m, const State& st, const Sentence& s, int u) {
+int token_of_column(const Decoder& m, const State& st, const Sentence& s, int u) {
   return (st.shortlist && u >= m.sl_n) ? s.sl_ids[u - m.sl_n] : u;
 }
 
-int column_of(const Model& m, const State& st, const Sentence& s, int tok) {
+int column_of(const Decoder& m, const State& st, const Sentence& s, int tok) {
   if (tok < 0 || tok >= m.cfg.tgt_vocab) return -1;
   if (!st.shortlist || tok < m.sl_n) return tok;
   auto it = std::lower_bound(s.sl_ids.begin(), s.sl_ids.end(), tok);
@@ -60,7 +43,7 @@ int column_of(const Model& m, const State& st, const Sentence& s, int tok) {
 }
 
 // A row's logits with a shortlist: the common rows, then its sentence's own rows
-void project(Model& m, const State& st, const float* h, int M, const int32_t* sent_of, float* out) {
+void project(Decoder& m, const State& st, const float* h, int M, const int32_t* sent_of, float* out) {
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
   if (!st.shortlist) {
     linear(m.pool, m.w.proj, h, C, M, out, V);
@@ -77,7 +60,7 @@ void project(Model& m, const State& st, const float* h, int M, const int32_t* se
   }
 }
 
-int set_common_shortlist(Model& m, int n) {
+int set_common_shortlist(Decoder& m, int n) {
   if (n == 0) {
     m.sl_n = 0;
     m.sl_common = Linear();
@@ -93,7 +76,7 @@ int set_common_shortlist(Model& m, int n) {
   return 0;
 }
 
-int set_sentence_shortlist(Model& m, State& st, int b, int n, const int32_t* ids) {
+int set_sentence_shortlist(Decoder& m, State& st, int b, int n, const int32_t* ids) {
   if (m.sl_n == 0 || b < 0 || b >= (int)st.sents.size() || n < 0) return -1;
   for (int i = 0; i < n; ++i)
     if (ids[i] < m.sl_n || ids[i] >= m.cfg.tgt_vocab || (i > 0 && ids[i] <= ids[i - 1])) return -1;
@@ -112,7 +95,7 @@ void ensure(LineVector<float>& v, size_t n) {
 namespace {
 
 // the scratch buffers of a computation over M rows
-void reserve_rows(Model& m, int M) {
+void reserve_rows(Decoder& m, int M) {
   const int C = m.cfg.C;
   ensure(m.x, (size_t)M * C);
   ensure(m.h, (size_t)M * C);
@@ -131,7 +114,7 @@ void reserve_rows(Model& m, int M) {
 // head) when there is enough work; scratch holds max_keys + 16 floats
 // (attend's).  Only the order of the calls changes with the split: each call
 // computes the same values.
-void for_heads(Model& m, const std::vector<int>& first, int max_keys, const std::function<void(int, int, float*)>& f) {
+void for_heads(Decoder& m, const std::vector<int>& first, int max_keys, const std::function<void(int, int, float*)>& f) {
   const int G = (int)first.size() - 1, H = m.cfg.H, tasks = G * H, M = first[G];
   const int chunks = (m.pool.size() > 1 && (int64_t)M * max_keys * m.cfg.C >= 16384)
                          ? std::min(tasks, m.pool.size() * 2) : 1;
@@ -150,7 +133,7 @@ void for_heads(Model& m, const std::vector<int>& first, int max_keys, const std:
 }
 
 // embeddings of tokens at positions pos (table row index) into m.x, then the embedding layer norm
-void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool target, const float* add = nullptr) {
+void embed(Decoder& m, const int32_t* tok, const int32_t* pos, int M, bool target, const float* add = nullptr) {
   const std::vector<float>& E = target ? m.w.tgt_embed : m.w.src_embed;
   const std::vector<float>& P = target ? m.w.tgt_pos : m.w.src_pos;
   embed_rows(m.x.data(), m.cfg.C, M, tok, pos, E.data(), P.empty() ? nullptr : P.data(),
@@ -160,7 +143,7 @@ void embed(Model& m, const int32_t* tok, const int32_t* pos, int M, bool target,
 }
 
 // the feed-forward block of a pre- or post-norm layer on the M rows of m.x
-void ffn(Model& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln, bool pre) {
+void ffn(Decoder& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln, bool pre) {
   const int C = m.cfg.C, F = m.cfg.F;
   float* x = m.x.data();
   const float* in = x;
@@ -181,7 +164,7 @@ void ffn(Model& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln, 
 // A state's sentences from their encoder output x (the rows of the B sentences
 // concatenated): the output kept (fa_encoder_out), encoder-attention keys and
 // values of every decoder layer, empty self-attention caches of cap positions.
-void init_state(Model& m, State& st, int B, const int32_t* src_len, const float* x, int cap) {
+void init_state(Decoder& m, State& st, int B, const int32_t* src_len, const float* x, int cap) {
   const int C = m.cfg.C, E = m.cfg.enc_width(), H = m.cfg.H, D = m.D;
   int M = 0;
   std::vector<int> start(B + 1, 0);
@@ -219,7 +202,7 @@ void init_state(Model& m, State& st, int B, const int32_t* src_len, const float*
 
 }  // namespace
 
-State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
+State* encode(Decoder& m, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
   StageClock clock(Stage::kEncoder);
   const int C = m.cfg.C, H = m.cfg.H, D = m.D;
   if (!m.cfg.has_encoder())
@@ -277,13 +260,13 @@ State* encode(Model& m, int B, const int32_t* tokens, const int32_t* src_len, in
   return st;
 }
 
-State* state_from_encoder_out(Model& m, int B, const float* enc_out, const int32_t* src_len, int cap) {
+State* state_from_encoder_out(Decoder& m, int B, const float* enc_out, const int32_t* src_len, int cap) {
   State* st = new State();
   init_state(m, *st, B, src_len, enc_out, cap);
   return st;
 }
 
-void decoder_rows(Model& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+void decoder_rows(Decoder& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
                   const std::vector<int>& off, int max_keys, const int32_t* bidir_from, const int32_t* branch_start,
                   const float* add) {
   m.panels_backward = !m.panels_backward;  // this pass reads the weights in the other order (linear.h)
