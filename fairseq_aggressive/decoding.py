@@ -54,14 +54,14 @@ def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwar
         models,
         tgt_dict,
         drafter,
+        verifier,
+        build_draft_policy(opts.draft_cost, verifier, drafter, engine_loop=not opts.python_loop),
         max_len_a=getattr(args, "max_len_a", 0),
         max_len_b=getattr(args, "max_len_b", 200),
         normalize_scores=not getattr(args, "unnormalized", False),
         len_penalty=getattr(args, "lenpen", 1),
         max_draft_len=opts.max_draft_len,
         engine_loop=not opts.python_loop,
-        verifier=verifier,
-        draft_policy=build_draft_policy(opts.draft_cost, verifier, drafter, engine_loop=not opts.python_loop),
     )
     # its summary once it is gone or at exit (a reference held to the end would keep
     # every generator of a hub model's translate() calls, with its engine and threads)

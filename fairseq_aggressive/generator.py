@@ -33,57 +33,54 @@ def length_cap(max_len_a: float, max_len_b: int, src_len: int, max_positions: in
     return min(int(max_len_a * src_len + max_len_b), max_positions - 1)
 
 
-class AggressiveGenerator(nn.Module):
-    """``drafter`` proposes, the verifier of ``engine`` (:func:`~fairseq_aggressive.engines.build_verifier`)
-    checks under ``acceptance`` (exact by default); the other arguments are
-    ``SequenceGenerator``'s, plus ``max_draft_len`` (a cap on each draft),
-    ``shortlist`` (a :class:`~fairseq_aggressive.shortlist.VocabShortlist`),
-    ``draft_cost`` (cost-aware draft lengths: ``auto``, ``FIXED,PER_POSITION`` or
-    None/``off``), ``native_threads`` (``auto`` or a count) and ``native_isa``
-    (the engine's build target: ``auto`` or a name, :mod:`~fairseq_aggressive.native.targets`),
-    ``native_share`` (another generator's :attr:`native` engine, made from the
-    same model: this generator's engine reads its weights instead of a copy of
-    its own, so that several generators decode on separate threads at the
-    memory of one), ``engine_loop`` (where the verifier can run the whole
-    loop of the drafter itself, as the native engine does for IAD with one
-    branch and for greedy search: let it, one call per batch; False: this
-    generator's loop, one call per pass; the same output either way).
+_NOTED = set()
 
-    ``verifier`` and ``draft_policy``, when given, are the loop's verifier
+
+def _note_per_pass_loop(drafter) -> None:
+    """Says once per drafter class that its batches take the generator's loop
+    where the verifier could run a loop in its engine."""
+    name = type(drafter).__name__
+    if name not in _NOTED:
+        _NOTED.add(name)
+        logger.info(f"{name} drafts from Python here (no loop of its own in the engine: "
+                    f"Drafter.decode_in_engine): one engine call and a Python round trip per pass, where the "
+                    f"engine's loops (IAD, feature-ar, blockwise) decode a batch in one call; the output is "
+                    f"the same")
+
+
+class AggressiveGenerator(nn.Module):
+    """The loop over built parts: ``drafter`` proposes, ``verifier``
     (:func:`~fairseq_aggressive.engines.build_verifier`, which carries the
-    acceptance rule and fairseq's score rules) and draft-length policy
-    (:func:`~fairseq_aggressive.draft_policy.build_draft_policy`), built by the
-    caller (``fairseq-generate``'s path does so from its checked options); the
-    engine, rule and score arguments then are the verifier's."""
+    acceptance rule and fairseq's score rules) checks, ``draft_policy``
+    (:func:`~fairseq_aggressive.draft_policy.build_draft_policy`) says how long
+    drafts are.  The other arguments are ``SequenceGenerator``'s length and
+    score options, plus ``max_draft_len`` (a cap on each draft; None: the
+    policy's default for open-ended drafters) and ``engine_loop`` (where the
+    verifier can run the drafter's whole loop in its engine, as the native
+    engine does for IAD with one branch, greedy search, the feature drafter
+    and blockwise heads: let it, one call per batch; False: this generator's
+    loop, one call per pass; the same output either way).
+    :func:`build_generator` builds the parts from engine options (the Python
+    API's convenience); ``fairseq-generate``'s path builds them from its
+    checked options (:mod:`fairseq_aggressive.decoding`)."""
 
     def __init__(
         self,
         models,
         tgt_dict,
         drafter: Drafter,
-        acceptance: Optional[AcceptanceRule] = None,
+        verifier,
+        draft_policy,
         max_len_a: float = 0,
         max_len_b: int = 200,
         max_len: int = 0,
-        min_len: int = 1,
         normalize_scores: bool = True,
         len_penalty: float = 1.0,
-        unk_penalty: float = 0.0,
-        temperature: float = 1.0,
         max_draft_len: Optional[int] = None,
-        engine: str = "auto",
-        shortlist=None,
-        draft_cost: Optional[str] = None,
-        native_threads=None,
-        native_isa=None,
-        native_share=None,
         engine_loop: bool = True,
-        verifier=None,
-        draft_policy=None,
     ):
         super().__init__()
         check_single_model(models)
-        check_temperature(temperature)
         max_draft_len = check_max_draft_len(max_draft_len)
         self.model = models[0]
         self.drafter = drafter
@@ -96,20 +93,10 @@ class AggressiveGenerator(nn.Module):
         self.engine_loop = engine_loop
         self.stats = DecodingStats()
         self.model.eval()
-        if verifier is None:  # built here from the engine options (the Python API's convenience)
-            acceptance = acceptance or ExactAcceptance()
-            if not isinstance(acceptance, AcceptanceRule):
-                raise TypeError(f"acceptance must be an AcceptanceRule, got {type(acceptance).__name__}")
-            rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature)
-            verifier = build_verifier(engine, self.model, tgt_dict, acceptance, rules,
-                                      wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
-                                      threads=parse_threads(native_threads), isa=check_isa(native_isa),
-                                      share=native_share)
         self.verifier = verifier
         self.acceptance = verifier.acceptance
         self.min_len = verifier.rules.min_len
-        # how long drafts are: as proposed, or a cost-aware budget (--draft-cost)
-        self.policy = draft_policy or build_draft_policy(draft_cost, self.verifier, drafter, engine_loop)
+        self.policy = draft_policy
         if max_draft_len is None and drafter.caps.open_ended:
             self.max_draft_len = self.policy.default_cap(self.verifier)
 
@@ -152,6 +139,8 @@ class AggressiveGenerator(nn.Module):
             done = self.drafter.decode_in_engine(self.verifier, sample, max_len, first, self.max_draft_len, **kw)
             if done is not None:
                 return self._from_engine_loop(sample, done)
+            if self.verifier.runs_engine_loops:
+                _note_per_pass_loop(self.drafter)
         src_tokens = sample["net_input"]["src_tokens"]
         bsz = src_tokens.size(0)
         device = src_tokens.device
@@ -260,3 +249,33 @@ class AggressiveGenerator(nn.Module):
                 "positional_scores": positional,
             }
         ]
+
+
+def build_generator(models, tgt_dict, drafter: Drafter, acceptance: Optional[AcceptanceRule] = None,
+                    min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0, engine: str = "auto",
+                    shortlist=None, draft_cost: Optional[str] = None, native_threads=None, native_isa=None,
+                    native_share=None, engine_loop: bool = True, **loop_options) -> AggressiveGenerator:
+    """An :class:`AggressiveGenerator` with its parts built here: the verifier of
+    ``engine`` (:func:`~fairseq_aggressive.engines.build_verifier`) under
+    ``acceptance`` (exact by default) and fairseq's score rules (``min_len``,
+    ``unk_penalty``, ``temperature``), with ``shortlist`` (a
+    :class:`~fairseq_aggressive.shortlist.VocabShortlist`), ``native_threads``
+    (``auto`` or a count), ``native_isa`` (the engine's build target: ``auto``
+    or a name, :mod:`~fairseq_aggressive.native.targets`) and ``native_share``
+    (another generator's :attr:`~AggressiveGenerator.native` engine made from
+    the same model: this one reads its weights instead of a copy of its own,
+    so that several generators decode on separate threads at the memory of
+    one); the draft policy of ``draft_cost`` (``auto``, ``FIXED,PER_POSITION``,
+    None or ``off``: :func:`~fairseq_aggressive.draft_policy.build_draft_policy`).
+    ``loop_options`` and ``engine_loop`` are the generator's own."""
+    check_single_model(models)
+    check_temperature(temperature)
+    acceptance = acceptance or ExactAcceptance()
+    if not isinstance(acceptance, AcceptanceRule):
+        raise TypeError(f"acceptance must be an AcceptanceRule, got {type(acceptance).__name__}")
+    rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature)
+    verifier = build_verifier(engine, models[0], tgt_dict, acceptance, rules,
+                              wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
+                              threads=parse_threads(native_threads), isa=check_isa(native_isa), share=native_share)
+    policy = build_draft_policy(draft_cost, verifier, drafter, engine_loop)
+    return AggressiveGenerator(models, tgt_dict, drafter, verifier, policy, engine_loop=engine_loop, **loop_options)

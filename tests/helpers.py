@@ -101,11 +101,11 @@ def greedy(model, tgt_dict, sample, **kw):
 
 def aggressive(model, task, sample, drafter=None, **kw):
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
     d = task.target_dictionary
     drafter = drafter or InputCopyDrafter(task.source_dictionary, d)
-    gen = AggressiveGenerator([model], d, drafter, **kw)
+    gen = build_generator([model], d, drafter, **kw)
     return gen.generate([model], sample), gen
 
 

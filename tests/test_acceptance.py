@@ -19,7 +19,7 @@ from fairseq_aggressive.acceptance import (
     build_blockwise_acceptance,
 )
 from fairseq_aggressive.drafters import InputCopyDrafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 
 
 def test_top_beta_tau_rule_on_crafted_scores():
@@ -134,7 +134,7 @@ def test_generator_takes_rules_only():
     d = task.target_dictionary
     model = make_model(task)
     with pytest.raises(TypeError, match="AcceptanceRule"):
-        AggressiveGenerator([model], d, InputCopyDrafter(d, d), acceptance=lambda s, dr, n: None)
+        build_generator([model], d, InputCopyDrafter(d, d), acceptance=lambda s, dr, n: None)
     assert ExactAcceptance().exact_greedy and ExactAcceptance().params == AcceptanceParams()
     assert not any(r.exact_greedy for r in RULES[1:])
 

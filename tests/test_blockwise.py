@@ -95,14 +95,14 @@ def test_merged_predict_verify_one_invocation_per_iteration():
     verifier pass and one application of the heads to features it already has,
     no separate prediction run of the model; every pass after the first drafts
     k-1 tokens (until the length cap)."""
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
     task = make_task()
     d = task.target_dictionary
     m = make_model(task, arch="transformer_blockwise", seed=2, blockwise_k=4)
     rows = random_rows(d, 1, 10, 20, seed=3)
     sample = make_sample(rows, d.pad())
-    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), engine="torch", max_len_b=30)
+    gen = build_generator([m], d, BlockwiseHeadsDrafter(m, d), engine="torch", max_len_b=30)
     calls = {"decoder.forward": 0, "verifier": 0, "heads": 0, "encoder": 0}
 
     def counted(name, fn):
@@ -129,7 +129,7 @@ def test_blockwise_on_the_native_verifier_one_pass_and_one_heads_call_per_iterat
     """The generator's loop on the native verifier: the heads read the engine's
     features of the last emitted token, one engine pass and one heads call per
     iteration, blocks accepted, greedy's output."""
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
     from fairseq_aggressive.native import NativeBatch
 
     task = make_task()
@@ -141,7 +141,7 @@ def test_blockwise_on_the_native_verifier_one_pass_and_one_heads_call_per_iterat
     monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
     real_heads = m.head_logits
     m.head_logits = lambda x: heads.append(x.shape[0]) or real_heads(x)
-    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", engine_loop=False, max_len_b=30)
+    gen = build_generator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", engine_loop=False, max_len_b=30)
     out = gen.generate([m], sample)
     assert compare(m, sample, greedy(m, d, sample, max_len_b=30), out).identical == 3
     assert len(steps) == len(heads) == gen.stats.passes and gen.stats.drafted > 0
@@ -170,9 +170,9 @@ def test_engine_heads_propose_what_torch_heads_do(si):
 
 
 def _blockwise_runs(m, d, engine_loop, kw):
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
-    gen = AggressiveGenerator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", engine_loop=engine_loop, **kw)
+    gen = build_generator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", engine_loop=engine_loop, **kw)
     outs, passes = [], []
     for bsz, (lo, hi), seed in ((1, (1, 12), 4), (8, (1, 40), 5), (8, (15, 50), 6)):
         outs += gen.generate([m], make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad()))

@@ -47,7 +47,7 @@ def test_iad_equivalence_on_trained_model(trained):
     from fairseq import checkpoint_utils
     from helpers import compare
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
     from fairseq.sequence_generator import SequenceGenerator
 
     data, ckpt = trained
@@ -60,7 +60,7 @@ def test_iad_equivalence_on_trained_model(trained):
         ds = task.dataset(split)
         for bsz in (1, 8):
             ref_gen = SequenceGenerator([model], d, beam_size=1)
-            gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d))
+            gen = build_generator([model], d, InputCopyDrafter(d, d))
             cmp = None
             n = 300 if bsz == 8 else 120
             for i in range(0, n, bsz):

@@ -11,9 +11,10 @@ import torch
 
 from fairseq_aggressive.draft_policy import ENGINE_BUDGET_CAP, EngineBudget
 from fairseq_aggressive.drafters import InputCopyDrafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.stats import COUNTED_POSITIONS
 from fairseq_aggressive.native import NativeBatch
+from fairseq_aggressive.native import c_api
 from fairseq_aggressive.native.c_api import LOOP_POSITIONS
 from helpers import compare, fast_first, greedy, make_dict, make_model, make_sample, make_task, needs_native
 from test_equivalence import batches, random_sources
@@ -62,7 +63,7 @@ def _edited(rng, ref, vocab, eos, p=0.12):
 
 def _run(model, d, rows, bsz, sources, engine_loop, gen_kw, drafter_kw, bos=None):
     drafter = EditedCopyDrafter(d, sources, **drafter_kw)
-    gen = AggressiveGenerator([model], d, drafter, engine="native", engine_loop=engine_loop, **gen_kw)
+    gen = build_generator([model], d, drafter, engine="native", engine_loop=engine_loop, **gen_kw)
     outs, passes = [], []
     for i, chunk in enumerate(batches(rows, bsz)):
         drafter.use(i)
@@ -139,7 +140,7 @@ def test_engine_loop_with_separate_dictionaries_copies_mapped_ids():
     outs, counts = [], []
     # fixed drafts in the engine's loop and the generator's (the same counters), the engine's budget (the same output)
     for engine_loop, draft_cost in ((True, "off"), (False, "off"), (True, None)):
-        gen = AggressiveGenerator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="native",
+        gen = build_generator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="native",
                                   engine_loop=engine_loop, draft_cost=draft_cost, max_len_b=30)
         outs.append([_bits(gen.generate([model], make_sample(c, src_d.pad()))) for c in batches(rows, 8)])
         assert gen.drafter.src_to_tgt is not None
@@ -166,7 +167,7 @@ def test_engine_budget_gives_greedys_output(monkeypatch, bsz):
     monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
 
     def run(drafter, engine="native", **kw):
-        gen = AggressiveGenerator([model], d, drafter, engine=engine, max_len_b=40, **kw)
+        gen = build_generator([model], d, drafter, engine=engine, max_len_b=40, **kw)
         outs = []
         for i, chunk in enumerate(batches(rows, bsz)):
             if isinstance(drafter, EditedCopyDrafter):
@@ -214,14 +215,14 @@ def test_the_engine_loop_runs_wherever_it_applies(monkeypatch):
                                       (dict(engine_loop=False), True, None), (dict(draft_cost="1,0.1"), True, None)):
         steps.clear()
         budgets.clear()
-        gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", max_len_b=20, **kw)
+        gen = build_generator([model], d, InputCopyDrafter(d, d), engine="native", max_len_b=20, **kw)
         gen.generate([model], sample)
         assert bool(steps) == python_passes, kw
         assert budgets == ([] if budget is None else [budget]), kw
         engine_budget = kw.get("draft_cost") in (None, "auto") and kw.get("engine_loop", True)
         assert isinstance(gen.policy, EngineBudget) == engine_budget, kw  # (the generator's loop: fixed drafts)
     steps.clear()
-    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d, branches=3), engine="native", max_len_b=20)
+    gen = build_generator([model], d, InputCopyDrafter(d, d, branches=3), engine="native", max_len_b=20)
     gen.generate([model], sample)
     assert steps
 
@@ -231,7 +232,7 @@ def test_the_engine_loop_runs_wherever_it_applies(monkeypatch):
             self.src = [s[::-1] for s in self.src]
 
     steps.clear()
-    gen = AggressiveGenerator([model], d, OtherSources(d, d), engine="native", max_len_b=20)
+    gen = build_generator([model], d, OtherSources(d, d), engine="native", max_len_b=20)
     gen.generate([model], sample)
     assert steps and OtherSources(d, d).copy_loop() is None
 
@@ -240,12 +241,12 @@ def test_engine_loop_refuses_what_does_not_fit():
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=1)
-    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", max_len_b=20)
+    gen = build_generator([model], d, InputCopyDrafter(d, d), engine="native", max_len_b=20)
     src = torch.tensor([[5, 6, 7, d.eos()], [d.pad(), 8, 9, d.eos()]])
     flat, lens = InputCopyDrafter(d, d).copy_source(make_sample([[5, 6, 7, d.eos()], [8, 9, d.eos()]], d.pad()))
     batch = gen.native.begin(src, 20)
-    args = dict(first=d.eos(), max_draft=4, ngram_min=1, ngram_max=4, max_len=20, min_len=1, unk_penalty=0.0,
-                temperature=1.0)
+    args = dict(first=d.eos(), max_draft=4, ngram_min=1, ngram_max=4,
+                rules=c_api.LoopRules(max_len=20, min_len=1, unk_penalty=0.0, temperature=1.0, beta=1, tau=0.0))
     with pytest.raises(ValueError, match="lengths add up"):
         batch.decode_copy(flat[:-1], lens, **args)
     with pytest.raises(ValueError, match="does not fit the batch"):

@@ -11,7 +11,7 @@ import torch
 
 from fairseq_aggressive.acceptance import TopBetaTauAcceptance
 from fairseq_aggressive.drafters import BlockwiseHeadsDrafter, FeatureARDrafter, InputCopyDrafter, NARBlockDrafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from helpers import greedy, make_model, make_sample, make_task, random_rows
 
 pytestmark = [pytest.mark.cuda,
@@ -71,7 +71,7 @@ def check_against_greedy(model, d, make_drafter, dtype, batches=BATCHES, max_len
             rows = [r[:-1] + r[: len(r) // 2] + [d.eos()] for r in rows]
         sample = to_gpu(make_sample(rows, d.pad()))
         ref = greedy(model, d, sample, max_len_b=max_len_b)
-        gen = AggressiveGenerator([model], d, make_drafter(), engine="torch", max_len_b=max_len_b, **gen_kw)
+        gen = build_generator([model], d, make_drafter(), engine="torch", max_len_b=max_len_b, **gen_kw)
         tally(model, d, sample, ref, gen.generate([model], sample), dtype, counts, failures)
         counts["drafted"] += gen.stats.drafted
     assert not failures, f"{counts}: {failures[:3]}"
@@ -142,7 +142,7 @@ def test_shipped_uagec_model_iad_on_cuda():
         for j in range(0, len(rows), 16):
             sample = to_gpu(make_sample(rows[j : j + 16], src_d.pad()))
             ref = greedy(model, tgt_d, sample, max_len_a=1.2, max_len_b=10)
-            gen = AggressiveGenerator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="torch",
+            gen = build_generator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="torch",
                                       max_len_a=1.2, max_len_b=10)
             tally(model, tgt_d, sample, ref, gen.generate([model], sample), dtype, counts, failures)
             accepted += gen.stats.accepted

@@ -30,7 +30,7 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path, name):
 
     import fairseq_aggressive  # noqa: F401
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
     spec = importlib.util.spec_from_file_location("demo", DEMO)
     demo = importlib.util.module_from_spec(spec)
@@ -57,9 +57,9 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path, name):
     for bsz, n in ((1, 40), (8, 80)):
         # uncapped drafts verified as made: how much the model copies; and IAD's default (on the
         # native engine: the lengths of its draft-length budget)
-        gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), max_len_a=1.2, max_len_b=10,
+        gen = build_generator([model], d, InputCopyDrafter(d, d), max_len_a=1.2, max_len_b=10,
                                   max_draft_len=1024, draft_cost="off")
-        default = AggressiveGenerator([model], d, InputCopyDrafter(d, d), max_len_a=1.2, max_len_b=10)
+        default = build_generator([model], d, InputCopyDrafter(d, d), max_len_a=1.2, max_len_b=10)
         ref = SequenceGenerator([model], d, beam_size=1, max_len_a=1.2, max_len_b=10)
         cmp = None
         for i in range(0, n, bsz):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from fairseq_aggressive.drafters import Drafter, InputCopyDrafter, single_drafts
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from helpers import aggressive, compare, fast_first, greedy, make_model, make_sample, make_task, random_rows
 
 SHAPES = {
@@ -263,7 +263,7 @@ def test_verifier_held_to_one_attention_backend_gives_greedy():
     rows = [r[:-1] + r[: len(r) // 2] + [d.eos()] for r in rows]
     sample = make_sample(rows, d.pad())
     ref = greedy(model, d, sample, max_len_b=30)
-    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="torch", max_len_b=30)
+    gen = build_generator([model], d, InputCopyDrafter(d, d), engine="torch", max_len_b=30)
     gen.verifier.decoder.attention_backends = [SDPBackend.MATH]
     out = gen.generate([model], sample)
     assert [h[0]["tokens"].tolist() for h in out] == [h[0]["tokens"].tolist() for h in ref]

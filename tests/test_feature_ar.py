@@ -11,7 +11,7 @@ import torch
 
 from fairseq_aggressive.criterions.feature_ar_loss import FeatureARLoss, shift_right
 from fairseq_aggressive.drafters import DrafterMismatchError, FeatureARDrafter, check_drafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.native import build
 from helpers import make_model, make_sample, make_task, random_rows
 from test_gad_shared_drafter import _train_batch, gad_vs_greedy
@@ -78,7 +78,7 @@ def test_drafts_read_the_drafters_own_features(tmp_path):
     drafter = FeatureARDrafter(dr, d, 4)
     rec = Recorder(drafter)
     sample = make_sample(random_rows(d, 3, 3, 20, seed=2), d.pad())
-    AggressiveGenerator([ar], d, drafter, engine="torch", max_len_b=25).generate([ar], sample)
+    build_generator([ar], d, drafter, engine="torch", max_len_b=25).generate([ar], sample)
     assert len(rec.calls) > 3
     enc = ar.encoder(sample["net_input"]["src_tokens"], src_lengths=sample["net_input"]["src_lengths"])
     checked = 0
@@ -296,7 +296,7 @@ def test_draft_confidence_ends_drafts_where_the_drafter_is_unsure(engine, tmp_pa
 
     dr.decoder.output_layer = per_draft
     sample = make_sample(random_rows(d, 1, 20, 25, seed=3), d.pad())
-    AggressiveGenerator([ar], d, checker, engine="torch", max_len_b=30).generate([ar], sample)
+    build_generator([ar], d, checker, engine="torch", max_len_b=30).generate([ar], sample)
     dr.decoder.output_layer = real
     assert len(rec.calls) > 2
     for i, (_, outputs, proposals) in enumerate(rec.calls):

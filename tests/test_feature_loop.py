@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from fairseq_aggressive.drafters import FeatureARDrafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.native import NativeBatch
 from helpers import compare, fast_first, greedy, make_sample, make_task, needs_native, random_rows
 from test_copy_loop import _bits, _counters
@@ -21,7 +21,7 @@ BATCHES = [(1, (1, 10), 10), (6, (1, 30), 60), (8, (5, 30), 61)]
 
 def _decode(ar, dr, d, k, engine_loop, gen_kw, cls=FeatureARDrafter, **drafter_kw):
     drafter = cls(dr, d, k, engine="native", **drafter_kw)
-    gen = AggressiveGenerator([ar], d, drafter, engine="native", engine_loop=engine_loop, **gen_kw)
+    gen = build_generator([ar], d, drafter, engine="native", engine_loop=engine_loop, **gen_kw)
     outs, passes = [], []
     for bsz, (lo, hi), seed in BATCHES:
         sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
@@ -110,11 +110,11 @@ def test_the_engine_loop_runs_wherever_it_applies(tmp_path, monkeypatch):
             (dict(draft_cost="1,0.1"), "native", FeatureARDrafter, False),  # (no budget: its drafts carry no gains)
             (dict(), "native", Reversed, True)):
         steps.clear()
-        gen = AggressiveGenerator([ar], d, cls(dr, d, 4, engine=drafter_engine), engine="native", max_len_b=20, **kw)
+        gen = build_generator([ar], d, cls(dr, d, 4, engine=drafter_engine), engine="native", max_len_b=20, **kw)
         cmp = compare(ar, sample, ref, gen.generate([ar], sample))
         assert cmp.ok() and cmp.identical == 4, (kw, cmp)
         assert bool(steps) == python_passes, (kw, drafter_engine, cls)
-    gen = AggressiveGenerator([ar], d, FeatureARDrafter(dr, d, 4), engine="torch", max_len_b=20)
+    gen = build_generator([ar], d, FeatureARDrafter(dr, d, 4), engine="torch", max_len_b=20)
     assert compare(ar, sample, ref, gen.generate([ar], sample)).identical == 4
 
 
@@ -127,25 +127,29 @@ def test_engine_loop_refuses_what_does_not_fit(tmp_path):
     d = task.target_dictionary
     ar, dr = verifier_and_feature_drafter(task, tmp_path)
     sample = make_sample(random_rows(d, 2, 3, 9, seed=4), d.pad())
-    gen = AggressiveGenerator([ar], d, FeatureARDrafter(dr, d, 4), engine="native", max_len_b=20)
+    gen = build_generator([ar], d, FeatureARDrafter(dr, d, 4), engine="native", max_len_b=20)
     verifier, drafter = gen.verifier, gen.drafter
     args = (d.eos(), d.eos(), 4, -1, 255)
+
+    def loop(batch, rules):  # the feature drafter's loop, as FeatureARDrafter.decode_in_engine hands it over
+        return batch.decode_feature(drafter.native.engine, drafter.native.state, *args, rules)
+
     verifier.begin(sample, 20)
     drafter.begin(sample, 20, verifier.encoder_out())
-    toks, scores, passes, st = verifier.decode_feature(drafter.native, *args)
+    toks, scores, passes, st = verifier.decode_in_engine(loop)
     assert len(toks) == 2 and all(t[-1] == d.eos() for t in toks) and st.sentence_passes == sum(passes)
     with pytest.raises(ValueError, match="decodes once"):  # its sentences are decoded
-        verifier.decode_feature(drafter.native, *args)
+        verifier.decode_in_engine(loop)
     # the drafter reads 32-wide features; this verifier's are 16 wide
     small = make_model(task, seed=2, encoder_embed_dim=16, decoder_embed_dim=16, encoder_ffn_embed_dim=32,
                        decoder_ffn_embed_dim=32, encoder_attention_heads=2, decoder_attention_heads=2)
-    other = AggressiveGenerator([small], d, FeatureARDrafter(dr, d, 4), engine="native", max_len_b=20).verifier
+    other = build_generator([small], d, FeatureARDrafter(dr, d, 4), engine="native", max_len_b=20).verifier
     other.begin(sample, 20)
     verifier.begin(sample, 20)
     drafter.begin(sample, 20, verifier.encoder_out())
     with pytest.raises(ValueError, match="read this verifier's features"):
-        other.decode_feature(drafter.native, *args)
-    toks2, _, _, _ = verifier.decode_feature(drafter.native, *args)  # the refused call decoded nothing
+        other.decode_in_engine(loop)
+    toks2, _, _, _ = verifier.decode_in_engine(loop)  # the refused call decoded nothing
     assert toks2 == toks
 
 

@@ -63,7 +63,7 @@ def test_gad_equivalence_on_trained_pair(trained, trained_drafter):
     from fairseq import checkpoint_utils
     from fairseq.sequence_generator import SequenceGenerator
     from fairseq_aggressive.drafters import NARBlockDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
     data, ckpt = trained
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)], arg_overrides={"data": str(data)})
@@ -75,7 +75,7 @@ def test_gad_equivalence_on_trained_pair(trained, trained_drafter):
     ds = task.dataset("valid")
     ref_gen = SequenceGenerator([model], d, beam_size=1)
     for k, bsz, n in ((1, 8, 32), (2, 1, 16), (5, 8, 96), (25, 8, 32), (4, 1, 24)):
-        gen = AggressiveGenerator([model], d, NARBlockDrafter(drafter_model, d, k))
+        gen = build_generator([model], d, NARBlockDrafter(drafter_model, d, k))
         cmp = None
         for i in range(0, n, bsz):
             sample = ds.collater([ds[j] for j in range(i, i + bsz)])

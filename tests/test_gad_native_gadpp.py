@@ -9,7 +9,7 @@ import torch
 
 from fairseq_aggressive.acceptance import ExactAcceptance, TopBetaTauAcceptance
 from fairseq_aggressive.drafters import NARBlockDrafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.shortlist import VocabShortlist
 from helpers import fast_first, greedy, make_model, make_sample, make_task, needs_native, random_rows
 from test_gad import GreedyOracleBlockModel
@@ -27,7 +27,7 @@ def decode(ar, task, drafter_model, k, samples, engine, rule, **kw):
     """Hypotheses of every sample and the generator; the drafter stays in torch
     (GAD++'s output depends on the drafts: both verifiers must see the same)."""
     d = task.target_dictionary
-    gen = AggressiveGenerator([ar], d, NARBlockDrafter(drafter_model, d, k, engine="torch"), acceptance=rule,
+    gen = build_generator([ar], d, NARBlockDrafter(drafter_model, d, k, engine="torch"), acceptance=rule,
                               engine=engine, **kw)
     assert (gen.native is not None) == (engine == "native")
     return [h for s in samples for h in gen.generate([ar], s)], gen

@@ -11,7 +11,7 @@ import torch
 from helpers import compare, fast_first, greedy, make_dict, make_model, make_sample, make_task, random_rows
 from fairseq_aggressive.criterions.glat_block_loss import GlatBlockLoss, slot_counts
 from fairseq_aggressive.drafters import DrafterMismatchError, NARBlockDrafter, check_drafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.native import build
 from test_partial_checkpoint import save_checkpoint
 
@@ -67,7 +67,7 @@ def gad_vs_greedy(ar, d, drafter, engine, batches, max_len_b, cmp=None):
     for bsz, (lo, hi), seed in batches:
         sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
         ref = greedy(ar, d, sample, max_len_b=max_len_b)
-        gen = AggressiveGenerator([ar], d, drafter, engine=engine, max_len_b=max_len_b)
+        gen = build_generator([ar], d, drafter, engine=engine, max_len_b=max_len_b)
         assert (gen.native is not None) == (engine == "native")
         cmp = compare(ar, sample, ref, gen.generate([ar], sample), cmp)
         drafted += gen.stats.drafted

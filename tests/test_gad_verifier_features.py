@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from helpers import make_model, make_sample, make_task, random_rows
 from fairseq_aggressive.criterions.glat_block_loss import GlatBlockLoss
 from fairseq_aggressive.drafters import NARBlockDrafter, check_drafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.native import build
 from test_gad_shared_drafter import _train_batch, gad_vs_greedy
 
@@ -89,7 +89,7 @@ def recorded_proposals(ar, d, drafter, engine="native", seed=4, n=5):
     """``drafter``'s proposals, pass after pass, decoding ``n`` random sentences with ``ar``."""
     rec = Recorder(drafter)
     sample = make_sample(random_rows(d, n, 3, 25, seed=seed), d.pad())
-    AggressiveGenerator([ar], d, drafter, engine=engine, max_len_b=30).generate([ar], sample)
+    build_generator([ar], d, drafter, engine=engine, max_len_b=30).generate([ar], sample)
     return rec.calls
 
 
@@ -135,7 +135,7 @@ def test_native_features_are_the_torch_verifiers(tmp_path):
                 got.setdefault(s, []).append(feats[o : o + ne].clone())
                 o += ne
 
-    gen = AggressiveGenerator([ar], d, Keep(dr, d, 4), engine="native", max_len_b=20)
+    gen = build_generator([ar], d, Keep(dr, d, 4), engine="native", max_len_b=20)
     hyps = gen.generate([ar], sample)
     net = sample["net_input"]
     for s, h in enumerate(hyps):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fairseq_aggressive.drafters import InputCopyDrafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.native import NativeEngine, build
 from fairseq_aggressive.runtime.quantization import Int8Linear, is_int8, quantize_int8
 from helpers import (INT8_NEAR_TIE, INT8_SCORE_TOL, compare, fast_first, greedy, make_model, make_sample, make_task,
@@ -89,7 +89,7 @@ def test_int8_aggressive_matches_fairseq_greedy_of_the_int8_model(engine, bsz):
         fp32 = greedy(float_model, d, sample, max_len_b=40)
         changed += sum(a[0]["tokens"].tolist() != b[0]["tokens"].tolist() for a, b in zip(ref, fp32))
         for drafter in (InputCopyDrafter(d, d), NoisyOracleDrafter(ref, rng, 0.1, len(d))):
-            gen = AggressiveGenerator([model], d, drafter, engine=engine, max_len_b=40)
+            gen = build_generator([model], d, drafter, engine=engine, max_len_b=40)
             assert (gen.native is not None) == (engine == "native")
             cmp = compare(model, sample, ref, gen.generate([model], sample), cmp, **tol)
             accepted += gen.stats.accepted

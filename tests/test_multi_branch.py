@@ -228,10 +228,10 @@ def test_options_are_checked():
             check_draft_cost(bad)
     task = make_task()
     d = task.target_dictionary
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
     with pytest.raises(ValueError, match="--draft-cost"):
-        AggressiveGenerator([make_model(task)], d, InputCopyDrafter(d, d), draft_cost="fast")
+        build_generator([make_model(task)], d, InputCopyDrafter(d, d), draft_cost="fast")
     assert mode_overrides("iad@1024-b3-cost", None) == dict(beam=1, decoding="iad", iad_branches=3,
                                                              draft_cost="auto", max_draft_len=1024)
     assert mode_overrides("iad-b2", None)["iad_branches"] == 2

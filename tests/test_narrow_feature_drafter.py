@@ -15,7 +15,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 
 from fairseq_aggressive.criterions.feature_ar_loss import FeatureARLoss
 from fairseq_aggressive.drafters import FeatureARDrafter, check_drafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.model_shapes import native_problems
 from fairseq_aggressive.native import build
 from helpers import ROOT, make_model, make_sample, make_task, model_args, random_rows
@@ -165,7 +165,7 @@ def test_feature_drafter_on_an_int8_verifier_equals_its_greedy(engine, narrow, t
     cmp, drafted = None, 0
     for bsz, (lo, hi), seed in [(1, (1, 10), 10), (6, (1, 30), 60), (8, (5, 30), 61)]:
         sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
-        gen = AggressiveGenerator([ar], d, FeatureARDrafter(dr, d, 4, engine=engine), engine=engine, max_len_b=30)
+        gen = build_generator([ar], d, FeatureARDrafter(dr, d, 4, engine=engine), engine=engine, max_len_b=30)
         cmp = compare(ar, sample, greedy(ar, d, sample, max_len_b=30), gen.generate([ar], sample), cmp,
                       near_tie=INT8_NEAR_TIE, score_tol=INT8_SCORE_TOL)
         drafted += gen.stats.drafted

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from fairseq_aggressive.drafters import InputCopyDrafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable, build
 from fairseq_aggressive.verifiers import NativeVerifier
 from helpers import NATIVE_REASON, compare, fast_first, greedy, make_model, make_sample, make_task, needs_native
@@ -25,7 +25,7 @@ OTHER_TARGETS = [t for t in build.runnable_targets()
 
 def _decode(model, task, rows, bsz, engine="native", native=None, drafter=None, **kw):
     d = task.target_dictionary
-    gen = AggressiveGenerator([model], d, drafter or InputCopyDrafter(d, d), engine=engine, **kw)
+    gen = build_generator([model], d, drafter or InputCopyDrafter(d, d), engine=engine, **kw)
     if native is not None:  # decode on this engine (e.g. a generic build)
         gen.verifier = NativeVerifier(native, model, gen.verifier.rules, gen.acceptance)
     outs = []
@@ -68,7 +68,7 @@ def test_native_iad_matches_fairseq_greedy(shape, bsz):
         sample = make_sample(chunk, d.pad())
         ref = greedy(model, d, sample, max_len_b=40)
         for drafter in (InputCopyDrafter(d, d), NoisyOracleDrafter(ref, rng, 0.1, len(d))):
-            gen = AggressiveGenerator([model], d, drafter, engine="native", max_len_b=40)
+            gen = build_generator([model], d, drafter, engine="native", max_len_b=40)
             assert gen.native is not None
             cmp = compare(model, sample, ref, gen.generate([model], sample), cmp)
             accepted += gen.stats.accepted
@@ -89,7 +89,7 @@ def test_native_honours_generation_options(gen_kw):
     rows = random_sources(random.Random(7), 40, len(d), d.eos())
     for bsz in (1, 8):
         cmp = None
-        gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", **gen_kw)
+        gen = build_generator([model], d, InputCopyDrafter(d, d), engine="native", **gen_kw)
         for chunk in batches(rows, bsz):
             sample = make_sample(chunk, d.pad())
             cmp = compare(model, sample, greedy(model, d, sample, **gen_kw), gen.generate([model], sample), cmp)
@@ -141,7 +141,7 @@ def test_projection_rounds_never_change_a_result(monkeypatch, precision):
     results = {}
     for eager in (-1, 0):
         def decode(bsz, **kw):
-            gen = AggressiveGenerator([model], d, kw.pop("drafter", None) or InputCopyDrafter(d, d),
+            gen = build_generator([model], d, kw.pop("drafter", None) or InputCopyDrafter(d, d),
                                       engine="native", max_len_b=40, **kw)
             gen.native.lib.fa_set_eager_projection_bytes(gen.native.handle, eager)
             outs = []
@@ -269,7 +269,7 @@ def test_native_isa_option_picks_the_target():
         assert other.native.isa == isa.replace("-wide", "")
         _same_bits(ref, out)
     with pytest.raises(ValueError, match="--native-isa must be auto or one of"):
-        AggressiveGenerator([model], d, InputCopyDrafter(d, d), native_isa="avx9")
+        build_generator([model], d, InputCopyDrafter(d, d), native_isa="avx9")
     with pytest.raises(ValueError, match="--native-isa"):
         AggressiveTranslationTask(AggressiveTranslationConfig(native_isa="sse"), d, d)
     args = argparse.Namespace()
@@ -286,11 +286,11 @@ def test_unsupported_model_is_refused_or_falls_back():
     d = task.target_dictionary
     model = make_model(task, seed=1, **SHAPES["normformer-style extras"])
     with pytest.raises(ValueError, match="--engine native: .*normformer"):
-        AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native")
-    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="auto")
+        build_generator([model], d, InputCopyDrafter(d, d), engine="native")
+    gen = build_generator([model], d, InputCopyDrafter(d, d), engine="auto")
     assert gen.native is None  # decodes with the torch verifier (tested in test_equivalence)
     with pytest.raises(ValueError, match="--engine must be one of"):
-        AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="fast")
+        build_generator([model], d, InputCopyDrafter(d, d), engine="fast")
 
 
 def test_disabled_or_failed_build_falls_back(monkeypatch, tmp_path, caplog):
@@ -305,7 +305,7 @@ def test_disabled_or_failed_build_falls_back(monkeypatch, tmp_path, caplog):
     d = task.target_dictionary
     model = make_model(task, seed=2)
     monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_NO_NATIVE", "1")
-    assert AggressiveGenerator([model], d, InputCopyDrafter(d, d)).native is None
+    assert build_generator([model], d, InputCopyDrafter(d, d)).native is None
     monkeypatch.delenv("FAIRSEQ_AGGRESSIVE_NO_NATIVE")
     if not build.cpu_targets():
         pytest.skip("no native engine on this CPU")
@@ -319,11 +319,11 @@ def test_disabled_or_failed_build_falls_back(monkeypatch, tmp_path, caplog):
         assert err.value.setup
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="fairseq_aggressive"):
-            assert AggressiveGenerator([model], d, InputCopyDrafter(d, d)).native is None
+            assert build_generator([model], d, InputCopyDrafter(d, d)).native is None
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
         assert len(warnings) == 1 and "torch path" in warnings[0] and match.split(" ")[0] in warnings[0], warnings
         with pytest.raises(ValueError, match=re.escape("--engine native: " + match)):
-            AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native")
+            build_generator([model], d, InputCopyDrafter(d, d), engine="native")
 
     # a compiler that fails
     monkeypatch.setenv("CXX", "false")

@@ -13,7 +13,7 @@ import torch
 
 from fairseq_aggressive.bench.modes import mode_overrides, reference_mode
 from fairseq_aggressive.drafters import InputCopyDrafter
-from fairseq_aggressive.generator import AggressiveGenerator
+from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.runtime.quantization import quantize_int8
 from fairseq_aggressive.shortlist import VocabShortlist
 from helpers import compare, greedy, make_dict, make_model, make_sample, make_task, needs_native
@@ -45,7 +45,7 @@ def fairseq_greedy_on_shortlist(model, d, rows, shortlist):
 
 
 def decode(model, d, rows, bsz, shortlist, engine, **kw):
-    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine=engine, shortlist=shortlist, **GEN, **kw)
+    gen = build_generator([model], d, InputCopyDrafter(d, d), engine=engine, shortlist=shortlist, **GEN, **kw)
     outs = []
     for chunk in batches(rows, bsz):
         outs += gen.generate([model], make_sample(chunk, d.pad()))

@@ -148,7 +148,7 @@ def test_a_lost_completion_fails_the_call_with_the_pool_state(monkeypatch):
     decodes on the calling thread, with greedy's output (on the test library,
     which has the hook that loses a completion)."""
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
     from fairseq_aggressive.native import build, engine as native_engine
 
     monkeypatch.setattr(native_engine, "library", build.test_library)
@@ -160,7 +160,7 @@ def test_a_lost_completion_fails_the_call_with_the_pool_state(monkeypatch):
     rows = random_rows(d, 3, 20, 30, seed=5)
     sample = make_sample(rows, d.pad())
     ref, _ = _decode(model, task, rows, 1, drafter_copy=True)
-    gen = AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", native_threads=2, max_len_b=40)
+    gen = build_generator([model], d, InputCopyDrafter(d, d), engine="native", native_threads=2, max_len_b=40)
     engine = gen.native
     engine.set_pool_timeout(0.3)
     engine.lib.fa_pool_lose_next_count(engine.handle)
@@ -175,12 +175,12 @@ def test_a_lost_completion_fails_the_call_with_the_pool_state(monkeypatch):
 # ------------------------------------------------- outputs: threads and load
 def _decode(model, task, rows, threads, drafter_copy):
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
     d = task.target_dictionary
     drafter = InputCopyDrafter(d, d)
     # (drafts as made: multi-position passes whatever the draft-length policy would choose)
-    gen = AggressiveGenerator([model], d, drafter, engine="native", native_threads=threads, max_len_b=40,
+    gen = build_generator([model], d, drafter, engine="native", native_threads=threads, max_len_b=40,
                               max_draft_len=None if drafter_copy else 0, draft_cost="off")
     assert gen.native is not None and gen.native.threads == threads
     out = []
@@ -383,7 +383,7 @@ def test_decoders_on_one_copy_of_the_weights_decode_at_once():
     import threading
 
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
     from helpers import greedy
 
     task = make_task()
@@ -394,7 +394,7 @@ def test_decoders_on_one_copy_of_the_weights_decode_at_once():
     samples = [make_sample(rows[i: i + 2], d.pad()) for i in range(0, len(rows), 2)]
 
     def gen(share=None, threads=1, copy=True):
-        return AggressiveGenerator([model], d, InputCopyDrafter(d, d), engine="native", native_threads=threads,
+        return build_generator([model], d, InputCopyDrafter(d, d), engine="native", native_threads=threads,
                                    max_len_b=40, max_draft_len=None if copy else 0, native_share=share)
 
     def outputs(g, s):

@@ -14,14 +14,14 @@ def generators_on(lib, model, task, threads):
     """``{"greedy": ..., "iad": ...}``: batch-1 generators (greedy: the engine's,
     ``max_draft_len=0``; IAD: the engine's loop) whose engines run ``lib``."""
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
     from fairseq_aggressive.native import engine
 
     d = task.target_dictionary
     default_library = engine.library
     try:
         engine.library = lambda isa=None: lib
-        return {mode: AggressiveGenerator([model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2,
+        return {mode: build_generator([model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2,
                                           max_len_b=10, max_draft_len=draft, engine="native", native_threads=threads)
                 for mode, draft in (("greedy", 0), ("iad", None))}
     finally:

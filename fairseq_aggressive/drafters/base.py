@@ -115,7 +115,13 @@ class Drafter:
         then runs its own).  ``first``: the token before the output;
         ``max_draft``: the cap on each draft (None: none); ``budget``: each
         pass's lengths chosen by the engine's draft-length policy (only a
-        drafter whose :meth:`engine_budget` is true is asked for it)."""
+        drafter whose :meth:`engine_budget` is true is asked for it).
+
+        A drafter with a loop in the engine hands it to
+        ``verifier.decode_in_engine(loop)`` (where ``verifier.runs_engine_loops``):
+        ``loop(batch, rules)`` calls its ``batch.decode_*``.  Without one (this
+        default), the generator's loop runs the drafter, one engine call per
+        pass, and says so once (the same output)."""
         return None
 
     def engine_budget(self) -> bool:

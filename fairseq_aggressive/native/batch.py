@@ -164,16 +164,15 @@ class NativeBatch:
         return toks, scores, self._n_match[:n], self._done[:n], self._win[:n]
 
     def decode_copy(self, src: np.ndarray, src_len: np.ndarray, first: int, max_draft: int, ngram_min: int,
-                    ngram_max: int, max_len: int, min_len: int, unk_penalty: float, temperature: float,
-                    beta: int = 1, tau: float = 0.0, budget: bool = False):
+                    ngram_max: int, rules: "c_api.LoopRules", budget: bool = False):
         """Decodes the whole batch (just begun) in the engine with source-copy
         drafts of at most ``max_draft`` tokens (0: greedy search), as
         :class:`~fairseq_aggressive.drafters.InputCopyDrafter` with one branch
         drafts: ``src`` holds each sentence's copy source (target ids, padding
         removed; ``src_len[b]`` tokens each, concatenated), the loop starts from
         the token ``first``; re-anchoring after a rejection uses output suffixes
-        of ``ngram_min`` .. ``ngram_max`` tokens; the other arguments are
-        :meth:`step`'s.  With ``budget``, each pass verifies the lengths (up to
+        of ``ngram_min`` .. ``ngram_max`` tokens; ``rules``: the score rules
+        and acceptance of every pass (:meth:`step`'s).  With ``budget``, each pass verifies the lengths (up to
         ``max_draft``) the engine's draft-length policy chooses for its rows
         (``csrc/draft_lengths.h``), the same output.  Returns per sentence its
         tokens, their scores and the passes it took part in, and the loop's
@@ -183,11 +182,10 @@ class NativeBatch:
         src_len = np.ascontiguousarray(src_len, dtype=np.int32)
         if int(src_len.sum()) != len(src):
             raise ValueError(f"{len(src)} source tokens, the lengths add up to {int(src_len.sum())}")
-        buf = _LoopBuffers(n, max_len)
+        buf = _LoopBuffers(n, rules.max_len)
         a = c_api.CopyLoopArgs(n=n, src=_addr(src), src_len=_addr(src_len), first=first, max_draft=max_draft,
                                ngram_min=ngram_min, ngram_max=ngram_max, budget=int(bool(budget)),
-                               output=buf.output(),
-                               rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
+                               output=buf.output(), rules=rules)
         stats = c_api.CopyLoopStats()
         rc = self.lib.fa_decode_copy(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
         return self._loop_result(rc, buf, stats, f"the decoding loop does not fit the batch ({n} sources, draft cap "
@@ -195,8 +193,7 @@ class NativeBatch:
                                  "sentences at once)")
 
     def decode_feature(self, drafter, drafter_state, first: int, bos: int, k: int, max_draft: int, room: int,
-                       max_len: int, min_len: int, unk_penalty: float, temperature: float, beta: int = 1,
-                       tau: float = 0.0, min_prob: float = 0.0):
+                       rules: "c_api.LoopRules", min_prob: float = 0.0):
         """Decodes the whole batch (just begun) in the engine with the drafts of
         a ``--feature-ar`` drafter (``drafter``: its
         :class:`~fairseq_aggressive.native.NativeEngine`; ``drafter_state``: its
@@ -205,33 +202,30 @@ class NativeBatch:
         native engine: ``k`` tokens per pass, at most ``max_draft`` (-1: no
         cap), while ``bos``, the output and the draft fit the drafter's ``room``
         positions, each draft ending after its first token below ``min_prob``
-        (0: off); the loop starts from the token ``first``; the other
-        arguments are :meth:`step`'s.  Returns per sentence its tokens, their
+        (0: off); the loop starts from the token ``first``; ``rules`` as
+        :meth:`decode_copy`'s.  Returns per sentence its tokens, their
         scores and the passes it took part in, and the loop's counters
         (:class:`~fairseq_aggressive.native.c_api.LoopStats`)."""
         n = len(self.src_keep)
-        buf = _LoopBuffers(n, max_len)
+        buf = _LoopBuffers(n, rules.max_len)
         a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=max_draft, room=room, min_prob=min_prob,
-                                  output=buf.output(),
-                                  rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
+                                  output=buf.output(), rules=rules)
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_feature(self.engine.handle, self.handle, drafter.handle, drafter_state.handle,
                                         ctypes.byref(a), ctypes.byref(stats))
         return self._loop_result(rc, buf, stats, f"the feature drafter's loop does not fit the batch ({n} sentences, "
                                  f"k {k}; the drafter must read this verifier's features, and a batch decodes once)")
 
-    def decode_blockwise(self, first: int, max_draft: int, max_len: int, min_len: int, unk_penalty: float,
-                         temperature: float, beta: int = 1, tau: float = 0.0):
+    def decode_blockwise(self, first: int, max_draft: int, rules: "c_api.LoopRules"):
         """Decodes the whole batch (just begun) in the engine by blockwise
         parallel decoding with the model's proposal heads, as
         :class:`~fairseq_aggressive.drafters.BlockwiseHeadsDrafter` drafts:
         blocks of at most ``max_draft`` tokens (-1: no cap); the loop starts
-        from the token ``first``; the other arguments are :meth:`step`'s.
+        from the token ``first``; ``rules`` as :meth:`decode_copy`'s.
         Returns what :meth:`decode_feature` returns."""
         n = len(self.src_keep)
-        buf = _LoopBuffers(n, max_len)
-        a = c_api.BlockwiseLoopArgs(n=n, first=first, max_draft=max_draft, output=buf.output(),
-                                    rules=c_api.LoopRules(max_len, min_len, unk_penalty, temperature, beta, tau))
+        buf = _LoopBuffers(n, rules.max_len)
+        a = c_api.BlockwiseLoopArgs(n=n, first=first, max_draft=max_draft, output=buf.output(), rules=rules)
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_blockwise(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
         return self._loop_result(rc, buf, stats, f"blockwise decoding does not fit the batch ({n} sentences; the "

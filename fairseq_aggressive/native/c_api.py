@@ -258,7 +258,10 @@ def mismatch(lib):
     version.restype, version.argtypes = ctypes.c_int, []
     if version() != API_VERSION:
         return f"its API version is {version()}, this Python code expects {API_VERSION}"
-    declare(lib)
+    try:
+        declare(lib)
+    except AttributeError as e:  # an entry point added since it was built (a new loop)
+        return f"it lacks an entry point this Python code declares ({e})"
     for struct in (Config, PassArgs, LoopRules, LoopOutput, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs,
                    FeatureLoopArgs, BlockwiseLoopArgs, RunSettings, RunStats, BeamArgs, BeamCounts):
         size = lib.fa_sizeof(struct.__name__.encode())

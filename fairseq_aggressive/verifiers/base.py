@@ -92,42 +92,22 @@ class Verifier:
 
     @property
     def runs_engine_loops(self) -> bool:
-        """Whether the verifier runs whole decoding loops itself for the batch
-        begun last: source-copy drafting and greedy search (:meth:`decode_copy`),
-        a feature drafter's (:meth:`decode_feature`), blockwise parallel
-        decoding's (:meth:`decode_blockwise`)."""
+        """Whether :meth:`decode_in_engine` runs a drafter's whole decoding
+        loop for the batch begun last (inside the verifier's engine)."""
         return False
 
-    def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int):
-        """(:attr:`runs_engine_loops`) Decodes the batch begun last with the drafts
-        of :class:`~fairseq_aggressive.drafters.InputCopyDrafter` with one branch
-        (``src``, ``src_len``: the copy sources concatenated and their lengths;
-        ``first``: the token before the output): per sentence its tokens, their
-        scores and passes, and the loop's counters."""
-        raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
-
-    def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int,
-                       min_prob: float = 0.0):
-        """(:attr:`runs_engine_loops`) Decodes the batch begun last with the
-        drafts of a native ``--feature-ar`` drafter ``drafter`` (a
-        :class:`~fairseq_aggressive.native.block_drafter.NativeBlockDrafter`
-        begun on this batch's encoder output) as
-        :class:`~fairseq_aggressive.drafters.FeatureARDrafter` drafts: ``k``
-        tokens per pass, at most ``max_draft`` (-1: no cap), while the drafter's
-        row (``bos``, the output, the draft) fits ``room`` positions, each draft
-        ending after its first token below ``min_prob``; ``first``: the token
-        before the output.  Per sentence its tokens, their scores and
-        passes, and the loop's counters."""
-        raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
-
-    def decode_blockwise(self, first: int, max_draft: int):
-        """(:attr:`runs_engine_loops`) Decodes the batch begun last by blockwise
-        parallel decoding with the model's proposal heads, as
-        :class:`~fairseq_aggressive.drafters.BlockwiseHeadsDrafter` drafts:
-        blocks of at most ``max_draft`` tokens (-1: no cap); ``first``: the
-        token before the output.  Per sentence its tokens, their scores and
-        passes, and the loop's counters."""
-        raise NotImplementedError(f"{type(self).__name__} does not run the decoding loop itself")
+    def decode_in_engine(self, loop):
+        """(:attr:`runs_engine_loops`) The batch begun last, decoded by a
+        drafter's loop inside this verifier's engine, one call for the batch:
+        ``loop(batch, rules)`` gets the engine's begun batch (a
+        :class:`~fairseq_aggressive.native.NativeBatch`) and the score rules
+        and acceptance of every pass (a
+        :class:`~fairseq_aggressive.native.c_api.LoopRules`), and returns
+        what the batch's ``decode_*`` returns: per sentence its tokens, their
+        scores and passes, and the loop's counters.  The drafter supplies the
+        loop (:meth:`~fairseq_aggressive.drafters.base.Drafter.decode_in_engine`);
+        the verifier knows none by name."""
+        raise NotImplementedError(f"{type(self).__name__} does not run decoding loops itself")
 
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], branches: Optional[Sequence[List[int]]] = None,
              emitted_features: bool = False, pass_features: bool = False) -> PassResult:

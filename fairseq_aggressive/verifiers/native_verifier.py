@@ -4,6 +4,7 @@ rules and the acceptance rule's description itself, and verifies several
 branches of a sentence in one pass.  A batch the engine cannot take (a GPU
 tensor, a length beyond its position tables) goes to a torch verifier."""
 from ..acceptance import AcceptanceRule
+from ..native import c_api
 from ..runtime.threads import torch_single_threaded
 from .base import PassResult, ScoreRules, Verifier
 from .torch_verifier import TorchVerifier
@@ -59,33 +60,12 @@ class NativeVerifier(Verifier):
 
     @property
     def runs_engine_loops(self) -> bool:
-        """Whether :meth:`decode_copy` and :meth:`decode_feature` run the batch begun last (in the engine)."""
         return not self._on_torch
 
-    def decode_copy(self, src, src_len, first: int, max_draft: int, ngram_min: int, ngram_max: int,
-                    budget: bool = False):
-        """The batch begun last, decoded in the engine with source-copy drafts
-        (:meth:`~fairseq_aggressive.native.NativeBatch.decode_copy`; ``budget``:
-        lengths by the engine's draft-length policy)."""
+    def decode_in_engine(self, loop):
         r = self.rules
-        return self.batch.decode_copy(src, src_len, first, max_draft, ngram_min, ngram_max, self.max_len, r.min_len,
-                                      r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau, budget=budget)
-
-    def decode_feature(self, drafter, first: int, bos: int, k: int, max_draft: int, room: int,
-                       min_prob: float = 0.0):
-        """The batch begun last, decoded in the engine with a feature drafter's drafts
-        (:meth:`~fairseq_aggressive.native.NativeBatch.decode_feature`)."""
-        r = self.rules
-        return self.batch.decode_feature(drafter.engine, drafter.state, first, bos, k, max_draft, room, self.max_len,
-                                         r.min_len, r.unk_penalty, r.temperature, beta=self.beta, tau=self.tau,
-                                         min_prob=min_prob)
-
-    def decode_blockwise(self, first: int, max_draft: int):
-        """The batch begun last, decoded in the engine by blockwise parallel decoding
-        (:meth:`~fairseq_aggressive.native.NativeBatch.decode_blockwise`)."""
-        r = self.rules
-        return self.batch.decode_blockwise(first, max_draft, self.max_len, r.min_len, r.unk_penalty, r.temperature,
-                                           beta=self.beta, tau=self.tau)
+        return loop(self.batch, c_api.LoopRules(self.max_len, r.min_len, r.unk_penalty, r.temperature, self.beta,
+                                                self.tau))
 
     def step(self, sents, rows, branches=None, emitted_features=False, pass_features=False) -> PassResult:
         if self._on_torch:

@@ -60,7 +60,7 @@ def main(argv=None):
 
     import fairseq_aggressive  # noqa: F401
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [f"{args.model_dir}/model.pt"], arg_overrides={"data": args.data_bin})
@@ -73,7 +73,7 @@ def main(argv=None):
     src_d, tgt_d = task.source_dictionary, task.target_dictionary
     lens = dict(max_len_a=1.2, max_len_b=10)
     greedy = SequenceGenerator([model], tgt_d, beam_size=1, **lens)
-    iad = AggressiveGenerator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="torch", **lens)
+    iad = build_generator([model], tgt_d, InputCopyDrafter(src_d, tgt_d), engine="torch", **lens)
     with torch.no_grad():
         decode(greedy, model, batches[:5])
         decode(iad, model, batches[:5])

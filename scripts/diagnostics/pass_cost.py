@@ -71,12 +71,12 @@ def main(argv=None):
                                                   precision=args.precision, task="aggressive_translation")
     from fairseq_aggressive.native.machine import describe_machine, machine_info
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
     from fairseq_aggressive.shortlist import VocabShortlist
 
     d = task.target_dictionary
     shortlist = VocabShortlist(task.source_dictionary, d, args.shortlist) if args.shortlist else None
-    gen = AggressiveGenerator([model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2,
+    gen = build_generator([model], d, InputCopyDrafter(task.source_dictionary, d), max_len_a=1.2,
                               max_len_b=10, max_draft_len=0, engine="native", shortlist=shortlist,
                               native_threads=args.threads)
     outputs = [gen.generate([model], s)[0][0]["tokens"].tolist() for s in samples]

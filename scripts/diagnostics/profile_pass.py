@@ -60,7 +60,7 @@ def main(argv=None):
     model, task, samples = load_model_and_samples(a.data, a.path, a.subset, a.sentences)
     from fairseq_aggressive.native.machine import describe_machine
     from fairseq_aggressive.drafters import InputCopyDrafter
-    from fairseq_aggressive.generator import AggressiveGenerator
+    from fairseq_aggressive.generator import build_generator
 
     d = task.target_dictionary
     n = len(samples)
@@ -70,7 +70,7 @@ def main(argv=None):
           f"d={dec.embed_dim}, vocabulary {len(d)}); {n} sentences, batch 1, {a.threads} threads")
 
     def new_gen():
-        return AggressiveGenerator([model], d, InputCopyDrafter(d, d), max_len_a=a.max_len_a,
+        return build_generator([model], d, InputCopyDrafter(d, d), max_len_a=a.max_len_a,
                                    max_len_b=a.max_len_b, engine="torch")
 
     # ---- 1. IAD split into parts

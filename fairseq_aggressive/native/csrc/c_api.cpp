@@ -59,16 +59,10 @@ int fa_version() { return kApiVersion; }
 // "BeamCounts"); -1 for another name
 int fa_sizeof(const char* name) {
   static const std::pair<const char*, size_t> sizes[] = {
-      {"Config", sizeof(fa::Config)}, {"PassArgs", sizeof(fa::PassArgs)},
-      {"CopyLoopArgs", sizeof(fa::CopyLoopArgs)}, {"CopyLoopStats", sizeof(fa::CopyLoopStats)},
-      {"DraftArgs", sizeof(fa::DraftArgs)}, {"LoopStats", sizeof(fa::LoopStats)},
-      {"LoopRules", sizeof(fa::LoopRules)}, {"LoopOutput", sizeof(fa::LoopOutput)},
-      {"FeatureLoopArgs", sizeof(fa::FeatureLoopArgs)}, {"BlockwiseLoopArgs", sizeof(fa::BlockwiseLoopArgs)},
-      {"RunSettings", sizeof(fa::RunSettings)}, {"RunStats", sizeof(fa::RunStats)},
-      {"BeamArgs", sizeof(fa::BeamArgs)}, {"BeamCounts", sizeof(fa::BeamCounts)}};
+      {"Config", sizeof(fa::Config)}, {"PassArgs", sizeof(fa::PassArgs)}, {"DraftArgs", sizeof(fa::DraftArgs)}};
   for (const auto& s : sizes)
     if (std::strcmp(name, s.first) == 0) return (int)s.second;
-  return -1;
+  return fa::capi::decode_struct_size(name);  // the decoding loops' (c_api_decode.cpp)
 }
 
 // The build target: "generic", "avx2", "avx512", "avx512vnni" or "avx512amx"

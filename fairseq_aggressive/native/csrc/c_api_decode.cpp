@@ -3,6 +3,8 @@
 // heads, beam search), running batches, drafters and proposal heads.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "beam_search.h"
@@ -19,6 +21,18 @@
 using fa::Decoder;
 using fa::State;
 using namespace fa::capi;  // model(), state(), guarded(), weights_to_change()
+
+int fa::capi::decode_struct_size(const char* name) {
+  static const std::pair<const char*, size_t> sizes[] = {
+      {"CopyLoopArgs", sizeof(fa::CopyLoopArgs)}, {"CopyLoopStats", sizeof(fa::CopyLoopStats)},
+      {"LoopStats", sizeof(fa::LoopStats)}, {"LoopRules", sizeof(fa::LoopRules)},
+      {"LoopOutput", sizeof(fa::LoopOutput)}, {"FeatureLoopArgs", sizeof(fa::FeatureLoopArgs)},
+      {"BlockwiseLoopArgs", sizeof(fa::BlockwiseLoopArgs)}, {"RunSettings", sizeof(fa::RunSettings)},
+      {"RunStats", sizeof(fa::RunStats)}, {"BeamArgs", sizeof(fa::BeamArgs)}, {"BeamCounts", sizeof(fa::BeamCounts)}};
+  for (const auto& s : sizes)
+    if (std::strcmp(name, s.first) == 0) return (int)s.second;
+  return -1;
+}
 
 #pragma GCC visibility push(default)
 extern "C" {

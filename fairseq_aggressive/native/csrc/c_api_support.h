@@ -34,4 +34,9 @@ inline Weights& weights_to_change(Decoder& m) {
   return *m.shared;
 }
 
+// The size of a decoding loop's argument or counter struct named `name`
+// (c_api_decode.cpp, beside the loops' entry points), -1 if none: fa_sizeof's
+// answer for them
+int decode_struct_size(const char* name);
+
 }  // namespace fa::capi
