@@ -168,11 +168,6 @@ void Realized::observe(int rows, bool drafted, int tokens, double ms, double gre
   passes_[d][c] += 1;
 }
 
-double Realized::speed(int rows, bool drafted) const {
-  const int c = rows_class(rows, kClasses), d = drafted ? 1 : 0;
-  return time_[d][c] > 0 ? tokens_[d][c] / time_[d][c] : 0.0;
-}
-
 int DraftPolicy::steps(const std::vector<DraftCandidate>& rows) {
   const int R = (int)rows.size();
   int kmax = 0;

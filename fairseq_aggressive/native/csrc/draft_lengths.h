@@ -86,8 +86,9 @@ class DraftCost {
 // ratio says how far the table is off now: load from other processes, a
 // longer cache), from the passes timed, by the rows (classes of powers of two),
 // in sums that forget old passes (kKeep per pass).  Where drafted passes went
-// slower (by more than kSlack), passes do not draft, except one in kExplore, which keeps measuring
-// them; the same keeps the other side measured where drafting wins.  With
+// slower (by more than kSlack), passes do not draft, except one in kExplore,
+// which keeps measuring them; the same keeps the other side measured where
+// drafting wins.  With
 // every drafter's pass timed, drafting that loses to greedy on this machine
 // now (a full batch, a loaded CPU) is seen and stopped, whatever the model
 // predicted.
@@ -102,8 +103,6 @@ class Realized {
   bool drafts(int rows, bool model_drafts);
   // a pass of `rows` rows, drafted or not, emitted `tokens` in `ms`; the table's greedy pass over them: `greedy_ms`
   void observe(int rows, bool drafted, int tokens, double ms, double greedy_ms);
-  // tokens per row over time against greedy's of the passes seen (0: none), drafted or not
-  double speed(int rows, bool drafted) const;
 
  private:
   double tokens_[2][kClasses] = {}, time_[2][kClasses] = {};
