@@ -259,5 +259,36 @@ def test_engine_loop_refuses_what_does_not_fit():
         batch.decode_copy(flat, lens, **args)
 
 
+def test_no_cap_is_none():
+    """A draft cap of None is no cap, in the static loop and in a running
+    batch: the drafts of a cap beyond every sentence's length, and the same
+    output as greedy search."""
+    from fairseq_aggressive.native.running import RunningBatch
+
+    task = make_task()
+    d = task.target_dictionary
+    model = make_model(task, seed=1)
+    gen = build_generator([model], d, InputCopyDrafter(d, d), engine="native", max_len_b=20)
+    rows = [[5, 6, 7, 8, 9, 10, d.eos()], [8, 9, 10, 11, d.eos()]]
+    sample = make_sample(rows, d.pad())
+    flat, lens = InputCopyDrafter(d, d).copy_source(sample)
+    rules = c_api.LoopRules(max_len=20, min_len=1, unk_penalty=0.0, temperature=1.0, beta=1, tau=0.0)
+    src = sample["net_input"]["src_tokens"]
+    out = {cap: gen.native.begin(src, 20).decode_copy(flat, lens, d.eos(), cap, 1, 4, rules)
+           for cap in (None, 1000, 0)}
+    assert out[None][0] == out[1000][0] == out[0][0]
+    assert list(out[None][3].position_drafted) == list(out[1000][3].position_drafted)
+    assert out[None][3].drafted > 0 == out[0][3].drafted
+    running = {}
+    for cap in (None, 1000):
+        batch = RunningBatch(gen.native, first=d.eos(), max_draft=cap, budget=False)
+        slots = batch.join([r for r in rows], [r[:-1] for r in rows], [20, 20])
+        done = []
+        while len(done) < len(slots):
+            done += batch.run()
+        running[cap] = ([batch.take(s, 20)[0] for s in slots], batch.stats().drafted)
+    assert running[None] == running[1000] and running[None][1] > 0
+
+
 def test_counted_positions_agree():
     assert COUNTED_POSITIONS == LOOP_POSITIONS

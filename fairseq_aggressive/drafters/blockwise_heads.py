@@ -42,8 +42,8 @@ class BlockwiseHeadsDrafter(Drafter):
         engine = getattr(verifier, "engine", None)
         if not as_here or not verifier.runs_engine_loops or getattr(engine, "n_heads", 0) != self.model.blockwise_k - 1:
             return None
-        cap = -1 if max_draft is None else max_draft
-        toks, scores, passes, st = verifier.decode_in_engine(lambda batch, rules: batch.decode_blockwise(first, cap, rules))
+        toks, scores, passes, st = verifier.decode_in_engine(
+            lambda batch, rules: batch.decode_blockwise(first, max_draft, rules))
         return LoopResult(toks, scores, passes, st)
 
     @torch.no_grad()

@@ -50,10 +50,9 @@ class FeatureARDrafter(NARBlockDrafter):
         if self.encoder_out is not None:  # this batch drafts in torch
             return None
         begun = time.perf_counter() - t0
-        cap = -1 if max_draft is None else max_draft
         toks, scores, passes, st = verifier.decode_in_engine(
             lambda batch, rules: batch.decode_feature(self.native.engine, self.native.state, first, self.bos, self.k,
-                                                      cap, self.max_positions - 1, rules, min_prob=self.min_prob))
+                                                      max_draft, self.max_positions - 1, rules, min_prob=self.min_prob))
         st.draft_ns += int(begun * 1e9)
         return LoopResult(toks, scores, passes, st)
 

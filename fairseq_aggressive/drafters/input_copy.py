@@ -120,9 +120,8 @@ class InputCopyDrafter(Drafter):
         if ngrams is None or not verifier.runs_engine_loops:
             return None
         src, src_len = self.copy_source(sample)
-        cap = max_len if max_draft is None else max_draft
         toks, scores, passes, st = verifier.decode_in_engine(
-            lambda batch, rules: batch.decode_copy(src, src_len, first, cap, *ngrams, rules, budget=budget))
+            lambda batch, rules: batch.decode_copy(src, src_len, first, max_draft, *ngrams, rules, budget=budget))
         self.learn_from_loop(st)
         return LoopResult(toks, scores, passes, st.loop)
 

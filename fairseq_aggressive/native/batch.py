@@ -163,10 +163,10 @@ class NativeBatch:
                 self.features = self._feats[torch.from_numpy(idx)]
         return toks, scores, self._n_match[:n], self._done[:n], self._win[:n]
 
-    def decode_copy(self, src: np.ndarray, src_len: np.ndarray, first: int, max_draft: int, ngram_min: int,
+    def decode_copy(self, src: np.ndarray, src_len: np.ndarray, first: int, max_draft: Optional[int], ngram_min: int,
                     ngram_max: int, rules: "c_api.LoopRules", budget: bool = False):
         """Decodes the whole batch (just begun) in the engine with source-copy
-        drafts of at most ``max_draft`` tokens (0: greedy search), as
+        drafts of at most ``max_draft`` tokens (0: greedy search; None: no cap), as
         :class:`~fairseq_aggressive.drafters.InputCopyDrafter` with one branch
         drafts: ``src`` holds each sentence's copy source (target ids, padding
         removed; ``src_len[b]`` tokens each, concatenated), the loop starts from
@@ -183,7 +183,8 @@ class NativeBatch:
         if int(src_len.sum()) != len(src):
             raise ValueError(f"{len(src)} source tokens, the lengths add up to {int(src_len.sum())}")
         buf = _LoopBuffers(n, rules.max_len)
-        a = c_api.CopyLoopArgs(n=n, src=_addr(src), src_len=_addr(src_len), first=first, max_draft=max_draft,
+        a = c_api.CopyLoopArgs(n=n, src=_addr(src), src_len=_addr(src_len), first=first,
+                               max_draft=c_api.draft_cap(max_draft),
                                ngram_min=ngram_min, ngram_max=ngram_max, budget=int(bool(budget)),
                                output=buf.output(), rules=rules)
         stats = c_api.CopyLoopStats()
@@ -192,14 +193,14 @@ class NativeBatch:
                                  f"{max_draft}, suffixes {ngram_min}..{ngram_max}; a batch decodes once, all its "
                                  "sentences at once)")
 
-    def decode_feature(self, drafter, drafter_state, first: int, bos: int, k: int, max_draft: int, room: int,
+    def decode_feature(self, drafter, drafter_state, first: int, bos: int, k: int, max_draft: Optional[int], room: int,
                        rules: "c_api.LoopRules", min_prob: float = 0.0):
         """Decodes the whole batch (just begun) in the engine with the drafts of
         a ``--feature-ar`` drafter (``drafter``: its
         :class:`~fairseq_aggressive.native.NativeEngine`; ``drafter_state``: its
         state of these sentences, begun from this batch's encoder output), as
         :class:`~fairseq_aggressive.drafters.FeatureARDrafter` drafts on the
-        native engine: ``k`` tokens per pass, at most ``max_draft`` (-1: no
+        native engine: ``k`` tokens per pass, at most ``max_draft`` (None: no
         cap), while ``bos``, the output and the draft fit the drafter's ``room``
         positions, each draft ending after its first token below ``min_prob``
         (0: off); the loop starts from the token ``first``; ``rules`` as
@@ -208,7 +209,8 @@ class NativeBatch:
         (:class:`~fairseq_aggressive.native.c_api.LoopStats`)."""
         n = len(self.src_keep)
         buf = _LoopBuffers(n, rules.max_len)
-        a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=max_draft, room=room, min_prob=min_prob,
+        a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=c_api.draft_cap(max_draft), room=room,
+                                  min_prob=min_prob,
                                   output=buf.output(), rules=rules)
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_feature(self.engine.handle, self.handle, drafter.handle, drafter_state.handle,
@@ -216,16 +218,17 @@ class NativeBatch:
         return self._loop_result(rc, buf, stats, f"the feature drafter's loop does not fit the batch ({n} sentences, "
                                  f"k {k}; the drafter must read this verifier's features, and a batch decodes once)")
 
-    def decode_blockwise(self, first: int, max_draft: int, rules: "c_api.LoopRules"):
+    def decode_blockwise(self, first: int, max_draft: Optional[int], rules: "c_api.LoopRules"):
         """Decodes the whole batch (just begun) in the engine by blockwise
         parallel decoding with the model's proposal heads, as
         :class:`~fairseq_aggressive.drafters.BlockwiseHeadsDrafter` drafts:
-        blocks of at most ``max_draft`` tokens (-1: no cap); the loop starts
+        blocks of at most ``max_draft`` tokens (None: no cap); the loop starts
         from the token ``first``; ``rules`` as :meth:`decode_copy`'s.
         Returns what :meth:`decode_feature` returns."""
         n = len(self.src_keep)
         buf = _LoopBuffers(n, rules.max_len)
-        a = c_api.BlockwiseLoopArgs(n=n, first=first, max_draft=max_draft, output=buf.output(), rules=rules)
+        a = c_api.BlockwiseLoopArgs(n=n, first=first, max_draft=c_api.draft_cap(max_draft), output=buf.output(),
+                                    rules=rules)
         stats = c_api.LoopStats()
         rc = self.lib.fa_decode_blockwise(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
         return self._loop_result(rc, buf, stats, f"blockwise decoding does not fit the batch ({n} sentences; the "

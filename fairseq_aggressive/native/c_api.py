@@ -151,6 +151,11 @@ class RunStats(ctypes.Structure):
         ("pass_rows", ctypes.c_int64 * RUN_ROWS_HIST)]
 
 
+def draft_cap(max_draft) -> int:
+    """A cap on drafts as the engine's loops take it: None (no cap) is -1."""
+    return -1 if max_draft is None else int(max_draft)
+
+
 def declare(lib) -> None:
     """Set the argument and result types of every function of the library."""
     P, I, I64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64

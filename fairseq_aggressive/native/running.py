@@ -4,7 +4,7 @@ between passes (``csrc/running_batch.h``).  Each sentence's tokens and scores
 are those it gets decoded alone, whatever else is in the batch and whenever it
 joined."""
 import ctypes
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,15 +19,15 @@ class RunningBatch:
     """A running batch on ``engine`` (a :class:`~fairseq_aggressive.native.NativeEngine`).
 
     ``first``: the token every sentence starts from (EOS, or a BOS);
-    ``max_draft``: the longest source-copy draft a pass verifies (0: greedy
-    search); ``ngram_min`` .. ``ngram_max``: the suffixes that re-anchor a copy
+    ``max_draft``: the longest draft a pass verifies (0: greedy search; None:
+    no cap); ``ngram_min`` .. ``ngram_max``: the suffixes that re-anchor a copy
     after a rejection; ``budget``: each pass's lengths chosen by the engine's
     draft-length policy (else every draft as made); the score rules and
     acceptance (``min_len`` ... ``tau``) as :meth:`NativeBatch.step`'s.
 
     With ``drafter`` (the engine of a ``--feature-ar`` drafter that reads this
     verifier's features) the drafts are that drafter's instead of source
-    copies: up to ``k`` tokens per pass (``max_draft`` -1: no other cap) while
+    copies: up to ``k`` tokens per pass (and at most ``max_draft``) while
     ``bos``, the output and the draft fit its ``room`` positions, each ending
     after its first token below ``min_prob`` (0: off); ``shared_encoder``: its
     sentences start from the verifier's encoder output (else its own encoder's);
@@ -36,14 +36,14 @@ class RunningBatch:
     One thread drives it (:meth:`join`, :meth:`run`, :meth:`take`);
     :meth:`wake` may be called from any thread."""
 
-    def __init__(self, engine, first: int, max_draft: int, ngram_min: int = 1, ngram_max: int = 4,
+    def __init__(self, engine, first: int, max_draft: Optional[int], ngram_min: int = 1, ngram_max: int = 4,
                  budget: bool = True, min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0,
                  beta: int = 1, tau: float = 0.0, drafter=None, bos: int = 0, k: int = 8, room: int = 1 << 20,
                  min_prob: float = 0.0, shared_encoder: bool = False):
         self.engine, self.lib = engine, engine.lib
         self.drafter = drafter  # kept alive as long as the batch
         self._dp = drafter.handle if drafter is not None else None
-        s = c_api.RunSettings(first=first, max_draft=max_draft, ngram_min=ngram_min, ngram_max=ngram_max,
+        s = c_api.RunSettings(first=first, max_draft=c_api.draft_cap(max_draft), ngram_min=ngram_min, ngram_max=ngram_max,
                               budget=int(bool(budget)), min_len=min_len, unk_penalty=unk_penalty,
                               temperature=temperature, beta=beta, tau=tau, drafter=int(drafter is not None),
                               bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=int(bool(shared_encoder)))

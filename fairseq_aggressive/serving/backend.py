@@ -127,14 +127,14 @@ class DecodeBackend:
         if isinstance(drafter, InputCopyDrafter) and drafter.copy_loop() is not None:
             run.update(ngram_min=drafter.ngram_min, ngram_max=drafter.ngram_max)
             return dict(engine=gen.verifier.engine, drafter_engine=None, gen=gen, drafter=drafter, run=run,
-                        max_draft=gen.max_draft_len if gen.max_draft_len is not None else 1 << 20,
+                        max_draft=gen.max_draft_len,
                         budget=bool(getattr(gen.policy, "engine_budget", False)))
         if (isinstance(drafter, FeatureARDrafter) and drafter.native is not None and drafter.shortlist is None
                 and drafts_as(drafter, FeatureARDrafter, ("propose", "observe_emitted", "update"))):
             run.update(bos=drafter.bos, k=drafter.k, room=drafter.max_positions - 1, min_prob=drafter.min_prob,
                        shared_encoder=drafter.caps.encoder_out)
             return dict(engine=gen.verifier.engine, drafter_engine=drafter.native.engine, gen=gen, drafter=drafter,
-                        run=run, max_draft=gen.max_draft_len if gen.max_draft_len is not None else -1,
+                        run=run, max_draft=gen.max_draft_len,
                         budget=draft_cost != "off")
         return None
 

@@ -69,7 +69,7 @@ int fa_decode_beam(void* mp, void* sp, const fa::BeamArgs* args, fa::BeamCounts*
 void* fa_run_new(void* mp, const fa::RunSettings* s) {
   return guarded<void*>(mp, nullptr, [&]() -> void* {
     const bool copies = s->drafter == 0, feature = s->drafter == 1;
-    if (!(copies || feature) || (copies && s->max_draft < 0) || s->ngram_min < 1 || s->ngram_max < s->ngram_min ||
+    if (!(copies || feature) || s->max_draft < -1 || s->ngram_min < 1 || s->ngram_max < s->ngram_min ||
         s->min_len < 0 || (feature && (s->k < 1 || s->room < 1)))
       throw std::invalid_argument("running batch: bad draft or length settings");
     return new fa::RunningBatch(*s);

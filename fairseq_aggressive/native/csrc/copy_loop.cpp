@@ -15,7 +15,7 @@ namespace fa {
 
 int decode_copy(Decoder& m, State& st, const CopyLoopArgs& a, CopyLoopStats& stats) {
   const int B = a.n, max_len = a.rules.max_len;
-  if (B != (int)st.sents.size() || a.output.out_cap < max_len + 1 || a.max_draft < 0 || a.ngram_min < 1 ||
+  if (B != (int)st.sents.size() || a.output.out_cap < max_len + 1 || a.max_draft < -1 || a.ngram_min < 1 ||
       a.ngram_max < a.ngram_min)
     return -1;
   std::vector<CopySource> copy(B);
@@ -40,7 +40,8 @@ int decode_copy(Decoder& m, State& st, const CopyLoopArgs& a, CopyLoopStats& sta
     cand.resize(n);
     for (int i = 0; i < n; ++i) {
       const int b = batch.active()[i];
-      const int room = std::min(max_len - batch.outputs().length(b), a.max_draft);
+      const int left = max_len - batch.outputs().length(b);
+      const int room = a.max_draft < 0 ? left : std::min(left, (int)a.max_draft);  // (-1: no cap)
       bool resynced;
       const int cap = copy[b].candidate(batch.outputs().tokens(b), room, a.ngram_min, a.ngram_max, &start[i], &resynced);
       kind[i] = resynced;

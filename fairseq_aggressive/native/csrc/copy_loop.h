@@ -19,8 +19,8 @@ namespace fa {
 // src_len[b] tokens of src (the sentences' sources in target ids, padding
 // removed, concatenated in order); the loop starts
 // from the token `first` (EOS, or a BOS).  A draft is the source from the
-// copy position on, at most max_draft tokens and at most the tokens left
-// before max_len; after a rejection the copy position is found again right
+// copy position on, at most max_draft tokens (-1: no cap; 0: greedy search)
+// and at most the tokens left before max_len; after a rejection the copy position is found again right
 // after the unique occurrence in the source of the output's shortest suffix of
 // ngram_min .. ngram_max tokens that occurs once (no draft while there is none).
 // The passes' score rules and acceptance are `rules`; the outputs go to `output`

@@ -74,7 +74,8 @@ void RunningBatch::copy_drafts(DraftPolicy* policy) {
   cand_.resize(n);
   for (int i = 0; i < n; ++i) {
     Row& r = rows_[active_[i]];
-    const int room = std::min(r.max_len - (int)r.out.size(), (int)s_.max_draft);
+    const int left = r.max_len - (int)r.out.size();
+    const int room = s_.max_draft < 0 ? left : std::min(left, (int)s_.max_draft);  // (-1: no cap)
     bool resynced;
     const int cap = r.copy.candidate(r.out, room, s_.ngram_min, s_.ngram_max, &start_[i], &resynced);
     cand_[i] = {cap, resynced, Acceptance::confidence(last_score(r))};
@@ -126,7 +127,7 @@ void RunningBatch::feature_drafts(Decoder& dm, DraftPolicy* policy) {
 
 int RunningBatch::run(Decoder& m, Decoder* dm, int max_passes, double min_ms, int32_t* finished, int cap) {
   if (feature() && dm == nullptr) throw std::invalid_argument("a running batch of a feature drafter needs its decoder");
-  const bool drafts = feature() ? s_.max_draft != 0 : s_.max_draft > 0;
+  const bool drafts = s_.max_draft != 0;
   DraftPolicy* policy = s_.budget && drafts ? &draft_policy(m) : nullptr;
   const int FC = m.cfg.C;
   int n_finished = 0;

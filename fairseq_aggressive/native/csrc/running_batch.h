@@ -37,7 +37,7 @@ namespace fa {
 // What every row of a running batch shares (mirrored by RunSettings in c_api.py)
 struct RunSettings {
   int32_t first;  // the token each row starts from (EOS, or a BOS)
-  int32_t max_draft, ngram_min, ngram_max;  // copy drafts (max_draft 0: greedy search); re-anchoring
+  int32_t max_draft, ngram_min, ngram_max;  // drafts' cap (0: greedy search, -1: none); re-anchoring
   int32_t budget;                            // 1: lengths by the draft-length policy
   int32_t min_len;
   float unk_penalty, temperature;
