@@ -147,3 +147,28 @@ def test_decoding_options_read_typed_values():
     assert DecodingOptions.read(lambda name: None) == DecodingOptions()  # every default
     per_call = make_task(decoding="iad").decoding_options(argparse.Namespace(max_draft_len=0, native_threads=None))
     assert per_call.max_draft_len == 0 and per_call.native_threads is None
+
+
+def test_each_decoding_option_is_declared_once():
+    """A decoding option is one row of decoding_options.OPTIONS: the task's
+    field (default, help) and DecodingOptions' field come from it, and no
+    other module declares it."""
+    import dataclasses
+    import re
+
+    from fairseq_aggressive.decoding_options import OPTIONS, DecodingOptions
+    from fairseq_aggressive.tasks import config
+    from helpers import ROOT
+
+    names = [o.name for o in OPTIONS]
+    assert len(set(names)) == len(names)
+    assert [f.name for f in dataclasses.fields(DecodingOptions)] == names
+    task = {f.name: f for f in dataclasses.fields(config.AggressiveTranslationConfig)}
+    for o in OPTIONS:
+        assert task[o.name].default == o.default and task[o.name].metadata["help"] == o.help, o.name
+        assert getattr(DecodingOptions(), o.name) == o.read(o.default), o.name
+    for module in ("tasks/config.py", "decoding.py", "translator.py"):
+        with open(f"{ROOT}/fairseq_aggressive/{module}", encoding="utf-8") as f:
+            text = f.read()
+        declared = [n for n in names if re.search(rf"^\s+{n}\s*:.*=\s*field\(", text, re.M)]
+        assert not declared, (module, declared)
