@@ -6,10 +6,7 @@ import logging
 import weakref
 
 from .decoding_options import DecodingOptions
-from .draft_policy import build_draft_policy
-from .engines import build_verifier
 from .options import check_generation_args, check_single_model, check_temperature
-from .verifiers import ScoreRules
 
 logger = logging.getLogger("fairseq_aggressive")
 
@@ -37,31 +34,24 @@ def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwar
     check_generation_args(args, opts.decoding)
     if kwargs.get("prefix_allowed_tokens_fn") is not None:
         raise ValueError(f"prefix_allowed_tokens_fn is not supported with --decoding {opts.decoding}")
-    from .generator import AggressiveGenerator
+    from .generator import build_generator
 
-    tgt_dict = task.target_dictionary
     check_single_model(models)
-    temperature = check_temperature(getattr(args, "temperature", 1.0))
+    check_temperature(getattr(args, "temperature", 1.0))  # before a drafter loads
     drafter, acceptance = build_drafter_and_rule(opts, task, models)
-    rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), getattr(args, "min_len", 1),
-                       getattr(args, "unkpen", 0), temperature)
-    # the engine is chosen here, once, for the verifier (and, above, for GAD's drafter)
-    verifier = build_verifier(opts.engine, models[0], tgt_dict, acceptance, rules,
-                              wants_pass_features=drafter.caps.pass_features,
-                              shortlist=_shortlist(task, opts.vocab_shortlist), threads=opts.native_threads,
-                              isa=opts.native_isa, share=kwargs.get("native_share"))
-    generator = AggressiveGenerator(
-        models,
-        tgt_dict,
-        drafter,
-        verifier,
-        build_draft_policy(opts.draft_cost, verifier, drafter, engine_loop=not opts.python_loop),
+    # the engine is chosen there, once, for the verifier (and, above, for GAD's drafter)
+    generator = build_generator(
+        models, task.target_dictionary, drafter, acceptance,
+        min_len=getattr(args, "min_len", 1), unk_penalty=getattr(args, "unkpen", 0),
+        temperature=getattr(args, "temperature", 1.0), engine=opts.engine,
+        shortlist=_shortlist(task, opts.vocab_shortlist), draft_cost=opts.draft_cost,
+        native_threads=opts.native_threads, native_isa=opts.native_isa, native_share=kwargs.get("native_share"),
+        engine_loop=not opts.python_loop,
         max_len_a=getattr(args, "max_len_a", 0),
         max_len_b=getattr(args, "max_len_b", 200),
         normalize_scores=not getattr(args, "unnormalized", False),
         len_penalty=getattr(args, "lenpen", 1),
         max_draft_len=opts.max_draft_len,
-        engine_loop=not opts.python_loop,
     )
     # its summary once it is gone or at exit (a reference held to the end would keep
     # every generator of a hub model's translate() calls, with its engine and threads)
