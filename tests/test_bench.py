@@ -284,3 +284,70 @@ def test_near_ties_counted_for_drafter_settings_on_an_int8_verifier():
     modes = ["greedy-int8", "feature-ar@8-int8-dint8"]
     ties = count_near_ties(modes, recs, {"greedy-int8": Scores()}, eos=2)
     assert ties == {"feature-ar@8-int8-dint8": 1}
+
+
+class _Dict:
+    def pad(self):
+        return 1
+
+    def string(self, toks, bpe=None):
+        return " ".join(map(str, toks.tolist()))
+
+
+class _Gen:
+    """A generator whose output is each source reversed; ``flip`` makes a later call differ."""
+
+    def __init__(self, log, name, flip_after=None):
+        self.log, self.name, self.flip_after, self.calls = log, name, flip_after, 0
+
+    def generate(self, models, sample):
+        import torch
+
+        self.calls += 1
+        self.log.append(self.name)
+        out = []
+        for row in sample["net_input"]["src_tokens"]:
+            toks = row.flip(0)
+            if self.flip_after is not None and self.calls > self.flip_after:
+                toks = toks + 1
+            out.append([{"tokens": torch.as_tensor(toks)}])
+        return out
+
+
+def _batches(n):
+    import torch
+
+    return [{"id": torch.tensor([2 * j, 2 * j + 1]), "net_input": {"src_tokens": torch.tensor([[4, 5, 2], [6, 7, 2]])}}
+            for j in range(n)]
+
+
+def test_rounds_rotate_the_modes_and_average_the_times():
+    """--bench-rounds R: every batch decoded R times by every mode, in an order that turns from
+    batch to batch and round to round; per-sentence times are the rounds' mean."""
+    from fairseq_aggressive.bench.run import decode_blocks
+
+    log = []
+    gens = {m: (None, _Gen(log, m)) for m in ("a", "b", "c")}
+    per_sent = {i: {"id": i} for i in range(6)}
+    totals = {m: 0.0 for m in gens}
+    steps = {m: 0 for m in gens}
+    bench = argparse.Namespace(warmup=0, bench_rounds=2)
+    decode_blocks([list(gens)], gens, _batches(3), bench, per_sent, totals, steps, _Dict(), _Dict(), None)
+    firsts = log[::3]
+    assert firsts == ["a", "b", "c", "b", "c", "a"]  # batch j of round r starts with mode (j + r) % 3
+    assert all(gens[m][1].calls == 6 for m in gens)
+    assert steps == {m: 3 * 3 for m in gens}  # counted in the first round only
+    assert per_sent[0]["a"]["tokens"] == [2, 5, 4]
+    assert sum(per_sent[i]["c"]["ms"] for i in range(6)) == pytest.approx(1000 * totals["c"])
+
+
+def test_a_round_that_decodes_differently_stops_the_run():
+    from fairseq_aggressive.bench.run import decode_blocks
+
+    log = []
+    gens = {"a": (None, _Gen(log, "a")), "b": (None, _Gen(log, "b", flip_after=2))}
+    per_sent = {i: {"id": i} for i in range(4)}
+    bench = argparse.Namespace(warmup=0, bench_rounds=2)
+    with pytest.raises(SystemExit, match="b decoded sentence 0 differently in a later round"):
+        decode_blocks([list(gens)], gens, _batches(2), bench, per_sent, {"a": 0.0, "b": 0.0}, {"a": 0, "b": 0},
+                      _Dict(), _Dict(), None)

@@ -38,6 +38,10 @@ def add_bench_args(parser):
                    help="also decode with beam 5 of this checkpoint (mode 'base_beam5', e.g. a 6+6 "
                    "model as in the papers) and report every mode's speedup over it")
     g.add_argument("--warmup", type=int, default=5, help="batches decoded before timing")
+    g.add_argument("--bench-rounds", type=int, default=1, metavar="R",
+                   help="decode every batch R times with every mode, the modes taking turns in an order "
+                   "that rotates from batch to batch and round to round; times are the mean of the rounds "
+                   "and every round's outputs must equal the first's (a noisy machine: R 3 or more)")
     g.add_argument("--bench-json", default=None, help="write all results as JSON here")
     g.add_argument("--bench-plot", default=None, help="write a PNG of speedup vs edit ratio here")
     g.add_argument("--bench-edit-plot", default=None,

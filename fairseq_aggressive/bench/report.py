@@ -178,8 +178,10 @@ def print_table(res, file=sys.stdout):
     if res.get("device"):
         dev = res["device"]
         print(f"torch modes on {dev['name']} (CUDA {dev['cuda']}), {dev['dtype']}", file=file)
+    rounds = res.get("rounds", 1)
     print(f"{res['sentences']} sentences, batch {res['batch_size']}, threads: {describe_threads(res['threads'])}; "
-          f"{describe_load(res.get('load', 0))}", file=file)
+          f"{describe_load(res.get('load', 0))}" + (f"; times: the mean of {rounds} rounds" if rounds > 1 else ""),
+          file=file)
     print("| " + " | ".join(cols) + " |", file=file)
     print("|" + "---|" * len(cols), file=file)
     for m, r in res["modes"].items():

@@ -104,6 +104,7 @@ def run(cfg, bench) -> Dict:
                "engine": sorted({g.native.threads for _, g in gens.values() if getattr(g, "native", None)}),
                "ctranslate2": ct2_threads(bench) if ct2_modes else None}
     res = summarize(modes, per_sent, totals, steps, gens, bsz, threads, bench.bench_load)
+    res["rounds"] = max(1, getattr(bench, "bench_rounds", 1))
     if device.type == "cuda":
         res["device"] = {"name": torch.cuda.get_device_name(device), "dtype": str(next(model.parameters()).dtype),
                          "cuda": torch.version.cuda}
@@ -212,45 +213,72 @@ def ct2_threads(bench) -> int:
 
 def decode_blocks(blocks, gens, batches, bench, per_sent, totals, steps, tgt_dict, src_dict, bpe):
     """Every batch with every mode of the torch and native blocks (see the module's docstring)."""
-    from fairseq import utils
     from fairseq.logging import progress_bar
 
+    rounds = max(1, getattr(bench, "bench_rounds", 1))
     for block in [b for b in blocks if b]:
         for sample in batches[: bench.warmup]:
             for m in block:
                 gens[m][1].generate([gens[m][0]], sample)
-        for m in block:
-            if hasattr(gens[m][1], "stats"):
-                gens[m][1].stats.__init__()
-            if getattr(gens[m][1], "totals", None):  # the engine's beam search counts the timed batches only
-                gens[m][1].totals.clear()
-        for sample in progress_bar.progress_bar(batches, log_format="tqdm", prefix="bench"):
-            sids = sample["id"].tolist()
-            device = sample["net_input"]["src_tokens"].device
+        for r in range(rounds):
+            # the counters count the timed batches of the last round (the times are the rounds' mean)
             for m in block:
-                synchronize(device)
-                t0 = time.perf_counter()
-                mdl, gen = gens[m]
-                hypos = gen.generate([mdl], sample)
-                synchronize(device)
-                dt = time.perf_counter() - t0
-                totals[m] += dt
-                steps[m] += max(len(h[0]["tokens"]) for h in hypos)
-                passes = getattr(gen, "last_sentence_passes", None)
-                for k, sid in enumerate(sids):
-                    toks = hypos[k][0]["tokens"]
-                    per_sent[sid][m] = {"ms": 1000 * dt / len(sids), "tokens": toks.tolist(),
-                                        "text": tgt_dict.string(toks, bpe)}
-                    if passes is not None:
-                        per_sent[sid][m]["passes"] = passes[k]
-            for k, sid in enumerate(sids):
-                rec = per_sent[sid]
-                src = utils.strip_pad(sample["net_input"]["src_tokens"][k], src_dict.pad()).tolist()
-                rec["src_text"] = src_dict.string(torch.tensor(src), bpe)
-                rec["src_tokens"] = src
-                if sample.get("target") is not None:
-                    ref = utils.strip_pad(sample["target"][k], tgt_dict.pad())
-                    rec["ref_text"] = tgt_dict.string(ref, bpe)
+                if hasattr(gens[m][1], "stats"):
+                    gens[m][1].stats.__init__()
+                if getattr(gens[m][1], "totals", None):
+                    gens[m][1].totals.clear()
+            for j, sample in enumerate(progress_bar.progress_bar(batches, log_format="tqdm", prefix="bench")):
+                decode_batch(rotated(block, j + r), gens, sample, rounds, r == 0, per_sent, totals, steps,
+                             tgt_dict, bpe)
+                if r == 0:
+                    record_sources(sample, per_sent, tgt_dict, src_dict, bpe)
+
+
+def rotated(block, k):
+    """``block`` turned by k places: every mode runs first as often as any other."""
+    k %= len(block)
+    return block[k:] + block[:k]
+
+
+def decode_batch(order, gens, sample, rounds, first, per_sent, totals, steps, tgt_dict, bpe):
+    """One batch with every mode of ``order``, in that order; a round after the first must repeat its outputs."""
+    sids = sample["id"].tolist()
+    device = sample["net_input"]["src_tokens"].device
+    for m in order:
+        synchronize(device)
+        t0 = time.perf_counter()
+        mdl, gen = gens[m]
+        hypos = gen.generate([mdl], sample)
+        synchronize(device)
+        dt = (time.perf_counter() - t0) / rounds
+        totals[m] += dt
+        passes = getattr(gen, "last_sentence_passes", None)
+        if first:
+            steps[m] += max(len(h[0]["tokens"]) for h in hypos)
+        for k, sid in enumerate(sids):
+            toks = hypos[k][0]["tokens"].tolist()
+            if not first:
+                if toks != per_sent[sid][m]["tokens"]:
+                    raise SystemExit(f"error: {m} decoded sentence {sid} differently in a later round")
+                per_sent[sid][m]["ms"] += 1000 * dt / len(sids)
+                continue
+            per_sent[sid][m] = {"ms": 1000 * dt / len(sids), "tokens": toks, "text": tgt_dict.string(hypos[k][0]["tokens"], bpe)}
+            if passes is not None:
+                per_sent[sid][m]["passes"] = passes[k]
+
+
+def record_sources(sample, per_sent, tgt_dict, src_dict, bpe):
+    """Each sentence's source (text and tokens) and reference beside its outputs."""
+    from fairseq import utils
+
+    for k, sid in enumerate(sample["id"].tolist()):
+        rec = per_sent[sid]
+        src = utils.strip_pad(sample["net_input"]["src_tokens"][k], src_dict.pad()).tolist()
+        rec["src_text"] = src_dict.string(torch.tensor(src), bpe)
+        rec["src_tokens"] = src
+        if sample.get("target") is not None:
+            ref = utils.strip_pad(sample["target"][k], tgt_dict.pad())
+            rec["ref_text"] = tgt_dict.string(ref, bpe)
 
 
 def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals, steps):
@@ -267,6 +295,7 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
         toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
         requests.append({"tokens": toks, "max_len": max_len, "beam": ct2.beam_of(mode)})
     compute_type, threads, config = COMPUTE_TYPES[mode], ct2_threads(bench), None
+    rounds = max(1, getattr(bench, "bench_rounds", 1))
     try:
         if compute_type is None:  # ct2-best: the fastest configuration on the first sentences
             probe = ct2.probe_batches(requests)
@@ -277,13 +306,14 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
                         + ", ".join(f"{c['compute_type']}/{c['threads']}t {1000 * c['seconds']:.0f} ms"
                                     for c in config["configs"])
                         + f" on the first {sum(len(b['tokens']) for b in probe)} sentences")
-        res = ct2.decode(model_dir, requests, compute_type, threads, bench.warmup)
+        res = ct2.decode(model_dir, requests * rounds, compute_type, threads, bench.warmup)
     except ct2.CT2Error as e:
         raise SystemExit(f"error: {e}")
     bpe = cfg.common_eval.post_process
-    for sample, out in zip(batches, res["batches"]):
+    n = len(batches)
+    for j, (sample, out) in enumerate(zip(batches, res["batches"])):
         sids = sample["id"].tolist()
-        totals[mode] += out["seconds"]
+        totals[mode] += sum(res["batches"][j + r * n]["seconds"] for r in range(rounds)) / rounds
         steps[mode] += 1 + max(len(h) for h in out["hyps"])
         for sid, hyp in zip(sids, out["hyps"]):
             ids = [tgt_dict.index(t) for t in hyp] + [tgt_dict.eos()]
