@@ -294,7 +294,7 @@ class _Dict:
         return " ".join(map(str, toks.tolist()))
 
 
-class _Gen:
+class _Reversing:
     """A generator whose output is each source reversed; ``flip`` makes a later call differ."""
 
     def __init__(self, log, name, flip_after=None):
@@ -327,7 +327,7 @@ def test_rounds_rotate_the_modes_and_average_the_times():
     from fairseq_aggressive.bench.run import decode_blocks
 
     log = []
-    gens = {m: (None, _Gen(log, m)) for m in ("a", "b", "c")}
+    gens = {m: (None, _Reversing(log, m)) for m in ("a", "b", "c")}
     per_sent = {i: {"id": i} for i in range(6)}
     totals = {m: 0.0 for m in gens}
     steps = {m: 0 for m in gens}
@@ -345,7 +345,7 @@ def test_a_round_that_decodes_differently_stops_the_run():
     from fairseq_aggressive.bench.run import decode_blocks
 
     log = []
-    gens = {"a": (None, _Gen(log, "a")), "b": (None, _Gen(log, "b", flip_after=2))}
+    gens = {"a": (None, _Reversing(log, "a")), "b": (None, _Reversing(log, "b", flip_after=2))}
     per_sent = {i: {"id": i} for i in range(4)}
     bench = argparse.Namespace(warmup=0, bench_rounds=2)
     with pytest.raises(SystemExit, match="b decoded sentence 0 differently in a later round"):
