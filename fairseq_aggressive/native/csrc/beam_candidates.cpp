@@ -6,6 +6,7 @@
 
 #include "beam_search.h"
 #include "ops.h"
+#include "vec.h"
 
 namespace fa {
 
@@ -52,13 +53,27 @@ void CandidateScan::row(float* lg, const std::vector<int32_t>& toks, int i, floa
         special_.push_back(toks[s + N - 1]);
   }
   for (int v : special_) skip_[v] = 1;
-  constexpr int kBlock = 16;
-  for (int u = 0; u < V_; u += kBlock) {
-    const int n = std::min(kBlock, V_ - u);
-    if ((int)top_.size() == k && value(max_of(lg + u, n)) < top_.back().val) continue;
-    for (int v = u; v < u + n; ++v)
-      if (!skip_[v]) offer({value(lg[v]), base + v}, k);
+  // 8 columns at a time: their values as value() computes them (the same two
+  // roundings, so the same bits), and only the columns whose value reaches the
+  // k-th so far are offered (a NaN's -inf never enters a full top: the
+  // columns before it rank first)
+  const V8 lse8 = V8::bcast(lse), prev8 = V8::bcast(step == 0 ? 0.f : prev);
+  int v = 0;
+  for (; v + LANES <= V_; v += LANES) {
+    if ((int)top_.size() < k) {
+      for (int c = v; c < v + LANES; ++c)
+        if (!skip_[c]) offer({value(lg[c]), base + c}, k);
+      continue;
+    }
+    V8 x = V8::sub(V8::load(lg + v), lse8);
+    if (step != 0) x = V8::add(x, prev8);
+    for (unsigned m = V8::at_least_lanes(x, V8::bcast(top_.back().val)); m != 0; m &= m - 1) {
+      const int c = v + __builtin_ctz(m);
+      if (!skip_[c]) offer({value(lg[c]), base + c}, k);
+    }
   }
+  for (; v < V_; ++v)
+    if (!skip_[v]) offer({value(lg[v]), base + v}, k);
   for (int v : special_) skip_[v] = 0;
   for (size_t j = 0; j < special_.size(); ++j) {
     const int v = special_[j];

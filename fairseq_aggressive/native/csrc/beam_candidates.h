@@ -28,9 +28,8 @@ class CandidateScan {
   // (+ prev, its score, after step 0) as fairseq adjusts it (pad never, unk
   // pays unk_penalty, EOS not before min_len, only EOS from max_len on, no
   // repeated n-gram).  lg (V logits) is divided by the temperature in place.
-  // The scan skips a block of 16 columns whose largest logit cannot reach the
-  // k-th value so far (the value rises with the logit); the few adjusted
-  // columns are valued apart.  Every value is at most prev (after step 0):
+  // The scan values 8 columns at a time and offers only those that reach the
+  // k-th value so far; the few adjusted columns are valued apart.  Every value is at most prev (after step 0):
   // lse >= the largest logit, so lg[v] - lse <= 0, unless unk_penalty < 0.
   void row(float* lg, const std::vector<int32_t>& toks, int i, float prev, int step, int k, std::vector<Candidate>& out);
 

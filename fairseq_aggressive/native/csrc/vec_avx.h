@@ -25,12 +25,17 @@ struct VecF<8> {
   static VecF bcast(float a) { return {_mm256_set1_ps(a)}; }
   static VecF fma(VecF a, VecF b, VecF c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
   static VecF add(VecF a, VecF b) { return {_mm256_add_ps(a.v, b.v)}; }
+  static VecF sub(VecF a, VecF b) { return {_mm256_sub_ps(a.v, b.v)}; }
   static VecF mul(VecF a, VecF b) { return {_mm256_mul_ps(a.v, b.v)}; }
   static VecF div(VecF a, VecF b) { return {_mm256_div_ps(a.v, b.v)}; }
   static VecF max(VecF a, VecF b) { return {_mm256_max_ps(a.v, b.v)}; }
   // bit l set where lane l of a equals lane l of b
   static unsigned equal_lanes(VecF a, VecF b) {
     return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_EQ_OQ));
+  }
+  // bit l set where lane l of a is at least lane l of b (NaN: not set)
+  static unsigned at_least_lanes(VecF a, VecF b) {
+    return (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a.v, b.v, _CMP_GE_OQ));
   }
   // fexp on 8 lanes, the same operations in the same order
   static VecF exp(VecF xv) {

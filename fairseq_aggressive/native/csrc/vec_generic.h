@@ -25,6 +25,7 @@ struct VecF {
     return r;
   }
   static VecF add(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] + b.v[i]; return r; }
+  static VecF sub(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] - b.v[i]; return r; }
   static VecF mul(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] * b.v[i]; return r; }
   static VecF div(VecF a, VecF b) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = a.v[i] / b.v[i]; return r; }
   static VecF max(VecF a, VecF b) {
@@ -35,6 +36,11 @@ struct VecF {
   static unsigned equal_lanes(VecF a, VecF b) {
     unsigned m = 0;
     for (int i = 0; i < W; ++i) m |= (unsigned)(a.v[i] == b.v[i]) << i;
+    return m;
+  }
+  static unsigned at_least_lanes(VecF a, VecF b) {
+    unsigned m = 0;
+    for (int i = 0; i < W; ++i) m |= (unsigned)(a.v[i] >= b.v[i]) << i;
     return m;
   }
   static VecF exp(VecF x) { VecF r; for (int i = 0; i < W; ++i) r.v[i] = fexp(x.v[i]); return r; }
