@@ -133,3 +133,5 @@ def test_machine_info_names_the_cpu():
     assert isinstance(info["native_bf16"], bool) and info["cpu_model"]
     line = describe_machine(info)
     assert info["cpu_capability"] in line and "native bf16" in line and info["torch"] in line
+    if info["cpu_family"]:  # x86 Linux: "family/model F/M" (AMD's Zen generations, Intel's cores)
+        assert f"family/model {info['cpu_family']}" in line and info["cpu_family"].count("/") == 1

@@ -69,6 +69,7 @@ import json
 import sys
 
 from .options import add_bench_args
+from .provenance import provenance
 from .report import plot, plot_edit_spans, print_edit_table, print_position_table, print_table
 from .run import run
 from .workers import print_workers_table, run_workers
@@ -89,14 +90,18 @@ def main(argv=None):
         parser.error("--bench-load and --bench-workers must be >= 0")
     if args.threads is not None and args.threads < 1:
         parser.error("--threads must be >= 1")
+    if args.bench_rounds < 1:
+        parser.error("--bench-rounds must be >= 1")
     if args.bench_workers:
         res = run_workers(sys.argv[1:] if argv is None else list(argv), args)
+        res.update(provenance(sys.argv if argv is None else ["fairseq-aggressive-bench"] + list(argv)))
         print_workers_table(res)
         if args.bench_json:
             with open(args.bench_json, "w") as f:
                 json.dump(res, f, indent=1)
         return res
     res = run(cfg, args)
+    res.update(provenance(sys.argv if argv is None else ["fairseq-aggressive-bench"] + list(argv)))
     print_table(res)
     print_edit_table(res)
     print_position_table(res)

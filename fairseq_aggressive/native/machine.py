@@ -6,7 +6,7 @@ import platform
 
 import torch
 
-from ..runtime.cpu_features import cpu_capability, cpu_model, native_bf16
+from ..runtime.cpu_features import cpu_capability, cpu_family, cpu_model, native_bf16
 from .build import NativeUnavailable, library
 
 
@@ -20,6 +20,7 @@ def machine_info() -> dict:
         fairseq_version = "not installed"
     return {
         "cpu_model": cpu_model(),
+        "cpu_family": cpu_family(),
         "cpu_capability": cpu_capability(),
         "native_bf16": native_bf16(),
         "cores": os.cpu_count(),
@@ -46,7 +47,8 @@ def native_engine_target() -> str:
 
 def describe_machine(info=None) -> str:
     info = info or machine_info()
-    return (f"{info['cpu_model']} | capability {info['cpu_capability']} | native bf16: "
+    family = f" (family/model {info['cpu_family']})" if info.get("cpu_family") else ""
+    return (f"{info['cpu_model']}{family} | capability {info['cpu_capability']} | native bf16: "
             f"{'yes' if info['native_bf16'] else 'no'} | {info['cores']} cores, "
             f"{info['torch_threads']} torch threads | torch {info['torch']}, fairseq {info['fairseq']}"
             + (f" | native engine {info['native_engine']}" if "native_engine" in info else ""))

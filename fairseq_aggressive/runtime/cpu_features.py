@@ -83,6 +83,22 @@ def _warn_once(key, message):
         logger.warning(message)
 
 
+def cpu_family() -> str:
+    """The CPU's family and model numbers as /proc/cpuinfo gives them ("26/2": a Zen 5), or ""."""
+    fields = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key = line.split(":", 1)[0].strip()
+                if key in ("cpu family", "model") and key not in fields:
+                    fields[key] = line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break
+    except OSError:
+        return ""
+    return f"{fields['cpu family']}/{fields['model']}" if len(fields) == 2 else ""
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

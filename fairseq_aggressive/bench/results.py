@@ -1,0 +1,143 @@
+"""Results as data: benchmark JSONs stored under ``results/`` and the docs'
+tables made from them.
+
+A stored result is a benchmark's JSON (``fairseq-aggressive-bench
+--bench-json``) without its per-sentence records, with the command that made
+it, the commit that ran and a label for the table (``add``).  A page of docs/
+holds a generated table between two markers::
+
+    <!-- results: TABLE GLOB -->
+    ... (made by scripts/results.py; edits here are overwritten) ...
+    <!-- /results -->
+
+TABLE names one of :data:`TABLES`, GLOB the stored results it reads (under
+``results/``, sorted by name).  ``render(page)`` remakes every such block
+from the stored results; ``python scripts/results.py tables --check`` fails
+where a page differs from what its results make (the test suite runs it).
+"""
+import glob
+import json
+import os
+import re
+from typing import Callable, Dict, List, Optional
+
+BLOCK = re.compile(r"(<!-- results: (?P<table>[\w-]+) (?P<glob>\S+) -->\n)(?P<body>.*?)(<!-- /results -->)", re.S)
+
+
+class ResultsError(ValueError):
+    pass
+
+
+def stored(result: Dict, label: str, command: Optional[str] = None, commit: Optional[str] = None) -> Dict:
+    """``result`` (a benchmark JSON) as stored: no per-sentence records, its command, commit and label."""
+    out = {k: v for k, v in result.items() if k != "per_sentence"}
+    if command:
+        out["command"] = command
+    if commit:
+        out["commit"] = commit
+    missing = [k for k in ("command", "commit", "machine", "modes") if not out.get(k)]
+    if missing:
+        raise ResultsError(f"a stored result needs {', '.join(missing)} (a JSON made before the benchmark "
+                           "recorded its command and commit: pass --command and --commit)")
+    out["label"] = label
+    return out
+
+
+def load(root: str, pattern: str) -> List[Dict]:
+    """The stored results under ``root``/results that ``pattern`` matches, each with its ``_path`` there."""
+    paths = sorted(glob.glob(os.path.join(root, "results", pattern)))
+    if not paths:
+        raise ResultsError(f"no stored results match {pattern}")
+    out = []
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            r = json.load(f)
+        r["_path"] = os.path.relpath(p, os.path.join(root, "results"))
+        out.append(r)
+    return out
+
+
+def _ms(r: Dict, mode: str) -> Optional[float]:
+    m = r["modes"].get(mode)
+    return None if m is None else m["mean_ms_per_sentence"]
+
+
+def _ct2(r: Dict, mode: str) -> str:
+    c = r["modes"][mode].get("ct2_config", {})
+    return f"{_ms(r, mode):.2f} ({c.get('compute_type', '?')}, {c.get('threads', '?')}t)"
+
+
+def _row_key(r: Dict):
+    return (r["label"], r.get("load", 0), r["batch_size"])
+
+
+def _where(r: Dict) -> str:
+    return r["label"] + (", loaded" if r.get("load") else "")
+
+
+def drafted_vs_greedy(results: List[Dict]) -> List[str]:
+    """IAD against the engine's greedy (float32, int8) and CTranslate2's best, per model, load and batch."""
+    lines = ["| model | batch | greedy | iad | greedy int8 | iad int8 | CTranslate2 best | x CT2 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=_row_key):
+        g, i, g8, i8, c = (_ms(r, m) for m in ("greedy-native", "iad", "greedy-native-int8", "iad-int8", "ct2-best"))
+        lines.append(f"| {_where(r)} | {r['batch_size']} | {g:.2f} | {i:.2f} ({g / i:.2f}) | {g8:.2f} | "
+                     f"{i8:.2f} ({g8 / i8:.2f}) | {_ct2(r, 'ct2-best')} | {c / i:.2f} / {c / i8:.2f} |")
+    return lines
+
+
+def beam_vs_ct2(results: List[Dict]) -> List[str]:
+    """The engine's beam 5 (float32, int8) and drafted beam 5 against CTranslate2's best beam 5."""
+    lines = ["| model | batch | engine beam 5 | drafted (iad-beam5) | engine beam 5, int8 | CTranslate2 best beam 5 |",
+             "|---|---|---|---|---|---|"]
+    for r in sorted(results, key=_row_key):
+        c = _ms(r, "ct2-best-beam5")
+
+        def cell(mode):
+            ms = _ms(r, mode)
+            return "-" if ms is None else f"{ms:.2f} ({c / ms:.2f}x)"
+
+        lines.append(f"| {_where(r)} | {r['batch_size']} | {cell('beam5-native')} | {cell('iad-beam5')} | "
+                     f"{cell('beam5-native-int8')} | {_ct2(r, 'ct2-best-beam5')} |")
+    return lines
+
+
+TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
+    "drafted-vs-greedy": drafted_vs_greedy,
+    "beam-vs-ct2": beam_vs_ct2,
+}
+
+
+def _machine(m: Dict) -> str:
+    """The CPU a result was measured on (what every row of a table shares; threads are the command's)."""
+    family = f" (family/model {m['cpu_family']})" if m.get("cpu_family") else ""
+    return (f"{m['cpu_model']}{family}, {m['cores']} cores, {m['cpu_capability']}, engine target "
+            f"{m.get('native_engine', '-')}, torch {m['torch']}")
+
+
+def _provenance(results: List[Dict]) -> List[str]:
+    machines = sorted({_machine(r["machine"]) for r in results})
+    commits = sorted({r["commit"] for r in results})
+    dirs = ", ".join(f"results/{d}/" for d in sorted({os.path.dirname(r["_path"]) for r in results}))
+    return ["", f"Made by `scripts/results.py` from {len(results)} stored results in {dirs} (each with its "
+            f"command); commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}; machine: {'; '.join(machines)}."]
+
+
+def render(page: str, root: str) -> str:
+    """``page`` (a doc's text) with every results block made again from the stored results under ``root``."""
+
+    def remake(m):
+        table = m.group("table")
+        if table not in TABLES:
+            raise ResultsError(f"unknown results table {table!r} (known: {', '.join(TABLES)})")
+        results = load(root, m.group("glob"))
+        body = TABLES[table](results) + _provenance(results)
+        return m.group(1) + "\n".join(body) + "\n" + m.group(5)
+
+    return BLOCK.sub(remake, page)
+
+
+def pages(root: str) -> List[str]:
+    """The pages with results blocks: README.md and docs/*.md."""
+    out = [os.path.join(root, "README.md")] + sorted(glob.glob(os.path.join(root, "docs", "*.md")))
+    return [p for p in out if os.path.exists(p) and "<!-- results:" in open(p, encoding="utf-8").read()]

@@ -1,0 +1,74 @@
+"""Results as data (fairseq_aggressive/bench/results.py, scripts/results.py):
+the docs' generated tables equal what the stored results under results/ make,
+a stored result changes its table, and a result without its command or
+commit is not stored."""
+import json
+import os
+import shutil
+
+import pytest
+
+from fairseq_aggressive.bench.results import ResultsError, TABLES, load, pages, render, stored
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_every_generated_table_equals_what_its_results_make():
+    found = pages(ROOT)
+    assert any(p.endswith(os.path.join("docs", "serving.md")) for p in found)
+    for page in found:
+        with open(page, encoding="utf-8") as f:
+            text = f.read()
+        assert render(text, ROOT) == text, f"{page}: run python scripts/results.py tables"
+
+
+def test_the_script_checks_and_remakes(tmp_path):
+    """`tables --check` fails on a page whose table was edited by hand; `tables` puts it back."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results_script", os.path.join(ROOT, "scripts", "results.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    shutil.copytree(os.path.join(ROOT, "results"), tmp_path / "results")
+    (tmp_path / "docs").mkdir()
+    page = tmp_path / "docs" / "serving.md"
+    shutil.copy(os.path.join(ROOT, "docs", "serving.md"), page)
+    script.ROOT = str(tmp_path)
+    assert script.main(["tables", "--check"]) == 0
+    good = page.read_text()
+    page.write_text(good.replace("| 9+3 | 1 | 2.00 |", "| 9+3 | 1 | 1.00 |"))
+    assert script.main(["tables", "--check"]) == 1
+    assert script.main(["tables"]) == 0
+    assert page.read_text() == good
+
+
+def test_a_stored_value_changes_its_table(tmp_path):
+    shutil.copytree(os.path.join(ROOT, "results", "serving"), tmp_path / "results" / "serving")
+    page = "x\n<!-- results: drafted-vs-greedy serving/offline-9x3-b1-load0.json -->\n<!-- /results -->\ny\n"
+    before = render(page, str(tmp_path))
+    path = tmp_path / "results" / "serving" / "offline-9x3-b1-load0.json"
+    r = json.loads(path.read_text())
+    r["modes"]["iad"]["mean_ms_per_sentence"] /= 2
+    path.write_text(json.dumps(r))
+    after = render(page, str(tmp_path))
+    assert before != after and after.startswith("x\n") and after.endswith("<!-- /results -->\ny\n")
+    row = [line for line in after.splitlines() if line.startswith("| 9+3 | 1 |")][0]
+    g, i = (float(row.split(" | ")[k].split()[0]) for k in (2, 3))
+    assert row.split(" | ")[3].endswith(f"({g / i:.2f})")
+
+
+def test_stored_results_need_their_command_and_commit():
+    res = {"machine": {"cpu_model": "x"}, "modes": {"iad": {}}, "per_sentence": {"0": {}}}
+    with pytest.raises(ResultsError, match="command, commit"):
+        stored(res, "9+3")
+    out = stored(dict(res, command="fairseq-aggressive-bench ...", commit="abc"), "9+3")
+    assert "per_sentence" not in out and out["label"] == "9+3"
+
+
+def test_unknown_tables_and_empty_globs_are_named(tmp_path):
+    (tmp_path / "results").mkdir()
+    with pytest.raises(ResultsError, match="unknown results table 'nope'"):
+        render("<!-- results: nope x/*.json -->\n<!-- /results -->", str(tmp_path))
+    with pytest.raises(ResultsError, match="no stored results match x/"):
+        load(str(tmp_path), "x/*.json")
+    assert set(TABLES) >= {"drafted-vs-greedy", "beam-vs-ct2"}
