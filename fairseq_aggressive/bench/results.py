@@ -86,10 +86,24 @@ def drafted_vs_greedy(results: List[Dict]) -> List[str]:
     return lines
 
 
+def at_a_glance(results: List[Dict]) -> List[str]:
+    """IAD (float32, int8): ms per sentence, against the engine's greedy of its precision and CTranslate2's best."""
+    lines = ["| model | batch | IAD ms | x greedy | x CTranslate2 best | IAD int8 ms | x int8 greedy | x CTranslate2 best |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=_row_key):
+        g, i, g8, i8, c = (_ms(r, m) for m in ("greedy-native", "iad", "greedy-native-int8", "iad-int8", "ct2-best"))
+        lines.append(f"| {_where(r)} | {r['batch_size']} | {i:.2f} | {g / i:.2f} | {c / i:.2f} | {i8:.2f} | "
+                     f"{g8 / i8:.2f} | {c / i8:.2f} |")
+    return lines
+
+
 def beam_vs_ct2(results: List[Dict]) -> List[str]:
-    """The engine's beam 5 (float32, int8) and drafted beam 5 against CTranslate2's best beam 5."""
-    lines = ["| model | batch | engine beam 5 | drafted (iad-beam5) | engine beam 5, int8 | CTranslate2 best beam 5 |",
-             "|---|---|---|---|---|---|"]
+    """The engine's beam 5 (float32, int8) and drafted beam 5 against fairseq's beam 5 and
+    CTranslate2's best beam 5; the outputs equal to the reference's (the engine's beam: fairseq's;
+    drafted: the engine's)."""
+    lines = ["| model | batch | fairseq beam 5 | engine beam 5 | = fairseq | drafted (iad-beam5) | = engine | "
+             "engine beam 5, int8 | CTranslate2 best beam 5 |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(results, key=_row_key):
         c = _ms(r, "ct2-best-beam5")
 
@@ -97,12 +111,19 @@ def beam_vs_ct2(results: List[Dict]) -> List[str]:
             ms = _ms(r, mode)
             return "-" if ms is None else f"{ms:.2f} ({c / ms:.2f}x)"
 
-        lines.append(f"| {_where(r)} | {r['batch_size']} | {cell('beam5-native')} | {cell('iad-beam5')} | "
+        def same(mode):
+            n = r["modes"].get(mode, {}).get("identical_to_greedy")
+            return "-" if n is None else f"{n}/{r['sentences']}"
+
+        fs = _ms(r, "beam5")
+        lines.append(f"| {_where(r)} | {r['batch_size']} | {'-' if fs is None else f'{fs:.1f}'} | "
+                     f"{cell('beam5-native')} | {same('beam5-native')} | {cell('iad-beam5')} | {same('iad-beam5')} | "
                      f"{cell('beam5-native-int8')} | {_ct2(r, 'ct2-best-beam5')} |")
     return lines
 
 
 TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
+    "at-a-glance": at_a_glance,
     "drafted-vs-greedy": drafted_vs_greedy,
     "beam-vs-ct2": beam_vs_ct2,
 }
