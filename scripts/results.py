@@ -14,10 +14,9 @@ import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+from fairseq_aggressive.bench.results import ResultsError, pages, render, stored
 
-from fairseq_aggressive.bench.results import ResultsError, pages, render, stored  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main(argv=None) -> int:

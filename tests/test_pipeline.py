@@ -131,12 +131,14 @@ def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
     proc = run_pipeline("gec/bea19.yaml", "ci", work)
     results = json.loads((work / "results.json").read_text())
     decode = results["decode"]
-    assert set(decode) == {"9x3-greedy", "9x3-iad"}
-    n_test = 300
+    assert set(decode) == {"9x3-greedy", "9x3-iad", "9x3-greedy-valid", "9x3-iad-valid"}
+    n_test = 300  # and 300 in the validation split, scored against its own gold (CoNLL-13's place)
     for row in decode.values():
         assert row["sentences"] == n_test
         assert 0.0 <= row["f0.5"] <= 1.0 and 0.0 <= row["gleu"] <= 1.0
     assert decode["9x3-iad"]["identical_to_9x3-greedy"] == n_test
+    assert decode["9x3-iad-valid"]["identical_to_9x3-greedy-valid"] == n_test
+    assert (work / "gold-valid.m2").exists() and decode["9x3-greedy-valid"]["f0.5"] != decode["9x3-greedy"]["f0.5"]
     # the table's M2 numbers are the console scorer's on the same output
     greedy = pipeline.read_generate(work / "decode" / "9x3-greedy.txt")[0]
     cli = m2_cli(greedy, work / "gold-test.m2", tmp_path)

@@ -334,22 +334,24 @@ class Pipeline:
                 continue
             out = out_dir / f"{mode}.txt"
             common = deep_merge(spec.get("options") or {}, {k: v for k, v in (options or {}).items()
-                                                             if k != "exact"})
+                                                             if k not in ("exact", "evaluate")})
             if not out.exists() or self.dry_run:
                 argv = [self.tool("fairseq-generate"), self.data, "--user-dir", USER_DIR,
                         "--task", "aggressive_translation", "--source-lang", self.cfg["src"],
                         "--target-lang", self.cfg["tgt"]]
                 self.run(argv + option_args(self.expand(common)), stdout=out)
             if not self.dry_run:
-                results[mode] = self.score(mode, out)
+                results[mode] = self.score(mode, out, (options or {}).get("evaluate"))
         if results:
             self.compare_exact(results, out_dir)
         return results
 
-    def score(self, mode, out):
+    def score(self, mode, out, evaluate=None):
+        """A decoding's scores, by the config's ``evaluate`` (a mode's own ``evaluate`` entries
+        over it: another split's gold and source)."""
         hyps, refs = read_generate(out)
         row = {"sentences": len(hyps), "file": str(out)}
-        evaluate = self.expand(self.cfg.get("evaluate") or {})
+        evaluate = self.expand(deep_merge(self.cfg.get("evaluate") or {}, evaluate or {}))
         if self.cfg["kind"] == "translation":
             from fairseq_aggressive.evaluation import bleu
             row["bleu"] = round(bleu.corpus_bleu(hyps, [refs], tokenized=True).score, 2)
