@@ -10,7 +10,7 @@ WORK   ?= work
 # make demo LOAD=N: its benchmark runs beside N CPU-bound processes (a machine doing other work)
 LOAD   ?= 0
 
-.PHONY: setup demo demo-train demo-mt serve test test-fast ende-cpu clean
+.PHONY: setup demo demo-train demo-mt serve test test-fast test-arm ende-cpu clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -49,6 +49,12 @@ test: setup
 # everything but the tests that train models or run whole pipelines (a few minutes)
 test-fast: setup
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10 -m "not slow" tests
+
+# the engine's aarch64 targets (neon, generic) against x86's, bit for bit, under qemu-user
+# (installs the cross compiler and qemu-user from the distribution's packages first)
+test-arm: setup
+	bash scripts/arm/install_tools.sh
+	$(BIN)/python scripts/arm/check_bits.py
 
 clean:
 	rm -rf $(WORK)

@@ -145,7 +145,8 @@ def test_models_filter_and_resume(tmp_path, monkeypatch):
     saves = [os.path.basename(str(a[a.index("--save-dir") + 1])) for a in pipe.commands if "--save-dir" in a]
     assert saves == ["teacher", "drafter"]
     benches = [os.path.basename(str(a[a.index("--bench-json") + 1])) for a in pipe.commands if "--bench-json" in a]
-    assert benches == ["bench-gad.json", "bench-gad++-he.json"]
+    grids = ["bench-table6-block-sizes.json"] + [f"bench-table7-top{b}-tau{t}.json" for b in (3, 5) for t in range(1, 6)]
+    assert benches == ["bench-gad.json", "bench-gad++-he.json"] + grids  # GAD Tables 6 and 7 need the same pair
 
     calls, lines = [], []
     pipe = pipeline.Pipeline(cfg, tmp_path / "w", log=lines.append, models=["teacher"])

@@ -49,7 +49,9 @@ X86_64 = [  # best first
     # x86-64 CPUs without FMA get no engine: software fma is slower than torch
     Target("generic", frozenset({"fma"}), ["-mfma"]),
 ]
-AARCH64 = [Target("generic", frozenset(), [])]
+# NEON (Advanced SIMD) is part of every AArch64 CPU that runs Linux or macOS: no flag to check.
+# The int8 products take int16 pairs there; the dot-product extension (vdotq_s32) is not used yet.
+AARCH64 = [Target("neon", frozenset(), ["-DFA_ISA_NEON"]), Target("generic", frozenset(), [])]
 
 # Built only on demand from a source checkout, for the tests: the portable
 # code with the AVX-512 + VNNI layout (16-output panels, int8 in groups of 4),

@@ -19,10 +19,10 @@ void pack_into(LineVector<T>& dst, const T* W, int n, int k, int P) {
 
 }  // namespace
 
-// Float16 storage pays where one instruction widens a vector of halves (F16C);
+// Float16 storage pays where one instruction widens a vector of halves (F16C, NEON's fcvtl);
 // the generic code would convert every weight of every pass in software, so
 // it widens them once here (the same float values, so the same results)
-#if defined(FA_ISA_AVX2) || defined(FA_ISA_AVX512)
+#if defined(FA_ISA_AVX2) || defined(FA_ISA_AVX512) || defined(FA_ISA_NEON)
 constexpr bool kHalfStorage = true;
 #else
 constexpr bool kHalfStorage = false;

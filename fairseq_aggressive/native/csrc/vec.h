@@ -26,6 +26,9 @@
 //   FA_ISA_AVX512 [+ FA_VNNI]  vec_avx512.h over vec_avx.h: 16-lane panels,
 //                              int8 with vpdpbusd (VNNI) or vpmaddwd
 //   FA_ISA_AVX2                vec_avx.h: 8-lane panels, int8 with vpmaddwd
+//   FA_ISA_NEON                vec_neon.h (aarch64): 8-lane panels in two
+//                              128-bit registers, int8 pairs with widening
+//                              multiplies (vmull_s16) and pairwise adds
 //   FA_AMX (+ the above)       the int8 products of several rows on AMX tiles
 //                              (amx.h, linear_amx.cpp)
 //   neither                    vec_generic.h only: the same IEEE operations one
@@ -108,6 +111,12 @@ inline float fexp(float x) {
 #endif
 #include "vec_avx.h"
 #define FA_ISA_NAME "avx2"
+#elif defined(FA_ISA_NEON)
+#if !defined(__aarch64__)
+#error "FA_ISA_NEON is an aarch64 target"
+#endif
+#include "vec_neon.h"
+#define FA_ISA_NAME "neon"
 #else
 #define FA_ISA_NAME "generic"
 #endif
@@ -125,7 +134,7 @@ constexpr int Q8_GROUP = 4;
 #define FA_VNNI_ON 0
 constexpr int Q8_GROUP = 2;
 #endif
-#elif defined(FA_ISA_AVX2)
+#elif defined(FA_ISA_AVX2) || defined(FA_ISA_NEON)
 constexpr int PANEL = 8;
 constexpr int Q8_GROUP = 2;
 #else
