@@ -75,26 +75,32 @@ def _where(r: Dict) -> str:
     return r["label"] + (", loaded" if r.get("load") else "")
 
 
+IAD_MODES = ("greedy-native", "iad", "greedy-native-int8", "iad-int8", "ct2-best")
+
+
+def _iad_table(results: List[Dict], header: List[str], cells) -> List[str]:
+    """A row per result (model, load, batch): ``cells(r, greedy, iad, greedy int8, iad int8, ct2-best)`` (ms)."""
+    lines = ["| " + " | ".join(["model", "batch"] + header) + " |", "|" + "---|" * (len(header) + 2)]
+    for r in sorted(results, key=_row_key):
+        ms = [_ms(r, m) for m in IAD_MODES]
+        lines.append("| " + " | ".join([_where(r), str(r["batch_size"])] + cells(r, *ms)) + " |")
+    return lines
+
+
 def drafted_vs_greedy(results: List[Dict]) -> List[str]:
     """IAD against the engine's greedy (float32, int8) and CTranslate2's best, per model, load and batch."""
-    lines = ["| model | batch | greedy | iad | greedy int8 | iad int8 | CTranslate2 best | x CT2 |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in sorted(results, key=_row_key):
-        g, i, g8, i8, c = (_ms(r, m) for m in ("greedy-native", "iad", "greedy-native-int8", "iad-int8", "ct2-best"))
-        lines.append(f"| {_where(r)} | {r['batch_size']} | {g:.2f} | {i:.2f} ({g / i:.2f}) | {g8:.2f} | "
-                     f"{i8:.2f} ({g8 / i8:.2f}) | {_ct2(r, 'ct2-best')} | {c / i:.2f} / {c / i8:.2f} |")
-    return lines
+    return _iad_table(results, ["greedy", "iad", "greedy int8", "iad int8", "CTranslate2 best", "x CT2"],
+                      lambda r, g, i, g8, i8, c: [f"{g:.2f}", f"{i:.2f} ({g / i:.2f})", f"{g8:.2f}",
+                                                  f"{i8:.2f} ({g8 / i8:.2f})", _ct2(r, "ct2-best"),
+                                                  f"{c / i:.2f} / {c / i8:.2f}"])
 
 
 def at_a_glance(results: List[Dict]) -> List[str]:
     """IAD (float32, int8): ms per sentence, against the engine's greedy of its precision and CTranslate2's best."""
-    lines = ["| model | batch | IAD ms | x greedy | x CTranslate2 best | IAD int8 ms | x int8 greedy | x CTranslate2 best |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in sorted(results, key=_row_key):
-        g, i, g8, i8, c = (_ms(r, m) for m in ("greedy-native", "iad", "greedy-native-int8", "iad-int8", "ct2-best"))
-        lines.append(f"| {_where(r)} | {r['batch_size']} | {i:.2f} | {g / i:.2f} | {c / i:.2f} | {i8:.2f} | "
-                     f"{g8 / i8:.2f} | {c / i8:.2f} |")
-    return lines
+    return _iad_table(results, ["IAD ms", "x greedy", "x CTranslate2 best", "IAD int8 ms", "x int8 greedy",
+                                "x CTranslate2 best"],
+                      lambda r, g, i, g8, i8, c: [f"{i:.2f}", f"{g / i:.2f}", f"{c / i:.2f}", f"{i8:.2f}",
+                                                  f"{g8 / i8:.2f}", f"{c / i8:.2f}"])
 
 
 def beam_vs_ct2(results: List[Dict]) -> List[str]:

@@ -40,12 +40,15 @@ def which(names):
 
 
 def build(cxx, defines, out, jobs):
-    """engine_bits.cpp and the engine's sources (its test units too) compiled with ``cxx`` into ``out``."""
+    """engine_bits.cpp and the engine's sources (its test units too) compiled with ``cxx`` (a command:
+    the compiler and its target flags) into ``out``; aarch64 programs linked static (for qemu-user)."""
+    cxx = list(cxx)
+    cross = any("aarch64" in part for part in cxx)
     srcs = targets.units() + targets.test_units() + [DRIVER]
     with tempfile.TemporaryDirectory() as tmp:
         def compile_one(src):
             obj = os.path.join(tmp, os.path.basename(src) + ".o")
-            cmd = [cxx, *FLAGS, *defines, "-I", targets.CSRC, "-c", src, "-o", obj]
+            cmd = [*cxx, *FLAGS, *defines, "-I", targets.CSRC, "-c", src, "-o", obj]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise SystemExit(f"error: {' '.join(cmd)}\n{proc.stderr[-3000:]}")
@@ -53,8 +56,8 @@ def build(cxx, defines, out, jobs):
 
         with ThreadPoolExecutor(jobs) as pool:
             objs = list(pool.map(compile_one, srcs))
-        static = ["-static"] if "aarch64" in os.path.basename(cxx) else ["-static-libstdc++", "-static-libgcc"]
-        proc = subprocess.run([cxx, "-pthread", *static, *objs, "-o", out], capture_output=True, text=True)
+        static = ["-static"] if cross else ["-static-libstdc++", "-static-libgcc"]
+        proc = subprocess.run([*cxx, "-pthread", *static, *objs, "-o", out], capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(f"error: linking {out}\n{proc.stderr[-3000:]}")
 
@@ -81,10 +84,15 @@ def main(argv=None) -> int:
         return 2
     work = args.keep or tempfile.mkdtemp(prefix="fa-arm-bits-")
     os.makedirs(work, exist_ok=True)
-    # (name, compiler, defines, how to run it)
-    builds = [("x86-generic", host, ["-mfma"], []), ("aarch64-neon", cross, ["-DFA_ISA_NEON"], [qemu]),
-              ("aarch64-generic", cross, [], [qemu]),
-              ("aarch64-neon-mutant", cross, ["-DFA_ISA_NEON", "-DFA_NEON_MUTANT"], [qemu])]
+    # (name, compiler command, defines, how to run it); clang's aarch64 build where clang is installed
+    builds = [("x86-generic", [host], ["-mfma"], []), ("aarch64-neon", [cross], ["-DFA_ISA_NEON"], [qemu]),
+              ("aarch64-generic", [cross], [], [qemu]),
+              ("aarch64-neon-mutant", [cross], ["-DFA_ISA_NEON", "-DFA_NEON_MUTANT"], [qemu])]
+    clang = which(("clang++",))
+    if clang:
+        builds.append(("aarch64-neon-clang", [clang, "--target=aarch64-linux-gnu"], ["-DFA_ISA_NEON"], [qemu]))
+    else:
+        print("(no clang++ here: the neon target is built with g++ only)")
     outputs = {}
     try:
         for name, cxx, defines, runner in builds:
@@ -103,7 +111,7 @@ def main(argv=None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     ref = outputs["x86-generic"]
     bad = 0
-    for name in ("aarch64-neon", "aarch64-generic"):
+    for name in [b[0] for b in builds if b[0] != "x86-generic" and not b[0].endswith("mutant")]:
         if outputs[name] != ref:
             bad += 1
             print(f"{name} differs from x86-generic:")

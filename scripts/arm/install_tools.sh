@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The tools of scripts/arm/check_bits.py from Debian's (or Ubuntu's) packages: the aarch64 cross
-# compiler and qemu-user. Needs root (or sudo); does nothing where both are already installed.
+# compiler (g++; clang cross-compiles with its libraries too) and qemu-user. Needs root (or sudo); does nothing where both are already installed.
 set -euo pipefail
-if command -v aarch64-linux-gnu-g++ >/dev/null && { command -v qemu-aarch64 >/dev/null || command -v qemu-aarch64-static >/dev/null; }; then
+if command -v aarch64-linux-gnu-g++ >/dev/null && command -v clang++ >/dev/null &&
+   { command -v qemu-aarch64 >/dev/null || command -v qemu-aarch64-static >/dev/null; }; then
   exit 0
 fi
 if ! command -v apt-get >/dev/null; then
@@ -16,4 +17,4 @@ if [ "$(id -u)" != 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+$SUDO apt-get install -y -q --no-install-recommends g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user clang
