@@ -4,7 +4,7 @@ Building a wheel (``pip wheel .``, ``python -m build``, ``pip install .``)
 compiles the native engine, a plain C shared library (no Python or torch
 headers), once per instruction-set target of the machine's architecture
 (fairseq_aggressive/native/targets.py: AMX, AVX-512 + VNNI, AVX-512, AVX2
-and generic on x86-64; neon and generic on aarch64; AMX only where the compiler has
+and generic on x86-64; neon-dotprod, neon and generic on aarch64; AMX only where the compiler has
 its instructions); at run time the package loads the
 best one the CPU runs.  It needs a C++17 compiler (g++ or clang++).
 ``FAIRSEQ_AGGRESSIVE_BUILD_NATIVE=0`` builds the package without them (it then

@@ -147,7 +147,7 @@ OPTIONS = (
            "--max-draft-len 0: one call per batch); the output is the same either way", bool),
     Option("native_isa", str, "auto",
            "the native engine's build target: auto = the best this CPU runs (avx512amx, avx512vnni, avx512, "
-           "avx2, generic on x86-64; neon, generic on aarch64), or one of them by name; every target gives the same "
+           "avx2, generic on x86-64; neon-dotprod, neon, generic on aarch64), or one of them by name; every target gives the same "
            "output, only the speed differs. FAIRSEQ_AGGRESSIVE_ISA sets it for every model "
            "(docs/exactness-and-portability.md)", check_isa),
     Option("vocab_shortlist", Optional[int], None,

@@ -135,3 +135,34 @@ def test_machine_info_names_the_cpu():
     assert info["cpu_capability"] in line and "native bf16" in line and info["torch"] in line
     if info["cpu_family"]:  # x86 Linux: "family/model F/M" (AMD's Zen generations, Intel's cores)
         assert f"family/model {info['cpu_family']}" in line and info["cpu_family"].count("/") == 1
+
+
+def test_aarch64_targets_by_the_cpus_features(monkeypatch):
+    """On aarch64 the dot-product extension ("asimddp" in /proc/cpuinfo; on macOS sysctl's
+    FEAT_DotProd) selects neon-dotprod, every other aarch64 CPU neon; generic comes last."""
+    import builtins
+    import subprocess
+
+    from fairseq_aggressive.native import build, targets
+
+    monkeypatch.setattr(targets, "arch", lambda machine="": "aarch64")
+    monkeypatch.setattr(build, "_cpu_flags", lambda: {"fp", "asimd", "asimddp"})
+    assert [t.name for t in build.cpu_targets()] == ["neon-dotprod", "neon", "generic"]
+    monkeypatch.setattr(build, "_cpu_flags", lambda: {"fp", "asimd"})
+    assert [t.name for t in build.cpu_targets()] == ["neon", "generic"]
+    monkeypatch.undo()
+
+    # macOS: no /proc/cpuinfo; the flag comes from sysctl
+    real_open = builtins.open
+
+    def no_cpuinfo(path, *a, **kw):
+        if path == "/proc/cpuinfo":
+            raise FileNotFoundError(path)
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(builtins, "open", no_cpuinfo)
+    monkeypatch.setattr(build.platform, "system", lambda: "Darwin")
+    monkeypatch.setattr(targets, "arch", lambda machine="": "aarch64")
+    for answer, flags in (("1\n", {"asimddp"}), ("0\n", set())):
+        monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, answer, ""))
+        assert build._cpu_flags() == flags

@@ -24,6 +24,7 @@ import glob
 import hashlib
 import logging
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -52,6 +53,8 @@ class NativeUnavailable(RuntimeError):
 
 
 def _cpu_flags() -> set:
+    """The CPU's feature flags as /proc/cpuinfo names them (x86 "flags", aarch64 "Features"); on
+    macOS the aarch64 dot-product extension from sysctl, named as Linux names it ("asimddp")."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -59,6 +62,13 @@ def _cpu_flags() -> set:
                     return set(line.split(":", 1)[1].split())
     except OSError:
         pass
+    if platform.system() == "Darwin" and targets.arch() == "aarch64":
+        try:
+            out = subprocess.run(["sysctl", "-n", "hw.optional.arm.FEAT_DotProd"], capture_output=True, text=True,
+                                 timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        return {"asimddp"} if out == "1" else set()
     return set()
 
 

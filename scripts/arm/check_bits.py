@@ -85,12 +85,14 @@ def main(argv=None) -> int:
     work = args.keep or tempfile.mkdtemp(prefix="fa-arm-bits-")
     os.makedirs(work, exist_ok=True)
     # (name, compiler command, defines, how to run it); clang's aarch64 build where clang is installed
+    dot = ["-DFA_ISA_NEON", "-DFA_NEON_DOT", "-march=armv8.2-a+dotprod"]
     builds = [("x86-generic", [host], ["-mfma"], []), ("aarch64-neon", [cross], ["-DFA_ISA_NEON"], [qemu]),
-              ("aarch64-generic", [cross], [], [qemu]),
+              ("aarch64-neon-dotprod", [cross], dot, [qemu]), ("aarch64-generic", [cross], [], [qemu]),
               ("aarch64-neon-mutant", [cross], ["-DFA_ISA_NEON", "-DFA_NEON_MUTANT"], [qemu])]
     clang = which(("clang++",))
     if clang:
         builds.append(("aarch64-neon-clang", [clang, "--target=aarch64-linux-gnu"], ["-DFA_ISA_NEON"], [qemu]))
+        builds.append(("aarch64-neon-dotprod-clang", [clang, "--target=aarch64-linux-gnu"], dot, [qemu]))
     else:
         print("(no clang++ here: the neon target is built with g++ only)")
     outputs = {}

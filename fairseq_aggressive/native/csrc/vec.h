@@ -116,7 +116,11 @@ inline float fexp(float x) {
 #error "FA_ISA_NEON is an aarch64 target"
 #endif
 #include "vec_neon.h"
+#if defined(FA_NEON_DOT)
+#define FA_ISA_NAME "neon-dotprod"
+#else
 #define FA_ISA_NAME "neon"
+#endif
 #else
 #define FA_ISA_NAME "generic"
 #endif
@@ -134,6 +138,9 @@ constexpr int Q8_GROUP = 4;
 #define FA_VNNI_ON 0
 constexpr int Q8_GROUP = 2;
 #endif
+#elif defined(FA_ISA_NEON) && defined(FA_NEON_DOT)
+constexpr int PANEL = 8;
+constexpr int Q8_GROUP = 4;
 #elif defined(FA_ISA_AVX2) || defined(FA_ISA_NEON)
 constexpr int PANEL = 8;
 constexpr int Q8_GROUP = 2;

@@ -139,4 +139,59 @@ struct Q8<8, 2> {
   }
 };
 
+#if defined(FA_NEON_DOT)
+#if !defined(__ARM_FEATURE_DOTPROD)
+#error "FA_NEON_DOT needs the dot-product extension (-march=armv8.2-a+dotprod)"
+#endif
+// int8 quads on 8 lanes with the dot-product extension (sdot): the VNNI layout
+// (activations stored as uint8 q + 128, lane l's 4 weights at w[4l .. 4l + 3]);
+// sdot multiplies signed bytes, so the activations go in as q (the stored byte
+// with its top bit flipped) and the sums are sum(q * w) already: to_float
+// subtracts nothing (vpdpbusd's sums carry 128 * wsum, which its to_float
+// removes: the same integers)
+template <>
+struct Q8<8, 4> {
+  using In = uint8_t;
+  struct Acc {
+    int32x4_t lo, hi;
+  };
+  struct Weights {
+    int8x16_t lo, hi;  // lanes 0-3's quads, lanes 4-7's
+  };
+  struct Group {
+    int8x16_t v;  // q0..q3, repeated
+  };
+  static Acc zero() { return {vdupq_n_s32(0), vdupq_n_s32(0)}; }
+  static Weights load(const int8_t* p) { return {vld1q_s8(p), vld1q_s8(p + 16)}; }
+  static Weights load_kept(const int8_t* p) { return load(p); }
+  static Group group(const In* x) {
+    uint32_t quad;
+    std::memcpy(&quad, x, 4);
+    return {vreinterpretq_s8_u32(vdupq_n_u32(quad ^ 0x80808080u))};
+  }
+  static Acc madd(Group a, Weights w, Acc acc) { return {vdotq_s32(acc.lo, w.lo, a.v), vdotq_s32(acc.hi, w.hi, a.v)}; }
+  static void store(int32_t* p, Acc a) {
+    vst1q_s32(p, a.lo);
+    vst1q_s32(p + 4, a.hi);
+  }
+  // 8 activations' levels (q8_level's operations, vec_generic.h), as uint8 q + 128
+  static void quantize(const float* x, float inv, In* q) {
+    const float32x4_t s = vdupq_n_f32(inv), lo = vdupq_n_f32(-127.f), hi = vdupq_n_f32(127.f);
+    uint8_t out[8];
+    for (int h = 0; h < 2; ++h) {
+      float32x4_t v = vrndnq_f32(vmulq_f32(vld1q_f32(x + 4 * h), s));
+      v = vbslq_f32(vcgtq_f32(lo, v), lo, v);
+      v = vbslq_f32(vcltq_f32(hi, v), hi, v);
+      int32_t lv[4];
+      vst1q_s32(lv, vaddq_s32(vcvtq_s32_f32(v), vdupq_n_s32(128)));
+      for (int l = 0; l < 4; ++l) out[4 * h + l] = (uint8_t)lv[l];
+    }
+    std::memcpy(q, out, sizeof(out));
+  }
+  static VecF<8> to_float(const int32_t* sums, const int32_t*) {  // the sums hold no offset
+    return {vcvtq_f32_s32(vld1q_s32(sums)), vcvtq_f32_s32(vld1q_s32(sums + 4))};
+  }
+};
+#endif
+
 }  // namespace fa
