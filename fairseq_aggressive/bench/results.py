@@ -35,7 +35,9 @@ def stored(result: Dict, label: str, command: Optional[str] = None, commit: Opti
         out["command"] = command
     if commit:
         out["commit"] = commit
-    missing = [k for k in ("command", "commit", "machine", "modes") if not out.get(k)]
+    missing = [k for k in ("command", "commit", "machine") if not out.get(k)]
+    if not out.get("modes") and not out.get("systems"):
+        missing.append("modes (a benchmark's) or systems (the server benchmark's)")
     if missing:
         raise ResultsError(f"a stored result needs {', '.join(missing)} (a JSON made before the benchmark "
                            "recorded its command and commit: pass --command and --commit)")
@@ -103,6 +105,35 @@ def at_a_glance(results: List[Dict]) -> List[str]:
                                                   f"{g8 / i8:.2f}", f"{c / i8:.2f}"])
 
 
+def serving(results: List[Dict]) -> List[str]:
+    """The server benchmark (fairseq-aggressive-bench-serve): per system, one request at a time, the
+    capacity, and p50 / p99 at 0.7 and 0.9 of its capacity; one table per stored run."""
+    names = {"iad": "iad", "greedy": "greedy (continuous, no drafts)", "static": "static batches, engine greedy",
+             "ct2": "CTranslate2 best, static batches"}
+    lines = []
+    for r in results:
+        load = r["settings"].get("bench_load", 0)
+        lines += [f"| {'quiet' if not load else f'beside {load} busy processes'} | one at a time: p50 ms | "
+                  "capacity: sent/s | p50 / p99 ms at 0.7 of capacity | at 0.9 |", "|---|---|---|---|---|"]
+        for name, s in r["systems"].items():
+            if "latency" not in s:
+                lines.append(f"| {names.get(name, name)} | {s.get('error', 'no result')} | | | |")
+                continue
+            at = {round(p["fraction"], 2): p for p in s.get("open_loop", [])}
+
+            def point(f):
+                p = at.get(f)
+                return "-" if p is None else f"{p['p50_ms']:.3g} / {p['p99_ms']:.3g}"
+
+            lines.append(f"| {names.get(name, name)} | {s['latency']['p50_ms']:.2f} | "
+                         f"{s['capacity']['sentences_per_s']:.0f} | {point(0.7)} | {point(0.9)} |")
+        c = {n: s["check"] for n, s in r["systems"].items() if "check" in s}
+        lines += ["", "Answers equal to the engine's greedy: " + ", ".join(
+            f"{n} {v['responses_equal']:,} of {v['responses']:,}" for n, v in c.items()) + "."]
+        lines.append("")
+    return lines[:-1]
+
+
 def beam_vs_ct2(results: List[Dict]) -> List[str]:
     """The engine's beam 5 (float32, int8) and drafted beam 5 against fairseq's beam 5 and
     CTranslate2's best beam 5; the outputs equal to the reference's (the engine's beam: fairseq's;
@@ -131,6 +162,7 @@ def beam_vs_ct2(results: List[Dict]) -> List[str]:
 TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "at-a-glance": at_a_glance,
     "drafted-vs-greedy": drafted_vs_greedy,
+    "serving": serving,
     "beam-vs-ct2": beam_vs_ct2,
 }
 

@@ -31,6 +31,7 @@ server shedding load it cannot keep up with) are reported only.
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -117,7 +118,11 @@ def main(argv=None) -> int:
     reference, limits, probe = greedy_reference(args, sentences)
     log(f"reference: the engine's greedy one sentence at a time, {len(sentences)} sentences in "
         f"{time.perf_counter() - t0:.1f} s")
-    result = {"machine": machine, "machine_line": describe_machine(machine), "source": _provenance(),
+    source = _provenance()
+    result = {"machine": machine, "machine_line": describe_machine(machine), "source": source,
+              # the command and commit, as every benchmark's JSON names them (scripts/results.py)
+              "command": " ".join(["fairseq-aggressive-bench-serve"] + [shlex.quote(a) for a in argv]),
+              "commit": (source["commit"] + ("+dirty" if source["changed"] else "")) if source else None,
               "settings": {"model_dir": args.model_dir, "sentences_file": args.sentences_file,
                            "sentences": len(sentences), "systems": systems, "max_batch": args.max_batch,
                            "workers": args.workers, "native_threads": args.native_threads, "clients": args.clients,

@@ -15,6 +15,13 @@ namespace fa {
 // uint8 activations hold qx + 128 (VNNI's and AMX's unsigned x signed
 // products); the sums then carry 128 * wsum[n], removed exactly
 constexpr int Q8_OFFSET = Q8Input<Q8_GROUP>::offset;
+// what the products' sums carry: the stored offset times the weights' row sum,
+// except with sdot (vec_neon.h), which reads the stored bytes back as q
+#if defined(FA_NEON_DOT)
+constexpr int Q8_SUM_OFFSET = 0;
+#else
+constexpr int Q8_SUM_OFFSET = Q8_OFFSET;
+#endif
 
 // Each of M rows of x (row stride ldx, K values) quantized into q (row stride
 // ldq: the k >= K padded with the offset zero) with its scale sx (the
@@ -33,7 +40,7 @@ inline void quantize_rows(const float* x, int ldx, int M, int K, Q8In* q, int ld
   }
 }
 
-// y = float(sum - Q8_OFFSET * wsum[n]) * (sx[i] * ws[n]) (+ b[n]) for rows i <
+// y = float(sum - Q8_SUM_OFFSET * wsum[n]) * (sx[i] * ws[n]) (+ b[n]) for rows i <
 // MR and panels j < NR starting at output n0, the sum of row i, panel j at
 // sums + i * rstride + j * pstride.  Whole panels as vectors with the same
 // operations as a single output (the build never fuses a multiply-add).
@@ -53,7 +60,7 @@ inline void q8_outputs(const int32_t* sums, size_t rstride, size_t pstride, int 
       }
       for (int c = c0; c < c1; ++c) {
         const float comb = sx[i] * ws[c];
-        const int32_t sum = s[c - c0] - Q8_OFFSET * wsum[c];
+        const int32_t sum = s[c - c0] - Q8_SUM_OFFSET * wsum[c];
         float v = (float)sum * comb;
         if (has_bias) v = v + bias[c];
         out[c] = v;
