@@ -29,8 +29,11 @@ class ResultsError(ValueError):
 
 
 def stored(result: Dict, label: str, command: Optional[str] = None, commit: Optional[str] = None) -> Dict:
-    """``result`` (a benchmark JSON) as stored: no per-sentence records, its command, commit and label."""
+    """``result`` (a benchmark JSON) as stored: no per-sentence records (nor the server benchmark's
+    log tails), its command, commit and label."""
     out = {k: v for k, v in result.items() if k != "per_sentence"}
+    if isinstance(out.get("systems"), dict):
+        out["systems"] = {n: {k: v for k, v in s.items() if k != "server_log_tail"} for n, s in out["systems"].items()}
     if command:
         out["command"] = command
     if commit:
@@ -115,19 +118,27 @@ def serving(results: List[Dict]) -> List[str]:
         load = r["settings"].get("bench_load", 0)
         lines += [f"| {'quiet' if not load else f'beside {load} busy processes'} | one at a time: p50 ms | "
                   "capacity: sent/s | p50 / p99 ms at 0.7 of capacity | at 0.9 |", "|---|---|---|---|---|"]
-        for name, s in r["systems"].items():
+        order = [n for n in r["settings"].get("systems", []) if n in r["systems"]]
+        for name in order + [n for n in r["systems"] if n not in order]:
+            s = r["systems"][name]
             if "latency" not in s:
                 lines.append(f"| {names.get(name, name)} | {s.get('error', 'no result')} | | | |")
                 continue
             at = {round(p["fraction"], 2): p for p in s.get("open_loop", [])}
 
+            def ms(x):
+                return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
             def point(f):
                 p = at.get(f)
-                return "-" if p is None else f"{p['p50_ms']:.3g} / {p['p99_ms']:.3g}"
+                if p is None:
+                    return "-"
+                refused = f" ({p['refused']} refused)" if p.get("refused") else ""
+                return f"{ms(p['p50_ms'])} / {ms(p['p99_ms'])}{refused}"
 
             lines.append(f"| {names.get(name, name)} | {s['latency']['p50_ms']:.2f} | "
                          f"{s['capacity']['sentences_per_s']:.0f} | {point(0.7)} | {point(0.9)} |")
-        c = {n: s["check"] for n, s in r["systems"].items() if "check" in s}
+        c = {n: r["systems"][n]["check"] for n in order if "check" in r["systems"][n]}
         lines += ["", "Answers equal to the engine's greedy: " + ", ".join(
             f"{n} {v['responses_equal']:,} of {v['responses']:,}" for n, v in c.items()) + "."]
         lines.append("")

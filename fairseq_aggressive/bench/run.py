@@ -262,7 +262,8 @@ def decode_batch(order, gens, sample, rounds, first, per_sent, totals, steps, tg
                     raise SystemExit(f"error: {m} decoded sentence {sid} differently in a later round")
                 per_sent[sid][m]["ms"] += 1000 * dt / len(sids)
                 continue
-            per_sent[sid][m] = {"ms": 1000 * dt / len(sids), "tokens": toks, "text": tgt_dict.string(hypos[k][0]["tokens"], bpe)}
+            per_sent[sid][m] = {"ms": 1000 * dt / len(sids), "tokens": toks,
+                                "text": tgt_dict.string(hypos[k][0]["tokens"], bpe)}
             if passes is not None:
                 per_sent[sid][m]["passes"] = passes[k]
 
