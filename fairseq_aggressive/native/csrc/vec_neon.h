@@ -86,22 +86,44 @@ struct VecF<8> {
   }
 };
 
+// 4 activations' int8 levels (q8_level's operations, vec_generic.h): x * inv
+// rounded half to even, then max(-127, v) and min(127, v) as compare-and-select
+inline int32x4_t q8_levels4(const float* x, float32x4_t inv) {
+  const float32x4_t lo = vdupq_n_f32(-127.f), hi = vdupq_n_f32(127.f);
+  float32x4_t v = vrndnq_f32(vmulq_f32(vld1q_f32(x), inv));
+  v = vbslq_f32(vcgtq_f32(lo, v), lo, v);  // -127 > v ? -127 : v
+  v = vbslq_f32(vcltq_f32(hi, v), hi, v);  // 127 < v ? 127 : v
+  return vcvtq_s32_f32(v);
+}
+
+// What both int8 product types share: 8 int32 sums in two vectors, whole
+// integers that hold no offset (to_float subtracts nothing)
+struct NeonQ8Sums {
+  struct Acc {
+    int32x4_t lo, hi;
+  };
+  static Acc zero() { return {vdupq_n_s32(0), vdupq_n_s32(0)}; }
+  static void store(int32_t* p, Acc a) {
+    vst1q_s32(p, a.lo);
+    vst1q_s32(p + 4, a.hi);
+  }
+  static VecF<8> to_float(const int32_t* sums, const int32_t*) {
+    return {vcvtq_f32_s32(vld1q_s32(sums)), vcvtq_f32_s32(vld1q_s32(sums + 4))};
+  }
+};
+
 // int8 pairs on 8 lanes: 16 int8 weights widened to int16 (lane l's pair at
 // 2l, 2l + 1), multiplied by the two activations repeated and added in pairs:
 // w[2l] * a0 + w[2l + 1] * a1 per lane, exactly (vpmaddwd's sums)
 template <>
-struct Q8<8, 2> {
+struct Q8<8, 2> : NeonQ8Sums {
   using In = int16_t;
-  struct Acc {
-    int32x4_t lo, hi;
-  };
   struct Weights {
     int16x8_t lo, hi;  // lanes 0-3's pairs, lanes 4-7's
   };
   struct Group {
     int16x8_t v;  // a0, a1, a0, a1, ...
   };
-  static Acc zero() { return {vdupq_n_s32(0), vdupq_n_s32(0)}; }
   static Weights load(const int8_t* p) {
     const int8x16_t w = vld1q_s8(p);
     return {vmovl_s8(vget_low_s8(w)), vmovl_s8(vget_high_s8(w))};
@@ -118,24 +140,10 @@ struct Q8<8, 2> {
   static Acc madd(Group a, Weights w, Acc acc) {
     return {vaddq_s32(acc.lo, pairs(a.v, w.lo)), vaddq_s32(acc.hi, pairs(a.v, w.hi))};
   }
-  static void store(int32_t* p, Acc a) {
-    vst1q_s32(p, a.lo);
-    vst1q_s32(p + 4, a.hi);
-  }
-  // 8 activations' levels (q8_level's operations, vec_generic.h), as int16
+  // 8 activations' levels, as int16
   static void quantize(const float* x, float inv, In* q) {
-    const float32x4_t s = vdupq_n_f32(inv), lo = vdupq_n_f32(-127.f), hi = vdupq_n_f32(127.f);
-    int16_t out[8];
-    for (int h = 0; h < 2; ++h) {
-      float32x4_t v = vrndnq_f32(vmulq_f32(vld1q_f32(x + 4 * h), s));
-      v = vbslq_f32(vcgtq_f32(lo, v), lo, v);  // max(-127, v): -127 > v ? -127 : v
-      v = vbslq_f32(vcltq_f32(hi, v), hi, v);  // min(127, v): 127 < v ? 127 : v
-      vst1_s16(out + 4 * h, vmovn_s32(vcvtq_s32_f32(v)));
-    }
-    std::memcpy(q, out, sizeof(out));
-  }
-  static VecF<8> to_float(const int32_t* sums, const int32_t*) {  // offset 0
-    return {vcvtq_f32_s32(vld1q_s32(sums)), vcvtq_f32_s32(vld1q_s32(sums + 4))};
+    const float32x4_t s = vdupq_n_f32(inv);
+    vst1q_s16(q, vcombine_s16(vmovn_s32(q8_levels4(x, s)), vmovn_s32(q8_levels4(x + 4, s))));
   }
 };
 
@@ -150,18 +158,14 @@ struct Q8<8, 2> {
 // subtracts nothing (vpdpbusd's sums carry 128 * wsum, which its to_float
 // removes: the same integers)
 template <>
-struct Q8<8, 4> {
+struct Q8<8, 4> : NeonQ8Sums {
   using In = uint8_t;
-  struct Acc {
-    int32x4_t lo, hi;
-  };
   struct Weights {
     int8x16_t lo, hi;  // lanes 0-3's quads, lanes 4-7's
   };
   struct Group {
     int8x16_t v;  // q0..q3, repeated
   };
-  static Acc zero() { return {vdupq_n_s32(0), vdupq_n_s32(0)}; }
   static Weights load(const int8_t* p) { return {vld1q_s8(p), vld1q_s8(p + 16)}; }
   static Weights load_kept(const int8_t* p) { return load(p); }
   static Group group(const In* x) {
@@ -170,26 +174,13 @@ struct Q8<8, 4> {
     return {vreinterpretq_s8_u32(vdupq_n_u32(quad ^ 0x80808080u))};
   }
   static Acc madd(Group a, Weights w, Acc acc) { return {vdotq_s32(acc.lo, w.lo, a.v), vdotq_s32(acc.hi, w.hi, a.v)}; }
-  static void store(int32_t* p, Acc a) {
-    vst1q_s32(p, a.lo);
-    vst1q_s32(p + 4, a.hi);
-  }
-  // 8 activations' levels (q8_level's operations, vec_generic.h), as uint8 q + 128
+  // 8 activations' levels, as uint8 q + 128
   static void quantize(const float* x, float inv, In* q) {
-    const float32x4_t s = vdupq_n_f32(inv), lo = vdupq_n_f32(-127.f), hi = vdupq_n_f32(127.f);
-    uint8_t out[8];
-    for (int h = 0; h < 2; ++h) {
-      float32x4_t v = vrndnq_f32(vmulq_f32(vld1q_f32(x + 4 * h), s));
-      v = vbslq_f32(vcgtq_f32(lo, v), lo, v);
-      v = vbslq_f32(vcltq_f32(hi, v), hi, v);
-      int32_t lv[4];
-      vst1q_s32(lv, vaddq_s32(vcvtq_s32_f32(v), vdupq_n_s32(128)));
-      for (int l = 0; l < 4; ++l) out[4 * h + l] = (uint8_t)lv[l];
-    }
-    std::memcpy(q, out, sizeof(out));
-  }
-  static VecF<8> to_float(const int32_t* sums, const int32_t*) {  // the sums hold no offset
-    return {vcvtq_f32_s32(vld1q_s32(sums)), vcvtq_f32_s32(vld1q_s32(sums + 4))};
+    const float32x4_t s = vdupq_n_f32(inv);
+    const int32x4_t off = vdupq_n_s32(128);
+    const uint16x4_t a = vmovn_u32(vreinterpretq_u32_s32(vaddq_s32(q8_levels4(x, s), off)));
+    const uint16x4_t b = vmovn_u32(vreinterpretq_u32_s32(vaddq_s32(q8_levels4(x + 4, s), off)));
+    vst1_u8(q, vmovn_u16(vcombine_u16(a, b)));
   }
 };
 #endif
