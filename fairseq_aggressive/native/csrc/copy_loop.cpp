@@ -40,8 +40,7 @@ int decode_copy(Decoder& m, State& st, const CopyLoopArgs& a, CopyLoopStats& sta
     cand.resize(n);
     for (int i = 0; i < n; ++i) {
       const int b = batch.active()[i];
-      const int left = max_len - batch.outputs().length(b);
-      const int room = a.max_draft < 0 ? left : std::min(left, (int)a.max_draft);  // (-1: no cap)
+      const int room = draft_room(max_len - batch.outputs().length(b), a.max_draft);
       bool resynced;
       const int cap = copy[b].candidate(batch.outputs().tokens(b), room, a.ngram_min, a.ngram_max, &start[i], &resynced);
       kind[i] = resynced;

@@ -16,6 +16,7 @@
 // so the output stays greedy's.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -25,6 +26,10 @@
 namespace fa {
 
 struct Decoder;
+
+// The most tokens a row may draft: what is left before its length limit, at
+// most max_draft (-1: no cap, the engine's one spelling of it)
+inline int draft_room(int left, int max_draft) { return max_draft < 0 ? left : std::min(left, max_draft); }
 
 // Milliseconds of a pass over M positions: piecewise linear through knots
 class PassCost {

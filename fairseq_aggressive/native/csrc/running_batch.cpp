@@ -74,8 +74,7 @@ void RunningBatch::copy_drafts(DraftPolicy* policy) {
   cand_.resize(n);
   for (int i = 0; i < n; ++i) {
     Row& r = rows_[active_[i]];
-    const int left = r.max_len - (int)r.out.size();
-    const int room = s_.max_draft < 0 ? left : std::min(left, (int)s_.max_draft);  // (-1: no cap)
+    const int room = draft_room(r.max_len - (int)r.out.size(), s_.max_draft);
     bool resynced;
     const int cap = r.copy.candidate(r.out, room, s_.ngram_min, s_.ngram_max, &start_[i], &resynced);
     cand_[i] = {cap, resynced, Acceptance::confidence(last_score(r))};
