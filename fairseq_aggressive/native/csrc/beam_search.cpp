@@ -85,7 +85,9 @@ struct Read {
 class BeamSearch {
  public:
   BeamSearch(Decoder& m, State& st, const BeamArgs& a, BeamCounts& n)
-      : m_(m), st_(st), a_(a), n_(n), V_(m.cfg.tgt_vocab), scan_(a, m.cfg.tgt_vocab, m.cfg.pad, m.cfg.unk, m.cfg.eos) {}
+      : m_(m), st_(st), a_(a), n_(n), V_(m.cfg.tgt_vocab) {
+    for (int t = 0; t < m.pool.size(); ++t) scans_.emplace_back(a, m.cfg.tgt_vocab, m.cfg.pad, m.cfg.unk, m.cfg.eos);
+  }
 
   int run() {
     const int B = (int)st_.sents.size(), K = a_.beam;
@@ -137,7 +139,8 @@ class BeamSearch {
   const BeamArgs& a_;
   BeamCounts& n_;
   const int V_;
-  CandidateScan scan_;
+  std::vector<CandidateScan> scans_;          // one per pool thread (each holds one row's scratch)
+  std::vector<std::vector<Candidate>> found_;  // per read row: its candidates
   State hs_;  // the hypotheses' slots
   std::vector<Beam> beams_;
 
@@ -198,11 +201,25 @@ class BeamSearch {
       project(m_, hs_, m_.h.data(), n, sent.data(), m_.logits.data());
     }
     StageClock c(Stage::kChoose);
+    // rows in contiguous shares, one per thread when there is enough work;
+    // each row's candidates depend on that row alone and join their beam in
+    // row order, so the split changes no value and no order
+    if ((int)found_.size() < n) found_.resize(n);
+    const int shares = (m_.pool.size() > 1 && (int64_t)n * V_ >= 16384) ? std::min(n, m_.pool.size()) : 1;
+    m_.pool.run(
+        [&](int t) {
+          for (int r = (int)((int64_t)n * t / shares); r < (int)((int64_t)n * (t + 1) / shares); ++r) {
+            const Beam& bm = beams_[reads[r].beam];
+            const int i = reads[r].i;
+            found_[r].clear();
+            scans_[t].row(m_.logits.data() + (size_t)r * V_, bm.toks[i], i, step == 0 ? 0.f : bm.cum[i][step - 1],
+                          step, cand_count(step), found_[r]);
+          }
+        },
+        shares);
     for (int r = 0; r < n; ++r) {
-      Beam& bm = beams_[reads[r].beam];
-      const int i = reads[r].i;
-      scan_.row(m_.logits.data() + (size_t)r * V_, bm.toks[i], i, step == 0 ? 0.f : bm.cum[i][step - 1], step,
-                cand_count(step), bm.cands);
+      std::vector<Candidate>& to = beams_[reads[r].beam].cands;
+      to.insert(to.end(), found_[r].begin(), found_[r].end());
     }
   }
 
