@@ -72,3 +72,19 @@ def test_unknown_tables_and_empty_globs_are_named(tmp_path):
     with pytest.raises(ResultsError, match="no stored results match x/"):
         load(str(tmp_path), "x/*.json")
     assert set(TABLES) >= {"drafted-vs-greedy", "beam-vs-ct2"}
+
+
+def test_a_run_table_keeps_the_commands_order_and_drops_empty_columns():
+    """`bench` prints each stored run's own table: its modes in the order of the command's
+    --bench-modes, without a column no mode fills; the first column follows a changed order."""
+    [r] = load(ROOT, "uagec/b1-t1.json")
+    lines = TABLES["bench"]([r])
+    assert lines[0].startswith("9+3: 300 sentences, batch 1")
+    header = lines[2].strip("|").split("|")
+    assert "x beam5" not in [h.strip() for h in header] and "x greedy" in [h.strip() for h in header]
+    rows = [line.split("|")[1].strip() for line in lines[4:]]
+    assert rows == ["greedy", "iad-torch", "iad", "greedy-native", "ct2 (float32, 1 thread)"]
+    r["command"] = r["command"].replace("--bench-modes greedy,iad-torch,iad,greedy-native,ct2",
+                                        "--bench-modes ct2,iad,greedy,greedy-native,iad-torch")
+    rows = [line.split("|")[1].strip() for line in TABLES["bench"]([r])[4:]]
+    assert rows == ["ct2 (float32, 1 thread)", "iad", "greedy", "greedy-native", "iad-torch"]

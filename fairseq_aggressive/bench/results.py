@@ -170,8 +170,41 @@ def beam_vs_ct2(results: List[Dict]) -> List[str]:
     return lines
 
 
+def _run_order(r: Dict) -> List[str]:
+    """The modes as the run's command lists them (``--bench-modes``), where it does."""
+    m = re.search(r"--bench-modes[ =](\S+)", r.get("command", ""))
+    return m.group(1).split(",") if m else []
+
+
+def bench(results: List[Dict]) -> List[str]:
+    """Each stored run's table as the benchmark prints it, after a line with its sentences, batch,
+    threads and load: its modes in the command's order, without the columns no mode fills (the
+    machine is in the block's last line)."""
+    import io
+
+    from .report import describe_mode, print_table
+
+    lines = []
+    for r in results:
+        out = io.StringIO()
+        print_table(r, file=out)
+        run = [line for line in out.getvalue().splitlines() if not line.startswith("machine: ")]
+        caption, rows = run[0], [[c.strip() for c in line.strip("|").split("|")] for line in run[1:] if line.startswith("|")]
+        header, body = rows[0], rows[2:]
+        keep = [j for j in range(len(header)) if j == 0 or any(row[j] != "-" for row in body)]
+        order = _run_order(r)
+        rank = {describe_mode(m, r["modes"][m]): (order.index(m) if m in order else len(order)) for m in r["modes"]}
+        body.sort(key=lambda row: rank.get(row[0], len(order)))
+        table = [header] + body
+        lines += [f"{r['label']}: {caption}", "", "| " + " | ".join(table[0][j] for j in keep) + " |",
+                  "|" + "---|" * len(keep)]
+        lines += ["| " + " | ".join(row[j] for j in keep) + " |" for row in table[1:]] + [""]
+    return lines[:-1]
+
+
 TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "at-a-glance": at_a_glance,
+    "bench": bench,
     "drafted-vs-greedy": drafted_vs_greedy,
     "serving": serving,
     "beam-vs-ct2": beam_vs_ct2,
@@ -189,7 +222,8 @@ def _provenance(results: List[Dict]) -> List[str]:
     machines = sorted({_machine(r["machine"]) for r in results})
     commits = sorted({r["commit"] for r in results})
     dirs = ", ".join(f"results/{d}/" for d in sorted({os.path.dirname(r["_path"]) for r in results}))
-    return ["", f"Made by `scripts/results.py` from {len(results)} stored results in {dirs} (each with its "
+    what = "1 stored result" if len(results) == 1 else f"{len(results)} stored results"
+    return ["", f"Made by `scripts/results.py` from {what} in {dirs} ({'' if len(results) == 1 else 'each '}with its "
             f"command); commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}; machine: {'; '.join(machines)}."]
 
 

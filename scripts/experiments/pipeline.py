@@ -178,11 +178,13 @@ class Pipeline:
         env.setdefault("MALLOC_TRIM_THRESHOLD_", "8000000000")
         env.setdefault("MALLOC_TOP_PAD_", "1000000000")
         out = open(stdout, "w") if stdout else None
+        started = time.time()
         try:
             result = subprocess.run(argv, stdout=out, env=env, cwd=cwd)
         finally:
             if out:
                 out.close()
+        self.log(f"  ({time.time() - started:.1f} s)")
         if result.returncode != 0:
             if stdout:
                 Path(stdout).unlink(missing_ok=True)  # nothing half-written
