@@ -20,6 +20,30 @@ namespace fa {
 
 namespace {
 
+// panels per tile for a row block of mr rows: mr x panels accumulators, the
+// panels' weight vectors and a broadcast input fill the vector registers (16 on
+// AVX2 and the generic layout: 8-12 accumulators; 32 with AVX-512: 16-24), so
+// each weight vector loaded feeds as many rows as the registers allow.  int8
+// with 16 registers (q8): vpmaddwd does not accumulate, so each multiply-add
+// also needs a register for its products; a tile of 4 rows x 3 panels (12
+// sums, 3 weights, the input, the products: 17) spilled sums to the stack on
+// every k pair (linear_rate.py --isa avx2: 4 rows at 115 GOPS against 155 for
+// 5 rows x 2 panels).  The tiling never changes a result: each output sums
+// over k in order.
+// A tile is compiled only for the panel counts up to this, the only ones
+// for_tiles asks for (cnt <= panels_for(mr)).
+constexpr int panels_for(int mr, bool q8) {
+#if defined(FA_ISA_AVX512)
+  constexpr int t[] = {0, 8, 8, 6, 5, 4, 4, 3, 3, 3};
+  (void)q8;
+  return t[mr];
+#else
+  constexpr int t[] = {0, 8, 6, 4, 3, 2, 2};
+  constexpr int tq[] = {0, 8, 4, 3, 2, 2, 2};
+  return q8 ? tq[mr] : t[mr];
+#endif
+}
+
 // ------------------------------------------------------------ float tiles
 // H: the tile asks for weights ahead (Ahead); the tiles without never test for it
 template <int MR, int NR, typename WT, bool H>
@@ -72,19 +96,16 @@ void tile(const float* x, int ldx, int K, const WT* panel, size_t pstride, float
 template <typename WT>
 using TileFn = void (*)(const float*, int, int, const WT*, size_t, float*, int, int, int, const float*, bool, Ahead);
 
+// the tile of MR rows and nr panels (nr <= NR, the most this row count covers)
+template <int MR, int NR, typename WT, bool H>
+TileFn<WT> tile_upto(int nr) {
+  if constexpr (NR > 1)
+    if (nr < NR) return tile_upto<MR, NR - 1, WT, H>(nr);
+  return tile<MR, NR, WT, H>;
+}
 template <int MR, typename WT, bool H>
 TileFn<WT> tile_for(int nr) {
-  if constexpr (MR > 6) return nr == 1 ? tile<MR, 1, WT, H> : nr == 2 ? tile<MR, 2, WT, H> : tile<MR, 3, WT, H>;
-  switch (nr) {
-    case 1: return tile<MR, 1, WT, H>;
-    case 2: return tile<MR, 2, WT, H>;
-    case 3: return tile<MR, 3, WT, H>;
-    case 4: return tile<MR, 4, WT, H>;
-    case 5: return tile<MR, 5, WT, H>;
-    case 6: return tile<MR, 6, WT, H>;
-    case 7: return tile<MR, 7, WT, H>;
-    default: return tile<MR, 8, WT, H>;
-  }
+  return tile_upto<MR, panels_for(MR, false), WT, H>(nr);
 }
 template <typename WT, bool H>
 TileFn<WT> tile_fn_h(int mr, int nr) {
@@ -121,28 +142,6 @@ constexpr int kOneBlockRows = 9;
 #else
 constexpr int kOneBlockRows = 6;
 #endif
-
-// panels per tile for a row block of mr rows: mr x panels accumulators, the
-// panels' weight vectors and a broadcast input fill the vector registers (16 on
-// AVX2 and the generic layout: 8-12 accumulators; 32 with AVX-512: 16-24), so
-// each weight vector loaded feeds as many rows as the registers allow.  int8
-// with 16 registers (q8): vpmaddwd does not accumulate, so each multiply-add
-// also needs a register for its products; a tile of 4 rows x 3 panels (12
-// sums, 3 weights, the input, the products: 17) spilled sums to the stack on
-// every k pair (linear_rate.py --isa avx2: 4 rows at 115 GOPS against 155 for
-// 5 rows x 2 panels).  The tiling never changes a result: each output sums
-// over k in order.
-int panels_for(int mr, bool q8) {
-#if defined(FA_ISA_AVX512)
-  static const int t[kOneBlockRows + 1] = {0, 8, 8, 6, 5, 4, 4, 3, 3, 3};
-  (void)q8;
-#else
-  static const int t[kOneBlockRows + 1] = {0, 8, 6, 4, 3, 2, 2};
-  static const int tq[kOneBlockRows + 1] = {0, 8, 4, 3, 2, 2, 2};
-  if (q8) return tq[mr];
-#endif
-  return t[mr];
-}
 
 // The tiles of an M x N product: output panels split into groups across the
 // pool's threads (when there is enough work), rows in one block up to
@@ -252,19 +251,15 @@ void tile_q8(const Q8In* xq, int ldq, int KG, const int8_t* panel, size_t pstrid
 
 using TileQ8Fn = void (*)(const Q8In*, int, int, const int8_t*, size_t, const float*, float*, int, int, int,
                           const float*, const int32_t*, const float*, bool, Ahead);
+template <int MR, int NR, bool H>
+TileQ8Fn tile_q8_upto(int nr) {
+  if constexpr (NR > 1)
+    if (nr < NR) return tile_q8_upto<MR, NR - 1, H>(nr);
+  return tile_q8<MR, NR, H>;
+}
 template <int MR, bool H>
 TileQ8Fn tile_q8_for(int nr) {
-  if constexpr (MR > 6) return nr == 1 ? tile_q8<MR, 1, H> : nr == 2 ? tile_q8<MR, 2, H> : tile_q8<MR, 3, H>;
-  switch (nr) {
-    case 1: return tile_q8<MR, 1, H>;
-    case 2: return tile_q8<MR, 2, H>;
-    case 3: return tile_q8<MR, 3, H>;
-    case 4: return tile_q8<MR, 4, H>;
-    case 5: return tile_q8<MR, 5, H>;
-    case 6: return tile_q8<MR, 6, H>;
-    case 7: return tile_q8<MR, 7, H>;
-    default: return tile_q8<MR, 8, H>;
-  }
+  return tile_q8_upto<MR, panels_for(MR, true), H>(nr);
 }
 template <bool H>
 TileQ8Fn tile_q8_fn_h(int mr, int nr) {
