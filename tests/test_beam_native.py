@@ -155,6 +155,29 @@ def test_shipped_gec_model():
     _check(model, d, ref, native, rows[:6], 1)
 
 
+def test_shipped_model_gives_the_same_beams_on_any_thread_count():
+    """The candidates' scans are shared among the engine's threads row by row (8,424 columns per
+    row: enough work to split): 1, 2, 3 and 8 threads (more than this machine's cores) give the
+    same hypotheses, scores and positional scores, bit for bit, batch 8 and batch 1."""
+    from fairseq_aggressive.translator import load_hub
+
+    hub = load_hub("models/uagec-9x3")
+    model, d = hub.models[0], hub.tgt_dict
+    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
+        rows = [hub.encode(next(f).strip()).tolist() for _ in range(16)]
+    ref = SequenceGenerator([model], d, beam_size=5, max_len_a=1.2, max_len_b=10)
+    outs = []
+    for threads in (1, 2, 3, 8):
+        native = NativeBeamGenerator(NativeEngine(model, d, threads=threads), d, ref, beam_size=5, max_len_a=1.2,
+                                     max_len_b=10)
+        out = []
+        for chunk in list(batches(rows, 8)) + [[rows[0]]]:
+            for sent in native.generate([model], make_sample(chunk, d.pad())):
+                out.append([(h["tokens"].tolist(), h["score"].item(), h["positional_scores"].tolist()) for h in sent])
+        outs.append(out)
+    assert all(o == outs[0] for o in outs[1:])
+
+
 def test_refusals():
     task = make_task()
     d = task.target_dictionary

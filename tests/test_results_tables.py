@@ -88,3 +88,26 @@ def test_a_run_table_keeps_the_commands_order_and_drops_empty_columns():
                                         "--bench-modes ct2,iad,greedy,greedy-native,iad-torch")
     rows = [line.split("|")[1].strip() for line in TABLES["bench"]([r])[4:]]
     assert rows == ["ct2 (float32, 1 thread)", "iad", "greedy", "greedy-native", "iad-torch"]
+
+
+def test_targets_join_a_quiet_and_a_loaded_run_by_mode():
+    """`targets`: one row per mode of the quiet run in the command's order, its target from the
+    mode's suffix (else the machine's), the loaded run's time beside it ("-" where it lacks the
+    mode), CTranslate2's fastest configuration named in its cell."""
+
+    def run(load, modes):
+        rows = {m: {"mean_ms_per_sentence": ms, "speedup_vs_ct2": 3.0 / ms, "mean_tokens_per_pass": 1.0,
+                    "identical_to_greedy": 10} for m, ms in modes.items()}
+        if "ct2-best" in rows:
+            rows["ct2-best"]["ct2_config"] = {"compute_type": "int8", "threads": 1 + load // 2}
+        return {"label": "9+3", "load": load, "sentences": 10, "machine": {"native_engine": "avx512vnni"},
+                "command": "fairseq-aggressive-bench x --bench-modes greedy,iad:avx2,iad,ct2-best", "modes": rows}
+
+    quiet = run(0, {"ct2-best": 3.0, "iad": 1.5, "greedy": 30.0, "iad:avx2": 2.0})
+    loaded = run(2, {"iad": 2.0, "iad:avx2": 3.0, "ct2-best": 6.0})
+    lines = TABLES["targets"]([loaded, quiet])
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert [c[:2] for c in cells] == [["greedy (fairseq)", "-"], ["iad", "avx2"], ["iad", "avx512vnni"],
+                                      ["ct2-best", "-"]]
+    assert cells[0][4] == "-" and cells[1][2:6] == ["2.00", "1.50", "3.00", "1.00"] and cells[0][2] == "30.0"
+    assert cells[3][2] == "3.00 (int8, 1 thread)" and cells[3][4] == "6.00 (int8, 2 threads)"

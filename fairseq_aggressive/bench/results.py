@@ -202,11 +202,58 @@ def bench(results: List[Dict]) -> List[str]:
     return lines[:-1]
 
 
+def targets(results: List[Dict]) -> List[str]:
+    """The engine's build targets side by side, quiet and loaded: a stored run per load of the same
+    command (modes ``MODE:TARGET``; no suffix: the machine's own target), ms per sentence and the
+    speedup over the run's fastest CTranslate2 mode, in the command's order; the quiet run's
+    tokens and ms per pass (the encoder included) and outputs equal to greedy."""
+    from .report import describe_mode
+
+    runs = sorted(results, key=lambda r: r.get("load", 0))
+    quiet, loaded = runs[0], (runs[1] if len(runs) > 1 else None)
+    native = quiet["machine"].get("native_engine", "-")
+    order = _run_order(quiet) or list(quiet["modes"])
+    lines = [f"| mode | target | quiet | x ct2 |{' loaded | x ct2 |' if loaded else ''} tok/pass | ms/pass (quiet) "
+             "| =greedy (quiet) |", "|" + "---|" * (9 if loaded else 7)]
+
+    def cells(r, m):
+        row = r["modes"].get(m) if r else None
+        if row is None:
+            return ["-", "-"]
+        t = row["mean_ms_per_sentence"]
+        ms = f"{t:.2f}" if t < 10 else f"{t:.1f}"
+        if m.startswith("ct2-best") and row.get("ct2_config"):
+            ms += f" ({row['ct2_config']['compute_type']}, {row['ct2_config']['threads']} thread"
+            ms += "s)" if row["ct2_config"]["threads"] > 1 else ")"
+        return [ms, f"{row['speedup_vs_ct2']:.2f}" if "speedup_vs_ct2" in row else "-"]
+
+    def per_pass(row):
+        passes = row.get("mean_passes_per_sentence")
+        return f"{row['mean_ms_per_sentence'] / passes:.3f}" if passes else "-"
+
+    for m in [m for m in order if m in quiet["modes"]]:
+        row = quiet["modes"][m]
+        name, _, target = m.partition(":")
+        if name.startswith("ct2"):
+            name, target = (name if name.startswith("ct2-best") else describe_mode(name, row)), "-"
+        elif name in ("greedy", "greedy-int8", "beam5"):
+            name, target = f"{name} (fairseq)", "-"
+        else:
+            target = target or native
+        same = f"{row.get('identical_to_greedy', '-')}/{quiet['sentences']}"
+        if row.get("near_ties_with_greedy"):
+            same += f" (+{row['near_ties_with_greedy']} ties)"
+        lines.append("| " + " | ".join([name, target] + cells(quiet, m) + (cells(loaded, m) if loaded else [])
+                                       + [f"{row['mean_tokens_per_pass']:.2f}", per_pass(row), same]) + " |")
+    return lines
+
+
 TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "at-a-glance": at_a_glance,
     "bench": bench,
     "drafted-vs-greedy": drafted_vs_greedy,
     "serving": serving,
+    "targets": targets,
     "beam-vs-ct2": beam_vs_ct2,
 }
 
