@@ -189,7 +189,8 @@ def bench(results: List[Dict]) -> List[str]:
         out = io.StringIO()
         print_table(r, file=out)
         run = [line for line in out.getvalue().splitlines() if not line.startswith("machine: ")]
-        caption, rows = run[0], [[c.strip() for c in line.strip("|").split("|")] for line in run[1:] if line.startswith("|")]
+        caption = run[0]
+        rows = [[c.strip() for c in line.strip("|").split("|")] for line in run[1:] if line.startswith("|")]
         header, body = rows[0], rows[2:]
         keep = [j for j in range(len(header)) if j == 0 or any(row[j] != "-" for row in body)]
         order = _run_order(r)
