@@ -173,7 +173,8 @@ def test_shipped_model_gives_the_same_beams_on_any_thread_count():
         out = []
         for chunk in list(batches(rows, 8)) + [[rows[0]]]:
             for sent in native.generate([model], make_sample(chunk, d.pad())):
-                out.append([(h["tokens"].tolist(), h["score"].item(), h["positional_scores"].tolist()) for h in sent])
+                out.append([(h["tokens"].tolist(), h["score"].item(), h["positional_scores"].tolist())
+                            for h in sent])
         outs.append(out)
     assert all(o == outs[0] for o in outs[1:])
 
