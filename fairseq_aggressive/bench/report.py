@@ -165,7 +165,9 @@ def describe_mode(mode: str, row: Dict) -> str:
     return f"{mode} ({config['compute_type']}, {config['threads']} thread{'s' if config['threads'] > 1 else ''})"
 
 
-def print_table(res, file=sys.stdout):
+def main_table(res):
+    """The main table: (the lines above it, its columns, a row of cells per mode in the run's order)."""
+    head = []
     has_base = "base_beam5" in res["modes"]
     has_int8 = any(without_target(m).endswith(("-int8", "-sl")) for m in res["modes"])
     has_native = "greedy-native" in res["modes"]
@@ -174,16 +176,14 @@ def print_table(res, file=sys.stdout):
     cols = ["mode", "total_s", "ms/sent"] + (["x base beam5"] if has_base else []) + ["x beam5", "x greedy"] + (
         ["x greedy-native"] if has_native else []) + ([f"x {describe_mode(ct2, res['modes'][ct2])}"] if ct2 else []) + (
         ["x CT2's fastest beam of its width"] if has_ct2_beam else []) + ["passes/sent", "ms/pass", "tok/pass", "draft time", "=greedy"] + (["=fp32"] if has_int8 else []) + ["BLEU", "exact"]
-    print(f"machine: {describe_machine(res['machine'])}", file=file)
+    head.append(f"machine: {describe_machine(res['machine'])}")
     if res.get("device"):
         dev = res["device"]
-        print(f"torch modes on {dev['name']} (CUDA {dev['cuda']}), {dev['dtype']}", file=file)
+        head.append(f"torch modes on {dev['name']} (CUDA {dev['cuda']}), {dev['dtype']}")
     rounds = res.get("rounds", 1)
-    print(f"{res['sentences']} sentences, batch {res['batch_size']}, threads: {describe_threads(res['threads'])}; "
-          f"{describe_load(res.get('load', 0))}" + (f"; times: the mean of {rounds} rounds" if rounds > 1 else ""),
-          file=file)
-    print("| " + " | ".join(cols) + " |", file=file)
-    print("|" + "---|" * len(cols), file=file)
+    head.append(f"{res['sentences']} sentences, batch {res['batch_size']}, threads: {describe_threads(res['threads'])}; "
+                f"{describe_load(res.get('load', 0))}" + (f"; times: the mean of {rounds} rounds" if rounds > 1 else ""))
+    rows = []
     for m, r in res["modes"].items():
         cells = [
             describe_mode(m, r), f"{r['total_s']:.2f}", f"{r['mean_ms_per_sentence']:.1f}",
@@ -203,6 +203,17 @@ def print_table(res, file=sys.stdout):
             f"{r['bleu']:.2f}" if "bleu" in r else "-",
             f"{100 * r['exact_match']:.1f}%" if "exact_match" in r else "-",
         ]
+        rows.append(cells)
+    return head, cols, rows
+
+
+def print_table(res, file=sys.stdout):
+    head, cols, rows = main_table(res)
+    for line in head:
+        print(line, file=file)
+    print("| " + " | ".join(cols) + " |", file=file)
+    print("|" + "---|" * len(cols), file=file)
+    for cells in rows:
         print("| " + " | ".join(cells) + " |", file=file)
 
 

@@ -180,26 +180,19 @@ def bench(results: List[Dict]) -> List[str]:
     """Each stored run's table as the benchmark prints it, after a line with its sentences, batch,
     threads and load: its modes in the command's order, without the columns no mode fills (the
     machine is in the block's last line)."""
-    import io
-
-    from .report import describe_mode, print_table
+    from .report import main_table
 
     lines = []
     for r in results:
-        out = io.StringIO()
-        print_table(r, file=out)
-        run = [line for line in out.getvalue().splitlines() if not line.startswith("machine: ")]
-        caption = run[0]
-        rows = [[c.strip() for c in line.strip("|").split("|")] for line in run[1:] if line.startswith("|")]
-        header, body = rows[0], rows[2:]
+        head, header, body = main_table(r)
+        caption = [line for line in head if not line.startswith("machine: ")][0]
         keep = [j for j in range(len(header)) if j == 0 or any(row[j] != "-" for row in body)]
-        order = _run_order(r)
-        rank = {describe_mode(m, r["modes"][m]): (order.index(m) if m in order else len(order)) for m in r["modes"]}
-        body.sort(key=lambda row: rank.get(row[0], len(order)))
-        table = [header] + body
-        lines += [f"{r['label']}: {caption}", "", "| " + " | ".join(table[0][j] for j in keep) + " |",
+        order = _run_order(r)  # the rows are in the order of r["modes"]
+        rank = [order.index(m) if m in order else len(order) for m in r["modes"]]
+        body = [row for _, row in sorted(zip(rank, body), key=lambda x: x[0])]
+        lines += [f"{r['label']}: {caption}", "", "| " + " | ".join(header[j] for j in keep) + " |",
                   "|" + "---|" * len(keep)]
-        lines += ["| " + " | ".join(row[j] for j in keep) + " |" for row in table[1:]] + [""]
+        lines += ["| " + " | ".join(row[j] for j in keep) + " |" for row in body] + [""]
     return lines[:-1]
 
 
