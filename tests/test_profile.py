@@ -1,5 +1,6 @@
 """scripts/diagnostics/profile_pass.py: the split of IAD time into its parts adds up, the
 pass-cost table covers the widths, the operator table is printed."""
+import json
 import os
 import re
 import subprocess
@@ -31,12 +32,12 @@ def test_profile_pass(trained):
     assert "aten::" in out  # the operator table
 
 
-def test_pass_cost(trained):
+def test_pass_cost(trained, tmp_path):
     """scripts/diagnostics/pass_cost.py: a pass over T positions after a prefix in the
     cache (float32: after 2 more one-token steps, beside a CPU-bound process), float32
     and int8, each width timed and its ratio to a one-token step printed; with --stages
-    (int8 here) the time of each stage of the passes by width; a negative count is
-    refused."""
+    (int8 here) the time of each stage of the passes by width; --json writes what it
+    printed as a result scripts/results.py stores; a negative count is refused."""
     from helpers import NATIVE_REASON
 
     if NATIVE_REASON is not None:
@@ -45,7 +46,8 @@ def test_pass_cost(trained):
     for precision in ("float32", "int8"):
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
                                "--path", str(ckpt), "--sentences", "12", "--threads", "1", "--positions", "1,2,4",
-                               "--prefix", "2", "--precision", precision, "--rounds", "2"]
+                               "--prefix", "2", "--precision", precision, "--rounds", "2",
+                               "--json", str(tmp_path / f"{precision}.json")]
                               + (["--stages"] if precision == "int8" else ["--warm-steps", "2", "--load", "1"]),
                               capture_output=True, text=True, timeout=600)
         # (the script fails where a timed pass does not accept greedy's own continuation,
@@ -58,6 +60,14 @@ def test_pass_cost(trained):
                           out, re.M)
         assert [r[0] for r in rows] == ["1", "2", "4"], out
         assert all(int(n) > 0 and float(ms) > 0 for _, n, ms, _ in rows) and rows[0][3] == "1.00", out
+        res = json.loads((tmp_path / f"{precision}.json").read_text())
+        assert (res["kind"], res["precision"], res["prefix"], res["load"]) == (
+            "pass_cost", precision, 2, 1 if precision == "float32" else 0), res
+        assert [(T, p["n"], f"{p['median_ms']:.3f}") for T, p in res["passes"].items()] == [
+            (T, int(n), ms) for T, n, ms, _ in rows], res
+        assert res["command"].startswith("python scripts/diagnostics/pass_cost.py ") and res["machine"]["cores"] >= 1
+        from fairseq_aggressive.bench.results import stored
+        assert stored(res, "x")["passes"] == res["passes"]  # storable as it is
         stage_rows = re.findall(r"^\| ([a-z/ ]+) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \| [-+\d.]+ \| [-+\d.]+ \|$",
                                 out, re.M)
         stages = {m[0]: m[1:] for m in stage_rows}
@@ -72,6 +82,7 @@ def test_pass_cost(trained):
         means = re.findall(r"^T=\s*\d+: \d+ passes, median [\d.]+ ms, mean ([\d.]+) ms per pass", out, re.M)
         for i, mean in enumerate(means):
             assert abs(float(stages["total"][i]) - float(mean)) <= 0.002, out
+        assert set(res["stages_ms"]) == {"1", "2", "4"} and "ffn" in res["stages_ms"]["4"], res
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
                            "--path", str(ckpt), "--warm-steps", "-1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "--warm-steps and --load must be >= 0" in proc.stderr, proc.stderr[-3000:]

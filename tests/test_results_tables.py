@@ -8,7 +8,8 @@ import shutil
 
 import pytest
 
-from fairseq_aggressive.bench.results import ResultsError, TABLES, load, pages, render, stored
+from fairseq_aggressive.bench.tables import TABLES
+from fairseq_aggressive.bench.results import ResultsError, load, pages, render, stored
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -3,7 +3,7 @@
 
     python scripts/diagnostics/pass_cost.py DATA-BIN --path CKPT [--sentences 200] [--threads 2]
         [--positions 1,2,4,8,16] [--prefix 8] [--warm-steps 0] [--precision int8] [--shortlist N]
-        [--subset test] [--load N]
+        [--subset test] [--load N] [--json F]
 
 For each sentence, greedy's output is computed first; then, on a freshly
 encoded batch whose cache already holds the first ``--prefix`` output tokens
@@ -17,7 +17,8 @@ each pass brings back into the outer caches what they can hold.  The encoder
 is not included.  Prints the median and mean ms per pass for each T and its
 ratio to T=1, side by side in one run (``--rounds`` alternating rounds over
 the widths), and names the machine.  ``--load N`` times the passes beside N
-CPU-bound processes.
+CPU-bound processes.  ``--json F`` writes the run (its command, commit and machine, each T's
+median and mean, the stages' ms) as a result ``scripts/results.py add`` stores.
 
 ``--stages`` runs the engine's test library, which times the stages of each
 pass (csrc/stages.h), and adds a table: ms per pass in each stage for each T,
@@ -51,6 +52,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds over the widths")
     ap.add_argument("--stages", action="store_true",
                     help="time each stage of the passes (the engine's test library)")
+    ap.add_argument("--json", default=None, help="write the run's figures here (a result scripts/results.py stores)")
     ap.add_argument("--amx-min-rows", type=int, default=None,
                     help="AMX targets: the fewest rows an int8 product runs on AMX tiles (the engine's test library)")
     args = ap.parse_args(argv)
@@ -95,8 +97,35 @@ def main(argv=None):
             ratio = f", {med / base:.2f}x T={positions[0]}" if base else ""
             print(f"T={T:3d}: {len(times[T])} passes, median {1000 * med:.3f} ms, "
                   f"mean {1000 * statistics.mean(times[T]):.3f} ms per pass{ratio}")
-    if args.stages:
-        print_stages(positions, times, spent)
+    per = stage_ms(positions, times, spent) if args.stages else None
+    if per:
+        print_stages(per)
+    if args.json:
+        write_json(args, gen, samples, positions, times, per)
+
+
+def write_json(args, gen, samples, positions, times, per):
+    """The run as a result: its settings, each T's passes, median and mean ms, the stages' ms."""
+    import json
+    import os
+    import sys
+
+    from fairseq_aggressive.bench.provenance import provenance
+    from fairseq_aggressive.native.machine import machine_info
+
+    res = {"kind": "pass_cost", "machine": dict(machine_info(), native_engine=gen.native.isa),
+           "precision": args.precision, "prefix": args.prefix, "warm_steps": args.warm_steps, "load": args.load,
+           "threads": args.threads, "sentences": len(samples), "shortlist": args.shortlist,
+           "passes": {str(T): {"n": len(times[T]), "median_ms": 1000 * statistics.median(times[T]),
+                               "mean_ms": 1000 * statistics.mean(times[T])} for T in positions if times[T]}}
+    if per:
+        res["stages_ms"] = {str(T): v for T, v in per.items()}
+    res.update(provenance(["pass_cost.py"] + sys.argv[1:]))
+    res["command"] = "python scripts/diagnostics/" + res["command"]
+    tmp = args.json + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(res, f, indent=1)
+    os.replace(tmp, args.json)
 
 
 def time_passes(gen, d, samples, outputs, positions, P, W, rounds, stages, shortlist):
@@ -136,28 +165,36 @@ def time_passes(gen, d, samples, outputs, positions, P, W, rounds, stages, short
     return times, spent
 
 
-def print_stages(positions, times, spent):
-    """ms per pass in each stage (the pass's own time, less its stages, is
-    its bookkeeping), and for each T what each stage adds to T=1's pass."""
+def stage_ms(positions, times, spent):
+    """ms per pass in each stage for each T (mean; the pass's own time less its stages is its
+    bookkeeping, the time around it "outside the pass")."""
     from fairseq_aggressive.diagnostics.stages import STAGES
 
     widths = [T for T in positions if times[T]]
     per = {T: {k: 1000 * v / len(times[T]) for k, v in spent[T].items()} for T in widths}
     names = [n for n in STAGES if n not in ("encoder", "pass") and any(per[T].get(n, 0) > 0 for T in widths)]
+    out = {}
     for T in widths:
-        per[T]["bookkeeping"] = per[T].get("pass", 0) - sum(per[T].get(n, 0) for n in names)
-        per[T]["outside the pass"] = 1000 * statistics.mean(times[T]) - per[T].get("pass", 0)
-    rows = names + ["bookkeeping", "outside the pass"]
+        out[T] = {n: per[T].get(n, 0.0) for n in names}
+        out[T]["bookkeeping"] = per[T].get("pass", 0) - sum(per[T].get(n, 0) for n in names)
+        out[T]["outside the pass"] = 1000 * statistics.mean(times[T]) - per[T].get("pass", 0)
+    return out
+
+
+def print_stages(per):
+    """ms per pass in each stage, and for each T what each stage adds to the first T's pass."""
+    widths = list(per)
+    rows = list(per[widths[0]])
     base = widths[0]
     print("\nms per pass by stage (mean), and what each adds over T=%d:" % base)
     print("| stage | " + " | ".join(f"T={T}" for T in widths) + " | " +
           " | ".join(f"+ at T={T}" for T in widths[1:]) + " |")
     print("|---" * (1 + 2 * len(widths) - 1) + "|")
     for n in rows:
-        cells = [f"{per[T].get(n, 0):.4f}" for T in widths]
-        adds = [f"{per[T].get(n, 0) - per[base].get(n, 0):+.4f}" for T in widths[1:]]
+        cells = [f"{per[T][n]:.4f}" for T in widths]
+        adds = [f"{per[T][n] - per[base][n]:+.4f}" for T in widths[1:]]
         print(f"| {n} | " + " | ".join(cells) + " | " + " | ".join(adds) + " |")
-    total = [sum(per[T].get(n, 0) for n in rows) for T in widths]
+    total = [sum(per[T].values()) for T in widths]
     print("| total | " + " | ".join(f"{t:.4f}" for t in total) + " | " +
           " | ".join(f"{t - total[0]:+.4f}" for t in total[1:]) + " |")
 

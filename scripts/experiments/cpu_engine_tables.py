@@ -4,6 +4,7 @@
     python scripts/experiments/cpu_engine_tables.py [--work work] [--out DIR] [--parts ct2 exact ...]
         [--models 3x2 9x3 d512 d1024] [--loads 0 2] [--avx2-only] [--sentences-scale F] [--dry-run]
     python scripts/experiments/cpu_engine_tables.py --summary [--out DIR]
+    python scripts/experiments/cpu_engine_tables.py ... --store results/cpu-engine
 
 What docs/results-build-targets.md, docs/pass-cost.md, docs/engine-kernels.md and docs/threads-and-load.md
 report, by part:
@@ -28,12 +29,17 @@ to redo its run).  The UA-GEC data (``scripts/data/prepare_uagec.py``) and the w
 (``widen_model.py``) are made first where missing.  At the end, and with ``--summary``, each
 run's table is printed under its command.
 
+``--store results/TOPIC`` stores each finished benchmark run there as a result
+(``scripts/results.py add``: its command, commit, machine and the model's label), from which the
+docs' tables are made; the runs already done are stored without running again.
+
 ``--avx2-only`` runs both engines on AVX2 code only: the engine's ``avx2`` target, and oneDNN
 (CTranslate2's and torch's products) and CTranslate2's own kernels capped at AVX2; on a CPU with
 AVX-512 that stands in, as far as code goes, for one without it.  ``--sentences-scale 0.05``
 makes a smoke run of a few minutes.
 """
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -42,7 +48,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# name, checkpoint ({work}: --work), sentences of the test set
+# name, checkpoint ({work}: --work), sentences of the test set; the label the tables give it
+LABELS = {"3x2": "3+2, d=128", "9x3": "9+3, d=128", "d512": "d=512", "d1024": "d=1024"}
 MODELS = [("3x2", "models/uagec-3x2/model.pt", 600), ("9x3", "models/uagec-9x3/model.pt", 600),
           ("d512", "{work}/wide/d512.pt", 200), ("d1024", "{work}/wide/d1024.pt", 60)]
 WIDE = {"d512": ["--dim", "512", "--ffn", "2048", "--heads", "8"],
@@ -90,13 +97,15 @@ def runs(args, work: Path, out: Path, amx: bool):
                 str(work / "wide" / "d512.pt"), "--sentences", str(max(1, round(60 * args.sentences_scale))),
                 "--threads", "1", "--rounds", "3"]
         for p in ("float32", "int8"):
-            yield (f"pass-d512-{p}", cost + ["--positions", "1,2,3,4,5,6,8", "--prefix", "8", "--precision", p])
+            yield (f"pass-d512-{p}", cost + ["--positions", "1,2,3,4,5,6,8", "--prefix", "8", "--precision", p,
+                                             "--json", str(out / f"pass-d512-{p}.json")])
         # the same place of the same sentences right after the prefix and in the middle of a sentence
         for p in ("float32", "int8"):
             for load in args.loads:
                 for tag, where in (("after12", ["--prefix", "12"]), ("warm4", ["--prefix", "8", "--warm-steps", "4"])):
-                    yield (f"pass-d512-{p}-{tag}-load{load}",
-                           cost + ["--positions", "1,2,4,5,6,8", "--precision", p, "--load", str(load)] + where)
+                    name = f"pass-d512-{p}-{tag}-load{load}"
+                    yield (name, cost + ["--positions", "1,2,4,5,6,8", "--precision", p, "--load", str(load)] + where
+                           + ["--json", str(out / f"{name}.json")])
     if "amx" in args.parts and amx:
         rate = [py, str(ROOT / "scripts" / "diagnostics" / "linear_rate.py"), "--isa", "avx512amx", "--precision",
                 "int8", "--rows", "1,2,3,4,5,6,8,9,10,12,16", "--threads", "1", "2", "--decoder-layers", "3"]
@@ -188,6 +197,28 @@ def summary(out: Path) -> None:
         print(table_of(text))
 
 
+def store(out: Path, dest: Path, names, avx2_only: bool) -> int:
+    """Each finished benchmark run among ``names`` stored under ``dest`` with its model's label and its
+    command as typed from the repository's root (the AVX2 caps in front); the number stored."""
+    from fairseq_aggressive.bench.results import stored
+
+    env = " ".join(f"{k}={v}" for k, v in AVX2_ENV.items()) + " " if avx2_only else ""
+    done = 0
+    for name in names:
+        src = out / f"{name}.json"
+        if not src.exists() or not (out / f"{name}.txt").exists():
+            continue
+        res = json.loads(src.read_text())
+        model = next(m for m in LABELS if f"-{m}-" in f"-{name}-")
+        command = env + res["command"].replace(str(out.resolve()) + os.sep, "OUT/").replace(str(ROOT) + os.sep, "")
+        dest.mkdir(parents=True, exist_ok=True)
+        tmp = dest / f"{name}.json.tmp"
+        tmp.write_text(json.dumps(stored(res, LABELS[model], command), indent=1, sort_keys=True) + "\n")
+        tmp.replace(dest / f"{name}.json")
+        done += 1
+    return done
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -200,6 +231,8 @@ def main(argv=None):
     ap.add_argument("--sentences-scale", type=float, default=1.0, help="a fraction of each run's sentences")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--summary", action="store_true", help="print the tables of the finished runs and exit")
+    ap.add_argument("--store", metavar="DIR", help="store each finished benchmark run under DIR (results/TOPIC) as a "
+                    "result the docs' tables are made from")
     args = ap.parse_args(argv)
     if args.sentences_scale <= 0:
         ap.error("--sentences-scale must be > 0")
@@ -229,6 +262,9 @@ def main(argv=None):
             failed.append(name)
     if not args.dry_run:
         summary(out)
+    if args.store and not args.dry_run:
+        names = [n for n, argv_ in runs(args, work, out, amx) if "--bench-json" in argv_ or "--json" in argv_]
+        print(f"\nstored {store(out, Path(args.store), names, args.avx2_only)} run(s) under {args.store}")
     if failed:
         print(f"\nfailed: {' '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

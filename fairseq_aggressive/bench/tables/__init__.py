@@ -1,0 +1,25 @@
+"""The docs' tables made from stored results (:mod:`fairseq_aggressive.bench.results`): each
+maker takes the stored results a block's glob selects and returns the table's lines; a block
+names its maker by its key in :data:`TABLES`."""
+from typing import Callable, Dict, List
+
+from .decoding import at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, serving, targets
+from .engine import (exactness, loop_in_engine, pass_cost, pass_stages, pass_vs_step, side_by_side, vs_ct2,
+                     workers)
+
+TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
+    "at-a-glance": at_a_glance,
+    "bench": bench,
+    "drafted-vs-greedy": drafted_vs_greedy,
+    "serving": serving,
+    "targets": targets,
+    "beam-vs-ct2": beam_vs_ct2,
+    "vs-ct2": vs_ct2,
+    "loop-in-engine": loop_in_engine,
+    "pass-vs-step": pass_vs_step,
+    "exactness": exactness,
+    "workers": workers,
+    "side-by-side": side_by_side,
+    "pass-cost": pass_cost,
+    "pass-stages": pass_stages,
+}

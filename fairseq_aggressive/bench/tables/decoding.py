@@ -1,0 +1,161 @@
+"""Tables of decoding runs: a run's own table, the build targets, drafted against greedy, the
+server, beam search."""
+from typing import Dict, List
+
+from .common import ct2_cell, ms_of, row_key, run_order, model_and_load
+
+
+IAD_MODES = ("greedy-native", "iad", "greedy-native-int8", "iad-int8", "ct2-best")
+
+
+def _iad_table(results: List[Dict], header: List[str], cells) -> List[str]:
+    """A row per result (model, load, batch): ``cells(r, greedy, iad, greedy int8, iad int8, ct2-best)`` (ms)."""
+    lines = ["| " + " | ".join(["model", "batch"] + header) + " |", "|" + "---|" * (len(header) + 2)]
+    for r in sorted(results, key=row_key):
+        ms = [ms_of(r, m) for m in IAD_MODES]
+        lines.append("| " + " | ".join([model_and_load(r), str(r["batch_size"])] + cells(r, *ms)) + " |")
+    return lines
+
+
+def drafted_vs_greedy(results: List[Dict]) -> List[str]:
+    """IAD against the engine's greedy (float32, int8) and CTranslate2's best, per model, load and batch."""
+    return _iad_table(results, ["greedy", "iad", "greedy int8", "iad int8", "CTranslate2 best", "x CT2"],
+                      lambda r, g, i, g8, i8, c: [f"{g:.2f}", f"{i:.2f} ({g / i:.2f})", f"{g8:.2f}",
+                                                  f"{i8:.2f} ({g8 / i8:.2f})", ct2_cell(r, "ct2-best"),
+                                                  f"{c / i:.2f} / {c / i8:.2f}"])
+
+
+def at_a_glance(results: List[Dict]) -> List[str]:
+    """IAD (float32, int8): ms per sentence, against the engine's greedy of its precision and CTranslate2's best."""
+    return _iad_table(results, ["IAD ms", "x greedy", "x CTranslate2 best", "IAD int8 ms", "x int8 greedy",
+                                "x CTranslate2 best"],
+                      lambda r, g, i, g8, i8, c: [f"{i:.2f}", f"{g / i:.2f}", f"{c / i:.2f}", f"{i8:.2f}",
+                                                  f"{g8 / i8:.2f}", f"{c / i8:.2f}"])
+
+
+def serving(results: List[Dict]) -> List[str]:
+    """The server benchmark (fairseq-aggressive-bench-serve): per system, one request at a time, the
+    capacity, and p50 / p99 at 0.7 and 0.9 of its capacity; one table per stored run."""
+    names = {"iad": "iad", "greedy": "greedy (continuous, no drafts)", "static": "static batches, engine greedy",
+             "ct2": "CTranslate2 best, static batches"}
+    lines = []
+    for r in results:
+        load = r["settings"].get("bench_load", 0)
+        lines += [f"| {'quiet' if not load else f'beside {load} busy processes'} | one at a time: p50 ms | "
+                  "capacity: sent/s | p50 / p99 ms at 0.7 of capacity | at 0.9 |", "|---|---|---|---|---|"]
+        order = [n for n in r["settings"].get("systems", []) if n in r["systems"]]
+        for name in order + [n for n in r["systems"] if n not in order]:
+            s = r["systems"][name]
+            if "latency" not in s:
+                lines.append(f"| {names.get(name, name)} | {s.get('error', 'no result')} | | | |")
+                continue
+            at = {round(p["fraction"], 2): p for p in s.get("open_loop", [])}
+
+            def ms(x):
+                return f"{x:.2f}" if x < 10 else f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+            def point(f):
+                p = at.get(f)
+                if p is None:
+                    return "-"
+                refused = f" ({p['refused']} refused)" if p.get("refused") else ""
+                return f"{ms(p['p50_ms'])} / {ms(p['p99_ms'])}{refused}"
+
+            lines.append(f"| {names.get(name, name)} | {s['latency']['p50_ms']:.2f} | "
+                         f"{s['capacity']['sentences_per_s']:.0f} | {point(0.7)} | {point(0.9)} |")
+        c = {n: r["systems"][n]["check"] for n in order if "check" in r["systems"][n]}
+        lines += ["", "Answers equal to the engine's greedy: " + ", ".join(
+            f"{n} {v['responses_equal']:,} of {v['responses']:,}" for n, v in c.items()) + "."]
+        lines.append("")
+    return lines[:-1]
+
+
+def beam_vs_ct2(results: List[Dict]) -> List[str]:
+    """The engine's beam 5 (float32, int8) and drafted beam 5 against fairseq's beam 5 and
+    CTranslate2's best beam 5; the outputs equal to the reference's (the engine's beam: fairseq's;
+    drafted: the engine's)."""
+    lines = ["| model | batch | fairseq beam 5 | engine beam 5 | = fairseq | drafted (iad-beam5) | = engine | "
+             "engine beam 5, int8 | CTranslate2 best beam 5 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=row_key):
+        c = ms_of(r, "ct2-best-beam5")
+
+        def cell(mode):
+            ms = ms_of(r, mode)
+            return "-" if ms is None else f"{ms:.2f} ({c / ms:.2f}x)"
+
+        def same(mode):
+            n = r["modes"].get(mode, {}).get("identical_to_greedy")
+            return "-" if n is None else f"{n}/{r['sentences']}"
+
+        fs = ms_of(r, "beam5")
+        lines.append(f"| {model_and_load(r)} | {r['batch_size']} | {'-' if fs is None else f'{fs:.1f}'} | "
+                     f"{cell('beam5-native')} | {same('beam5-native')} | {cell('iad-beam5')} | {same('iad-beam5')} | "
+                     f"{cell('beam5-native-int8')} | {ct2_cell(r, 'ct2-best-beam5')} |")
+    return lines
+
+
+def bench(results: List[Dict]) -> List[str]:
+    """Each stored run's table as the benchmark prints it, after a line with its sentences, batch,
+    threads and load: its modes in the command's order, without the columns no mode fills (the
+    machine is in the block's last line)."""
+    from ..report import main_table
+
+    lines = []
+    for r in results:
+        head, header, body = main_table(r)
+        caption = [line for line in head if not line.startswith("machine: ")][0]
+        keep = [j for j in range(len(header)) if j == 0 or any(row[j] != "-" for row in body)]
+        order = run_order(r)  # the rows are in the order of r["modes"]
+        rank = [order.index(m) if m in order else len(order) for m in r["modes"]]
+        body = [row for _, row in sorted(zip(rank, body), key=lambda x: x[0])]
+        lines += [f"{r['label']}: {caption}", "", "| " + " | ".join(header[j] for j in keep) + " |",
+                  "|" + "---|" * len(keep)]
+        lines += ["| " + " | ".join(row[j] for j in keep) + " |" for row in body] + [""]
+    return lines[:-1]
+
+
+def targets(results: List[Dict]) -> List[str]:
+    """The engine's build targets side by side, quiet and loaded: a stored run per load of the same
+    command (modes ``MODE:TARGET``; no suffix: the machine's own target), ms per sentence and the
+    speedup over the run's fastest CTranslate2 mode, in the command's order; the quiet run's
+    tokens and ms per pass (the encoder included) and outputs equal to greedy."""
+    from ..report import describe_mode
+
+    runs = sorted(results, key=lambda r: r.get("load", 0))
+    quiet, loaded = runs[0], (runs[1] if len(runs) > 1 else None)
+    native = quiet["machine"].get("native_engine", "-")
+    order = run_order(quiet) or list(quiet["modes"])
+    lines = [f"| mode | target | quiet | x ct2 |{' loaded | x ct2 |' if loaded else ''} tok/pass | ms/pass (quiet) "
+             "| =greedy (quiet) |", "|" + "---|" * (9 if loaded else 7)]
+
+    def cells(r, m):
+        row = r["modes"].get(m) if r else None
+        if row is None:
+            return ["-", "-"]
+        t = row["mean_ms_per_sentence"]
+        ms = f"{t:.2f}" if t < 10 else f"{t:.1f}"
+        if m.startswith("ct2-best") and row.get("ct2_config"):
+            ms += f" ({row['ct2_config']['compute_type']}, {row['ct2_config']['threads']} thread"
+            ms += "s)" if row["ct2_config"]["threads"] > 1 else ")"
+        return [ms, f"{row['speedup_vs_ct2']:.2f}" if "speedup_vs_ct2" in row else "-"]
+
+    def per_pass(row):
+        passes = row.get("mean_passes_per_sentence")
+        return f"{row['mean_ms_per_sentence'] / passes:.3f}" if passes else "-"
+
+    for m in [m for m in order if m in quiet["modes"]]:
+        row = quiet["modes"][m]
+        name, _, target = m.partition(":")
+        if name.startswith("ct2"):
+            name, target = (name if name.startswith("ct2-best") else describe_mode(name, row)), "-"
+        elif name in ("greedy", "greedy-int8", "beam5"):
+            name, target = f"{name} (fairseq)", "-"
+        else:
+            target = target or native
+        same = f"{row.get('identical_to_greedy', '-')}/{quiet['sentences']}"
+        if row.get("near_ties_with_greedy"):
+            same += f" (+{row['near_ties_with_greedy']} ties)"
+        lines.append("| " + " | ".join([name, target] + cells(quiet, m) + (cells(loaded, m) if loaded else [])
+                                       + [f"{row['mean_tokens_per_pass']:.2f}", per_pass(row), same]) + " |")
+    return lines
