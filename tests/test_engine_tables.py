@@ -157,3 +157,20 @@ def test_store_writes_labelled_results_with_the_command_from_the_root(tmp_path):
     assert got["command"] == ("FAIRSEQ_AGGRESSIVE_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2 "
                               "fairseq-aggressive-bench work/uagec/bin --path work/wide/d512.pt "
                               "--bench-json OUT/ct2-d512-load0.json")
+
+
+def test_drafters_joins_quiet_and_loaded_with_both_speedups():
+    def run(load, ms, sentences):
+        modes = {m: {"mean_ms_per_sentence": t, "speedup_vs_greedy-native": ms["greedy-native"] / t,
+                     "speedup_vs_ct2": ms["ct2-best"] / t, "mean_tokens_per_pass": 1.0, "identical_to_greedy": 9,
+                     "draft_time_share": 0.25 if "feature" in m else 0.0} for m, t in ms.items()}
+        modes["ct2-best"]["ct2_config"] = {"compute_type": "int8", "threads": 1}
+        return {"label": "x", "load": load, "sentences": sentences, "modes": modes,
+                "command": "fairseq-aggressive-bench d --bench-modes feature-ar@8,greedy-native,ct2-best"}
+
+    lines = TABLES["drafters"]([run(2, {"greedy-native": 8.0, "feature-ar@8": 2.0, "ct2-best": 4.0}, 5),
+                                run(0, {"greedy-native": 4.0, "feature-ar@8": 2.0, "ct2-best": 3.0}, 10)])
+    assert _cells(lines[0])[:5] == ["mode", "quiet (10)", "x greedy-native", "x ct2-best", "loaded (5)"]
+    assert _cells(lines[2]) == ["feature-ar@8", "2.00", "2.00", "1.50", "2.00", "4.00", "2.00", "1.00", "25%",
+                                "9/10"]
+    assert [_cells(line)[0] for line in lines[2:]] == ["feature-ar@8", "greedy-native", "ct2-best (int8, 1 thread)"]

@@ -112,3 +112,10 @@ def test_targets_join_a_quiet_and_a_loaded_run_by_mode():
                                       ["ct2-best", "-"]]
     assert cells[0][4] == "-" and cells[1][2:6] == ["2.00", "1.50", "3.00", "1.00"] and cells[0][2] == "30.0"
     assert cells[3][2] == "3.00 (int8, 1 thread)" and cells[3][4] == "6.00 (int8, 2 threads)"
+
+
+def test_a_block_reads_several_globs_joined_by_commas():
+    found = load(ROOT, "uagec/b1-t1.json,uagec/b1-t2.json,uagec/b1-t*.json")
+    assert [r["_path"] for r in found] == ["uagec/b1-t1.json", "uagec/b1-t2.json"]
+    with pytest.raises(ResultsError, match="no stored results match"):
+        load(ROOT, "uagec/none-*.json,beam/none.json")

@@ -11,7 +11,7 @@ holds a generated table between two markers::
     <!-- /results -->
 
 TABLE names one of :data:`TABLES`, GLOB the stored results it reads (under
-``results/``, sorted by name).  ``render(page)`` remakes every such block
+``results/``, sorted by name; several globs joined by commas).  ``render(page)`` remakes every such block
 from the stored results; ``python scripts/results.py tables --check`` fails
 where a page differs from what its results make (the test suite runs it).
 """
@@ -51,8 +51,9 @@ def stored(result: Dict, label: str, command: Optional[str] = None, commit: Opti
 
 
 def load(root: str, pattern: str) -> List[Dict]:
-    """The stored results under ``root``/results that ``pattern`` matches, each with its ``_path`` there."""
-    paths = sorted(glob.glob(os.path.join(root, "results", pattern)))
+    """The stored results under ``root``/results that ``pattern`` matches (globs joined by commas),
+    sorted by path, each with its ``_path`` there."""
+    paths = sorted({p for g in pattern.split(",") for p in glob.glob(os.path.join(root, "results", g))})
     if not paths:
         raise ResultsError(f"no stored results match {pattern}")
     out = []

@@ -2,7 +2,7 @@
 server, beam search."""
 from typing import Dict, List
 
-from .common import ct2_cell, ms_of, row_key, run_order, model_and_load
+from .common import ct2_cell, model_and_load, ms_of, row_key, run_order, short
 
 
 IAD_MODES = ("greedy-native", "iad", "greedy-native-int8", "iad-int8", "ct2-best")
@@ -158,4 +158,40 @@ def targets(results: List[Dict]) -> List[str]:
             same += f" (+{row['near_ties_with_greedy']} ties)"
         lines.append("| " + " | ".join([name, target] + cells(quiet, m) + (cells(loaded, m) if loaded else [])
                                        + [f"{row['mean_tokens_per_pass']:.2f}", per_pass(row), same]) + " |")
+    return lines
+
+
+def drafters(results: List[Dict]) -> List[str]:
+    """Drafted modes beside the engine's greedy, a quiet and a loaded run of one command joined by
+    mode (in the command's order): ms per sentence and the speedups over the engine's greedy of
+    the run and over its fastest CTranslate2 configuration, the quiet run's tokens per pass, the
+    drafter's share of the time and the outputs equal to greedy."""
+    from ..report import describe_mode
+
+    runs = sorted(results, key=lambda r: r.get("load", 0))
+    quiet, loaded = runs[0], (runs[1] if len(runs) > 1 else None)
+    order = [m for m in (run_order(quiet) or list(quiet["modes"])) if m in quiet["modes"]]
+    head = ["mode", f"quiet ({quiet['sentences']})", "x greedy-native", "x ct2-best"]
+    if loaded:
+        head += [f"loaded ({loaded['sentences']})", "x greedy-native", "x ct2-best"]
+    lines = ["| " + " | ".join(head + ["tokens per pass", "draft time", "=greedy (quiet)"]) + " |",
+             "|" + "---|" * (len(head) + 3)]
+
+    def cells(r, m):
+        row = r["modes"].get(m) if r else None
+        if row is None:
+            return ["-", "-", "-"]
+        g, c = row.get("speedup_vs_greedy-native"), row.get("speedup_vs_ct2")
+        return [short(row["mean_ms_per_sentence"]), "-" if g is None else f"{g:.2f}", "-" if c is None else f"{c:.2f}"]
+
+    for m in order:
+        row = quiet["modes"][m]
+        name = describe_mode(m, row) if m.startswith("ct2") else {"greedy": "greedy (fairseq)"}.get(m, m)
+        share = row.get("draft_time_share")
+        same = f"{row.get('identical_to_greedy', '-')}/{quiet['sentences']}"
+        if row.get("near_ties_with_greedy"):
+            same += f" (+{row['near_ties_with_greedy']} ties)"
+        lines.append("| " + " | ".join([name] + cells(quiet, m) + (cells(loaded, m) if loaded else [])
+                                       + [f"{row['mean_tokens_per_pass']:.2f}",
+                                          "-" if not share else f"{100 * share:.0f}%", same]) + " |")
     return lines

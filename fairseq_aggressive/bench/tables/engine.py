@@ -150,10 +150,12 @@ def side_by_side(results: List[Dict]) -> List[str]:
     """Stored runs of one model side by side, a column per run (named by its load, its threads and
     its workers): ms per sentence (a run of workers: sentences per second and latency p50 / p95),
     CTranslate2's fastest configuration named, and IAD's speedup over it in each run."""
+    batches = len({r.get("batch_size", 1) for r in results}) > 1
+
     def head(r):
         t = r.get("threads")
         t = (t.get("engine") or [None])[0] if isinstance(t, dict) else r.get("threads_per_worker")
-        parts = ["loaded" if r.get("load") else "quiet"]
+        parts = ["loaded" if r.get("load") else "quiet"] + ([f"batch {r.get('batch_size', 1)}"] if batches else [])
         if isinstance(t, int):
             parts.append(f"{t} thread{'' if t == 1 else 's'}{' each' if r.get('workers', 1) > 1 else ''}")
         if r.get("workers", 1) > 1:
