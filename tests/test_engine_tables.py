@@ -2,8 +2,7 @@
 stored runs, each checked cell by cell, and cpu_engine_tables.py --store writing what they read."""
 import json
 import os
-import subprocess
-import sys
+import runpy
 
 from fairseq_aggressive.bench.results import stored
 from fairseq_aggressive.bench.tables import TABLES
@@ -140,22 +139,18 @@ def test_store_writes_labelled_results_with_the_command_from_the_root(tmp_path):
     out, dest = tmp_path / "out", tmp_path / "results" / "cpu-engine"
     out.mkdir()
     res = dict(_run("?", 0, {"iad": 1.0, "ct2-best": 2.0}), machine={"cores": 2}, commit="abc")
-    res["command"] = (f"fairseq-aggressive-bench {ROOT}/work/uagec/bin --path {ROOT}/work/wide/d512.pt "
+    res["command"] = (f"fairseq-aggressive-bench {tmp_path}/w/uagec/bin --path {ROOT}/models/x.pt "
                       f"--bench-json {out}/ct2-d512-load0.json")
     for name in ("ct2-d512-load0", "ct2-9x3-load0"):
         (out / f"{name}.json").write_text(json.dumps(res))
     (out / "ct2-d512-load0.txt").write_text("done")  # ct2-9x3-load0 has not finished
-    code = ("import runpy, sys; from pathlib import Path; sys.argv = ['x']; "
-            "m = runpy.run_path(%r); "
-            "print(m['store'](Path(%r), Path(%r), ['ct2-d512-load0', 'ct2-9x3-load0'], True))"
-            % (os.path.join(ROOT, "scripts", "experiments", "cpu_engine_tables.py"), str(out), str(dest)))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("1"), proc.stderr[-2000:]
+    script = runpy.run_path(os.path.join(ROOT, "scripts", "experiments", "cpu_engine_tables.py"))
+    assert script["store"](out, dest, ["ct2-d512-load0", "ct2-9x3-load0"], True, tmp_path / "w") == 1
     assert [p.name for p in dest.iterdir()] == ["ct2-d512-load0.json"]
     got = json.loads((dest / "ct2-d512-load0.json").read_text())
     assert got["label"] == "d=512" and got == stored(got, "d=512")
     assert got["command"] == ("FAIRSEQ_AGGRESSIVE_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 CT2_FORCE_CPU_ISA=AVX2 "
-                              "fairseq-aggressive-bench work/uagec/bin --path work/wide/d512.pt "
+                              "fairseq-aggressive-bench work/uagec/bin --path models/x.pt "
                               "--bench-json OUT/ct2-d512-load0.json")
 
 

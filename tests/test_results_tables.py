@@ -119,3 +119,14 @@ def test_a_block_reads_several_globs_joined_by_commas():
     assert [r["_path"] for r in found] == ["uagec/b1-t1.json", "uagec/b1-t2.json"]
     with pytest.raises(ResultsError, match="no stored results match"):
         load(ROOT, "uagec/none-*.json,beam/none.json")
+
+
+def test_edit_spans_prints_the_bound_and_each_modes_passes_by_span():
+    [r] = load(ROOT, "uagec/b1-t2.json")
+    lines = TABLES["edit-spans"]([r])
+    rows = {line.split("|")[1].strip(): line for line in lines if line.startswith("| ")}
+    assert lines[0] == "9+3, batch 1:" and "bound (copying)" in rows and "iad" in rows
+    b = r["passes_by_edit_spans"]["iad"]["buckets"]["1"]
+    assert rows["iad"].split("|")[3].strip() == f"{b['mean_passes']:.2f}"
+    r["mean_edit_ratio"] = 0.9  # outputs that do not copy their sources: no table
+    assert TABLES["edit-spans"]([r]) == ["9+3, batch 1:", ""]

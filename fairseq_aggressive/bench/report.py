@@ -4,7 +4,7 @@ import re
 import statistics
 import sys
 import textwrap
-from typing import Dict
+from typing import Dict, List
 
 from ..native.machine import describe_machine, machine_info
 from . import ct2
@@ -217,38 +217,45 @@ def print_table(res, file=sys.stdout):
         print("| " + " | ".join(cells) + " |", file=file)
 
 
-def print_edit_table(res, file=sys.stdout):
+def edit_table(res) -> List[str]:
     """Mean passes per sentence against E, the edit spans between source and
     greedy output, with the reference line 1 + 1.3E (one pass, plus 1.3 per
     edit span) and the fewest passes any drafter that
-    copies the source can need (one per output token inside a span).  Only
-    where outputs mostly copy their sources (``COPY_TASK_EDIT_RATIO``)."""
+    copies the source can need (one per output token inside a span): the
+    table's lines, none where outputs do not mostly copy their sources
+    (``COPY_TASK_EDIT_RATIO``) or no mode counted passes."""
     if res.get("mean_edit_ratio", 0.0) > COPY_TASK_EDIT_RATIO:
-        return
+        return []
     pe = res.get("passes_by_edit_spans") or {}
     modes = [m for m in pe if m in res["modes"]]
     if not modes:
-        return
+        return []
     keys = []
     for m in modes:
         keys += [k for k in pe[m]["buckets"] if k not in keys]
     first = pe[modes[0]]["buckets"]
-    print("\npasses per sentence against E, the edit spans between source and greedy's output", file=file)
-    print("| mode | " + " | ".join(f"E={k} ({first[k]['sentences']})" if k in first else f"E={k}" for k in keys)
-          + " | all | passes per span | waste/pass | kept a later branch |", file=file)
-    print("|" + "---|" * (len(keys) + 5), file=file)
+    lines = ["| mode | " + " | ".join(f"E={k} ({first[k]['sentences']})" if k in first else f"E={k}" for k in keys)
+             + " | all | passes per span | waste/pass | kept a later branch |", "|" + "---|" * (len(keys) + 5)]
     ref = pe[modes[0]]
     for label, key, total in (("reference 1+1.3E", "reference_passes", ref["reference_passes"]),
                               ("bound (copying)", "mean_bound", ref["mean_bound"])):
         cells = [f"{first[k][key]:.2f}" if k in first else "-" for k in keys]
-        print(f"| {label} | " + " | ".join(cells) + f" | {total:.2f} | - | - | - |", file=file)
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {total:.2f} | - | - | - |")
     for m in modes:
         b, row = pe[m]["buckets"], res["modes"][m]
         cells = [f"{b[k]['mean_passes']:.2f}" if k in b else "-" for k in keys]
         trees = row.get("tree_passes", 0)
-        print(f"| {m} | " + " | ".join(cells) + f" | {pe[m]['mean_passes']:.2f} | "
-              f"{pe[m]['passes_per_span']:.2f} | {row.get('wasted_per_pass', 0):.2f} | "
-              + (f"{row.get('branch_wins', 0)}/{trees}" if trees else "-") + " |", file=file)
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {pe[m]['mean_passes']:.2f} | "
+                     f"{pe[m]['passes_per_span']:.2f} | {row.get('wasted_per_pass', 0):.2f} | "
+                     + (f"{row.get('branch_wins', 0)}/{trees}" if trees else "-") + " |")
+    return lines
+
+
+def print_edit_table(res, file=sys.stdout):
+    lines = edit_table(res)
+    if lines:
+        print("\npasses per sentence against E, the edit spans between source and greedy's output", file=file)
+        print("\n".join(lines), file=file)
 
 
 def print_position_table(res, file=sys.stdout, positions=8):

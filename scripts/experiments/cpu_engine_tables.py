@@ -197,12 +197,15 @@ def summary(out: Path) -> None:
         print(table_of(text))
 
 
-def store(out: Path, dest: Path, names, avx2_only: bool) -> int:
-    """Each finished benchmark run among ``names`` stored under ``dest`` with its model's label and its
-    command as typed from the repository's root (the AVX2 caps in front); the number stored."""
+def store(out: Path, dest: Path, names, avx2_only: bool, work: Path) -> int:
+    """Each finished run among ``names`` stored under ``dest`` with its model's label and its command
+    as typed from the repository's root (the AVX2 caps in front; the data and models under ``work``
+    as work/..., the run's own output as OUT/...); the number stored."""
     from fairseq_aggressive.bench.results import stored
 
     env = " ".join(f"{k}={v}" for k, v in AVX2_ENV.items()) + " " if avx2_only else ""
+    here = [(str(out.resolve()) + os.sep, "OUT/"), (os.path.relpath(out.resolve(), ROOT) + os.sep, "OUT/"),
+            (str(work.resolve()) + os.sep, "work/"), (str(ROOT) + os.sep, "")]
     done = 0
     for name in names:
         src = out / f"{name}.json"
@@ -210,7 +213,10 @@ def store(out: Path, dest: Path, names, avx2_only: bool) -> int:
             continue
         res = json.loads(src.read_text())
         model = next(m for m in LABELS if f"-{m}-" in f"-{name}-")
-        command = env + res["command"].replace(str(out.resolve()) + os.sep, "OUT/").replace(str(ROOT) + os.sep, "")
+        command = res["command"]
+        for path, as_typed in here:
+            command = command.replace(path, as_typed)
+        command = env + command
         dest.mkdir(parents=True, exist_ok=True)
         tmp = dest / f"{name}.json.tmp"
         tmp.write_text(json.dumps(stored(res, LABELS[model], command), indent=1, sort_keys=True) + "\n")
@@ -264,7 +270,7 @@ def main(argv=None):
         summary(out)
     if args.store and not args.dry_run:
         names = [n for n, argv_ in runs(args, work, out, amx) if "--bench-json" in argv_ or "--json" in argv_]
-        print(f"\nstored {store(out, Path(args.store), names, args.avx2_only)} run(s) under {args.store}")
+        print(f"\nstored {store(out, Path(args.store), names, args.avx2_only, work)} run(s) under {args.store}")
     if failed:
         print(f"\nfailed: {' '.join(failed)}", file=sys.stderr)
     return 1 if failed else 0

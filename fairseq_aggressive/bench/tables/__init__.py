@@ -3,7 +3,8 @@ maker takes the stored results a block's glob selects and returns the table's li
 names its maker by its key in :data:`TABLES`."""
 from typing import Callable, Dict, List
 
-from .decoding import at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, drafters, serving, targets
+from .decoding import (at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, drafters, edit_spans, serving,
+                       targets)
 from .engine import (exactness, loop_in_engine, pass_cost, pass_stages, pass_vs_step, side_by_side, vs_ct2,
                      workers)
 
@@ -14,6 +15,7 @@ TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "serving": serving,
     "targets": targets,
     "drafters": drafters,
+    "edit-spans": edit_spans,
     "beam-vs-ct2": beam_vs_ct2,
     "vs-ct2": vs_ct2,
     "loop-in-engine": loop_in_engine,

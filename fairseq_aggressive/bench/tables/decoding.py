@@ -195,3 +195,14 @@ def drafters(results: List[Dict]) -> List[str]:
                                        + [f"{row['mean_tokens_per_pass']:.2f}",
                                           "-" if not share else f"{100 * share:.0f}%", same]) + " |")
     return lines
+
+
+def edit_spans(results: List[Dict]) -> List[str]:
+    """Each stored run's passes per sentence against E, the edit spans between source and greedy's
+    output, as the benchmark prints it (with the copying bound and the reference 1 + 1.3E)."""
+    from ..report import edit_table
+
+    lines = []
+    for r in results:
+        lines += [f"{r['label']}, batch {r['batch_size']}:", ""] + edit_table(r) + [""]
+    return lines[:-1]
