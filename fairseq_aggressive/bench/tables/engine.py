@@ -163,7 +163,7 @@ def side_by_side(results: List[Dict]) -> List[str]:
         return ", ".join(parts)
 
     order: List[str] = []
-    for r in results:
+    for r in sorted(results, key=lambda r: -len(r["modes"])):  # the run with the most modes first
         order += [m for m in (run_order(r) or list(r["modes"])) if m not in order]
     lines = ["| mode | " + " | ".join(head(r) for r in results) + " |", "|" + "---|" * (len(results) + 1)]
 
@@ -220,11 +220,16 @@ def pass_cost(results: List[Dict]) -> List[str]:
 def pass_stages(results: List[Dict]) -> List[str]:
     """Where a pass's time goes (``pass_cost.py --stages``): per stored run, ms per pass in each
     stage at T=1 and what each adds at the larger T."""
+    from ...diagnostics.stages import STAGES
+
     lines = []
     for r in results:
         per = r["stages_ms"]
         widths = sorted(per, key=int)
-        base = per[widths[0]]
+        # the stages in the order of a pass (a stored result's keys are sorted), then the rest
+        order = [n for n in STAGES if n in per[widths[0]]]
+        base = {n: per[widths[0]][n] for n in order + sorted(set(per[widths[0]]) - set(order),
+                                                              key=lambda n: n == "outside the pass")}
         lines += [f"{_pass_name(r)}:", "", f"| stage | T={widths[0]} | + at T = {', '.join(widths[1:])} |",
                   "|---|---|---|"]
         for n in base:
