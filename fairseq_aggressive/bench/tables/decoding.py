@@ -204,5 +204,8 @@ def edit_spans(results: List[Dict]) -> List[str]:
 
     lines = []
     for r in results:
+        pe = r.get("passes_by_edit_spans") or {}
+        order = [m for m in run_order(r) if m in pe] + [m for m in pe if m not in run_order(r)]
+        r = dict(r, passes_by_edit_spans={m: pe[m] for m in order})  # the command's order (stored: sorted)
         lines += [f"{r['label']}, batch {r['batch_size']}:", ""] + edit_table(r) + [""]
     return lines[:-1]
