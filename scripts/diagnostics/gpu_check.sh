@@ -9,7 +9,9 @@
 # PACKAGES_DIR: Python packages the machine lacks (fairseq-fixed, hydra-core, omegaconf,
 # antlr4-python3-runtime, bitarray, sacremoses, subword-nmt), as unpacked wheels, put first on
 # PYTHONPATH; DATA_DIR: binarized test sets (uagec/ as `make demo` writes work/demo/data/bin,
-# ende/ as `make demo-mt` writes work/demo-mt/data/bin). Everything goes to OUT_DIR/log.txt.
+# ende/ as `make demo-mt` writes work/demo-mt/data/bin). Everything goes to OUT_DIR/log.txt, each
+# benchmark's JSON to OUT_DIR/NAME.json (to store: python scripts/results.py add OUT_DIR/NAME.json
+# results/gpu/NAME.json --label MODEL).
 set -u -o pipefail
 out=${1:?usage: gpu_check.sh OUT_DIR [PACKAGES_DIR] [DATA_DIR]}
 packages=${2:-}
@@ -55,20 +57,29 @@ ende() {  # BATCH MODES [ARGS...]
         --bench-modes "$modes" "$@"
 }
 one=(--bench-max-sentences 100)  # batch 1: the first 100 sentences; batch 32: all 300
-step "bench 9+3 (shipped) batch 1 float32" 60 gec models/uagec-9x3/model.pt 1 beam5,greedy,iad "${one[@]}"
-step "bench 9+3 (shipped) batch 32 float32" 45 gec models/uagec-9x3/model.pt 32 beam5,greedy,iad
-step "bench en-de student 6+1 batch 1 float32" 60 ende 1 beam5,greedy,gad@8,feature-ar@8 "${one[@]}"
-step "bench en-de student 6+1 batch 32 float32" 45 ende 32 beam5,greedy,gad@8,feature-ar@8
+step "bench 9+3 (shipped) batch 1 float32" 60 gec models/uagec-9x3/model.pt 1 beam5,greedy,iad "${one[@]}" \
+    --bench-json "$out/9x3-b1.json"
+step "bench 9+3 (shipped) batch 32 float32" 45 gec models/uagec-9x3/model.pt 32 beam5,greedy,iad \
+    --bench-json "$out/9x3-b32.json"
+step "bench en-de student 6+1 batch 1 float32" 60 ende 1 beam5,greedy,gad@8,feature-ar@8 "${one[@]}" \
+    --bench-json "$out/ende-b1.json"
+step "bench en-de student 6+1 batch 32 float32" 45 ende 32 beam5,greedy,gad@8,feature-ar@8 \
+    --bench-json "$out/ende-b32.json"
 step "kernel launches per pass, 9+3, float32" 45 $py scripts/diagnostics/gpu_launches.py models/uagec-9x3 "$data/uagec" \
     --sentences 8
 
 # Transformer-base width: the 9+3 at d=512, 8 heads, ffn 2048 (the same function as the 9+3)
 step "widen 9+3 to d=512" 40 $py scripts/experiments/widen_model.py models/uagec-9x3/model.pt /tmp/d512.pt \
     --dim 512 --ffn 2048 --heads 8
-step "bench 9+3 at d=512 batch 1 float32" 60 gec /tmp/d512.pt 1 beam5,greedy,iad "${one[@]}"
-step "bench 9+3 at d=512 batch 32 float32" 45 gec /tmp/d512.pt 32 beam5,greedy,iad
+step "bench 9+3 at d=512 batch 1 float32" 60 gec /tmp/d512.pt 1 beam5,greedy,iad "${one[@]}" \
+    --bench-json "$out/d512-b1.json"
+step "bench 9+3 at d=512 batch 32 float32" 45 gec /tmp/d512.pt 32 beam5,greedy,iad \
+    --bench-json "$out/d512-b32.json"
 step "kernel launches per pass and attention backends, 9+3, float16" 90 $py scripts/diagnostics/gpu_launches.py \
     models/uagec-9x3 "$data/uagec" --fp16 --sentences 8 --sdpa-backends
-step "bench 9+3 (shipped) batch 1 float16" 70 gec models/uagec-9x3/model.pt 1 greedy,iad --fp16 "${one[@]}"
-step "bench 9+3 (shipped) batch 32 float16" 45 gec models/uagec-9x3/model.pt 32 greedy,iad --fp16
-step "bench 9+3 at d=512 batch 1 float16" 70 gec /tmp/d512.pt 1 greedy,iad --fp16 "${one[@]}"
+step "bench 9+3 (shipped) batch 1 float16" 70 gec models/uagec-9x3/model.pt 1 greedy,iad --fp16 "${one[@]}" \
+    --bench-json "$out/9x3-b1-fp16.json"
+step "bench 9+3 (shipped) batch 32 float16" 45 gec models/uagec-9x3/model.pt 32 greedy,iad --fp16 \
+    --bench-json "$out/9x3-b32-fp16.json"
+step "bench 9+3 at d=512 batch 1 float16" 70 gec /tmp/d512.pt 1 greedy,iad --fp16 "${one[@]}" \
+    --bench-json "$out/d512-b1-fp16.json"
