@@ -11,9 +11,10 @@ holds a generated table between two markers::
     <!-- /results -->
 
 TABLE names one of :data:`TABLES`, GLOB the stored results it reads (under
-``results/``, sorted by name; several globs joined by commas).  ``render(page)`` remakes every such block
-from the stored results; ``python scripts/results.py tables --check`` fails
-where a page differs from what its results make (the test suite runs it).
+``results/``, sorted by name; several globs joined by commas).
+``render(page)`` remakes every such block from the stored results;
+``python scripts/results.py tables --check`` fails where a page differs from
+what its results make (the test suite runs it).
 """
 import glob
 import json
