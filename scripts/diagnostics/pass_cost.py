@@ -25,7 +25,10 @@ pass (csrc/stages.h), and adds a table: ms per pass in each stage for each T,
 and what each adds to a one-position pass.
 """
 import argparse
+import json
+import os
 import statistics
+import sys
 import time
 
 import torch
@@ -106,10 +109,6 @@ def main(argv=None):
 
 def write_json(args, gen, samples, positions, times, per):
     """The run as a result: its settings, each T's passes, median and mean ms, the stages' ms."""
-    import json
-    import os
-    import sys
-
     from fairseq_aggressive.bench.provenance import provenance
     from fairseq_aggressive.native.machine import machine_info
 

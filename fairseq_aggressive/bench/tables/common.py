@@ -31,6 +31,12 @@ def ct2_config(row: Dict) -> str:
     return f"{c.get('compute_type', '?')}, {n} thread{'' if n == 1 else 's'}"
 
 
+def equal_to_greedy(row: Dict, sentences: int) -> str:
+    """A mode's outputs equal to greedy's, of the sentences, with the near-ties among the rest."""
+    cell = f"{row.get('identical_to_greedy', '-')}/{sentences}"
+    return cell + (f" (+{row['near_ties_with_greedy']} ties)" if row.get("near_ties_with_greedy") else "")
+
+
 def run_order(r: Dict) -> List[str]:
     """The modes as the run's command lists them (``--bench-modes``), where it does."""
     m = re.search(r"--bench-modes[ =](\S+)", r.get("command", ""))

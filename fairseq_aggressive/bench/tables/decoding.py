@@ -2,7 +2,7 @@
 server, beam search."""
 from typing import Dict, List
 
-from .common import ct2_cell, model_and_load, ms_of, row_key, run_order, short
+from .common import ct2_cell, ct2_config, equal_to_greedy, model_and_load, ms_of, row_key, run_order, short
 
 
 IAD_MODES = ("greedy-native", "iad", "greedy-native-int8", "iad-int8", "ct2-best")
@@ -134,10 +134,9 @@ def targets(results: List[Dict]) -> List[str]:
         if row is None:
             return ["-", "-"]
         t = row["mean_ms_per_sentence"]
-        ms = f"{t:.2f}" if t < 10 else f"{t:.1f}"
+        ms = short(t)
         if m.startswith("ct2-best") and row.get("ct2_config"):
-            ms += f" ({row['ct2_config']['compute_type']}, {row['ct2_config']['threads']} thread"
-            ms += "s)" if row["ct2_config"]["threads"] > 1 else ")"
+            ms += f" ({ct2_config(row)})"
         return [ms, f"{row['speedup_vs_ct2']:.2f}" if "speedup_vs_ct2" in row else "-"]
 
     def per_pass(row):
@@ -153,9 +152,7 @@ def targets(results: List[Dict]) -> List[str]:
             name, target = f"{name} (fairseq)", "-"
         else:
             target = target or native
-        same = f"{row.get('identical_to_greedy', '-')}/{quiet['sentences']}"
-        if row.get("near_ties_with_greedy"):
-            same += f" (+{row['near_ties_with_greedy']} ties)"
+        same = equal_to_greedy(row, quiet["sentences"])
         lines.append("| " + " | ".join([name, target] + cells(quiet, m) + (cells(loaded, m) if loaded else [])
                                        + [f"{row['mean_tokens_per_pass']:.2f}", per_pass(row), same]) + " |")
     return lines
@@ -188,9 +185,7 @@ def drafters(results: List[Dict]) -> List[str]:
         row = quiet["modes"][m]
         name = describe_mode(m, row) if m.startswith("ct2") else {"greedy": "greedy (fairseq)"}.get(m, m)
         share = row.get("draft_time_share")
-        same = f"{row.get('identical_to_greedy', '-')}/{quiet['sentences']}"
-        if row.get("near_ties_with_greedy"):
-            same += f" (+{row['near_ties_with_greedy']} ties)"
+        same = equal_to_greedy(row, quiet["sentences"])
         lines.append("| " + " | ".join([name] + cells(quiet, m) + (cells(loaded, m) if loaded else [])
                                        + [f"{row['mean_tokens_per_pass']:.2f}",
                                           "-" if not share else f"{100 * share:.0f}%", same]) + " |")

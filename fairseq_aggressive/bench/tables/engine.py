@@ -3,7 +3,7 @@ runs): speed quiet and loaded, the loop in the engine, a pass against a step, ex
 decoders, runs side by side, and what a pass costs by width (``pass_cost.py``)."""
 from typing import Dict, List
 
-from .common import ct2_config, ms_of, run_order, short
+from .common import ct2_config, equal_to_greedy, ms_of, run_order, short
 
 
 def _cost(r: Dict) -> float:
@@ -102,9 +102,8 @@ def exactness(results: List[Dict]) -> List[str]:
             if row is None or m == "greedy-int8":
                 cells.append("reference" if row is not None else "-")
                 continue
-            same, ties = row.get("identical_to_greedy", 0), row.get("near_ties_with_greedy", 0)
-            other += n - same - ties
-            cells.append(f"{same}/{n}" + (f" (+{ties} ties)" if ties else ""))
+            other += n - row.get("identical_to_greedy", 0) - row.get("near_ties_with_greedy", 0)
+            cells.append(equal_to_greedy(row, n))
         lines.append(f"| {r['label']} | {n} | " + " | ".join(cells) + f" | {other} |")
     return lines
 
