@@ -126,6 +126,16 @@ def test_pass_cost_gives_each_width_against_a_step():
     assert _cells(lines[3])[1:] == ["2.000 ms", "-", "1.20x", "-"]
 
 
+def test_pass_rows_fits_a_line_and_bounds_k_steps_in_one_pass():
+    """5 rows 0.2 ms, 10 rows 0.3, 20 rows 0.5: 0.1 ms fixed + 0.02 per row; four steps of 5 rows
+    in one pass of 20 take 0.5 ms where four passes take 0.8: at most 1.60x. The T=1 step is left out."""
+    lines = TABLES["pass-rows"]([_pass("float32", 0, {1: 0.1, 5: 0.2, 10: 0.3, 20: 0.5})])
+    assert _cells(lines[0]) == ["model, precision, where", "5 rows", "10 rows", "20 rows", "fixed + per row",
+                                "at most"]
+    assert _cells(lines[2]) == ["d=512, float32, after 8 tokens", "0.200 ms", "0.300 ms", "0.500 ms",
+                                "0.100 + 0.020 ms", "1.60x (4 steps of 5 in one pass)"]
+
+
 def test_pass_stages_adds_up_what_each_width_adds():
     stages = {"1": {"ffn": 0.2, "projection": 0.1}, "4": {"ffn": 0.5, "projection": 0.15}}
     lines = TABLES["pass-stages"]([_pass("int8", 0, {1: 0.3, 4: 0.65}, stages)])

@@ -14,10 +14,13 @@ from helpers import ROOT
 pytestmark = pytest.mark.slow
 
 
-def test_profile_pass(trained):
+def test_profile_pass(trained, tmp_path):
+    """The parts of IAD add up, each width is timed, the operator table is printed, and --json
+    writes what it printed as a result that scripts/results.py stores and the torch-pass table shows."""
     data, ckpt = trained
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "profile_pass.py"), str(data),
-                           "--path", str(ckpt), "--sentences", "12", "--reps", "5", "--threads", "1"],
+                           "--path", str(ckpt), "--sentences", "12", "--reps", "5", "--threads", "1",
+                           "--json", str(tmp_path / "torch.json")],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -30,6 +33,17 @@ def test_profile_pass(trained):
     widths = re.findall(r"^\| (\d+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.M)
     assert [w for w, _, _ in widths][:3] == ["1", "2", "4"] and all(float(ms) > 0 for _, ms, _ in widths)
     assert "aten::" in out  # the operator table
+    res = json.loads((tmp_path / "torch.json").read_text())
+    assert f"{res['ms_per_sentence']:.2f} ms per sentence" in out and res["command"].startswith(
+        "python scripts/diagnostics/profile_pass.py ")
+    assert [(w, f"{p['median_ms']:.3f}") for w, p in res["passes"].items()] == [(w, ms) for w, ms, _ in widths]
+    assert res["profiled"]["passes"] >= res["profiled"]["sentences"] and res["profiled"]["top_ops"]
+    from fairseq_aggressive.bench.results import stored
+    from fairseq_aggressive.bench.tables import TABLES
+    lines = TABLES["torch-pass"]([stored(res, "tiny")])
+    assert lines[0].startswith(f"tiny, 12 sentences, batch 1, 1 threads: IAD {res['ms_per_sentence']:.2f} ms")
+    shares = [int(line.split("|")[4].strip().rstrip("%")) for line in lines[4:9]]
+    assert lines[4].startswith("| encoder (") and abs(sum(shares) - 100) <= 3, lines
 
 
 def test_pass_cost(trained, tmp_path):

@@ -43,7 +43,7 @@ def stored(result: Dict, label: str, command: Optional[str] = None, commit: Opti
         out["commit"] = commit
     missing = [k for k in ("command", "commit", "machine") if not out.get(k)]
     if not out.get("modes") and not out.get("systems") and not out.get("passes"):
-        missing.append("modes (a benchmark's), systems (the server benchmark's) or passes (pass_cost.py's)")
+        missing.append("modes (a benchmark's), systems (the server benchmark's) or passes (pass_cost.py's, profile_pass.py's)")
     if missing:
         raise ResultsError(f"a stored result needs {', '.join(missing)} (a JSON made before the benchmark "
                            "recorded its command and commit: pass --command and --commit)")

@@ -2,7 +2,7 @@
 """Where the time of one IAD pass of the torch verifier goes (batch 1; the
 native engine, ``--engine native``, runs a whole pass in one compiled call).
 
-    python scripts/diagnostics/profile_pass.py DATA --path CKPT [--sentences 100] [--threads 2]
+    python scripts/diagnostics/profile_pass.py DATA --path CKPT [--sentences 100] [--threads 2] [--json F]
 
 Prints, with the machine:
 
@@ -17,10 +17,16 @@ Prints, with the machine:
 3. The torch operators that take the most time over a few sentences
    (``torch.profiler``).
 
+``--json F`` writes the three as a result (with its command, commit and
+machine) that ``scripts/results.py add`` stores; the ``torch-pass`` table
+shows it.
+
 Compare the ms per pass with CTranslate2's ms per step from
 ``fairseq-aggressive-bench --bench-modes greedy,iad,ct2`` on the same checkpoint.
 """
 import argparse
+import json
+import os
 import statistics
 import sys
 import time
@@ -54,6 +60,7 @@ def main(argv=None):
     ap.add_argument("--max-len-a", type=float, default=1.2)
     ap.add_argument("--max-len-b", type=int, default=10)
     ap.add_argument("--reps", type=int, default=200, help="repetitions per width in part 2")
+    ap.add_argument("--json", default=None, help="write the figures here (a result scripts/results.py stores)")
     a = ap.parse_args(argv)
 
     torch.set_num_threads(a.threads)
@@ -99,6 +106,9 @@ def main(argv=None):
     print("| part | ms per sentence | ms per pass | share |\n|---|---|---|---|")
     for k, sec in parts.items():
         print(f"| {k} | {1000 * sec / n:.3f} | {1000 * sec / passes:.3f} | {100 * sec / total:.0f}% |")
+    res = {"kind": "torch_pass", "threads": a.threads, "sentences": n, "passes_per_sentence": passes / n,
+           "tokens_per_pass": st["mean_tokens_per_pass"], "ms_per_sentence": 1000 * total / n,
+           "parts_ms_per_sentence": {k: 1000 * sec / n for k, sec in parts.items()}, "passes": {}}
 
     # ---- 2. one pass against the number of positions
     s = max(samples, key=lambda x: x["net_input"]["src_tokens"].size(1))
@@ -124,6 +134,7 @@ def main(argv=None):
                 times.append(time.perf_counter() - t0)
             med = 1000 * statistics.median(times)
             print(f"| {w} | {med:.3f} | {med / w:.3f} |")
+            res["passes"][str(w)] = {"n": len(times), "median_ms": med, "mean_ms": 1000 * statistics.mean(times)}
 
     # ---- 3. top operators
     from torch.profiler import ProfilerActivity, profile
@@ -133,8 +144,29 @@ def main(argv=None):
         for s in samples[:20]:
             gen.generate([model], s)
     print("\n3. top operators over 20 sentences (self CPU time)")
-    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+    ops = prof.key_averages()
+    print(ops.table(sort_by="self_cpu_time_total", row_limit=15))
+    if a.json:
+        top = sorted(ops, key=lambda e: e.self_cpu_time_total, reverse=True)[:8]
+        res["profiled"] = {"sentences": len(samples[:20]), "passes": gen.stats.as_dict()["sentence_passes"],
+                           "aten_calls": sum(e.count for e in ops if e.key.startswith("aten::")),
+                           "top_ops": [{"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1000}
+                                       for e in top]}
+        write_json(a.json, res)
     return 0
+
+
+def write_json(path, res):
+    """The run as a result: its figures, command (from the repository's root), commit and machine."""
+    from fairseq_aggressive.bench.provenance import provenance
+    from fairseq_aggressive.native.machine import machine_info
+
+    res["machine"] = machine_info()
+    res.update(provenance(["profile_pass.py"] + sys.argv[1:]))
+    res["command"] = "python scripts/diagnostics/" + res["command"]
+    with open(path + ".tmp", "w") as f:
+        json.dump(res, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

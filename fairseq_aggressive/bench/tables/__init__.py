@@ -4,9 +4,9 @@ names its maker by its key in :data:`TABLES`."""
 from typing import Callable, Dict, List
 
 from .decoding import (at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, drafters, edit_spans, serving,
-                       targets)
-from .engine import (exactness, loop_in_engine, pass_cost, pass_stages, pass_vs_step, side_by_side, vs_ct2,
-                     workers)
+                       targets, torch_pass)
+from .engine import (exactness, loop_in_engine, pass_cost, pass_rows, pass_stages, pass_vs_step, side_by_side,
+                     vs_ct2, workers)
 
 TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "at-a-glance": at_a_glance,
@@ -25,4 +25,6 @@ TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "side-by-side": side_by_side,
     "pass-cost": pass_cost,
     "pass-stages": pass_stages,
+    "pass-rows": pass_rows,
+    "torch-pass": torch_pass,
 }

@@ -1,5 +1,5 @@
 """Tables of decoding runs: a run's own table, the build targets, drafted against greedy, the
-server, beam search."""
+server, beam search, where a torch-verifier pass spends its time."""
 from typing import Dict, List
 
 from .common import ct2_cell, ct2_config, equal_to_greedy, model_and_load, ms_of, row_key, run_order, short
@@ -203,4 +203,39 @@ def edit_spans(results: List[Dict]) -> List[str]:
         order = [m for m in run_order(r) if m in pe] + [m for m in pe if m not in run_order(r)]
         r = dict(r, passes_by_edit_spans={m: pe[m] for m in order})  # the command's order (stored: sorted)
         lines += [f"{r['label']}, batch {r['batch_size']}:", ""] + edit_table(r) + [""]
+    return lines[:-1]
+
+
+TORCH_PARTS = {"encoder": "encoder (its layers, encoder-attention keys/values, cache)",
+               "verifier forward": "verifier forward (decoder layers over the draft)",
+               "scoring + acceptance": "scoring + acceptance (vocabulary projection, adjustments, argmax)",
+               "drafter": "drafter", "rest (generator Python)": "rest (the generator's Python)"}
+
+
+def torch_pass(results: List[Dict]) -> List[str]:
+    """Where an IAD pass of the torch verifier spends its time (``profile_pass.py --json``), per
+    stored run: its parts per sentence and per pass, one pass by the positions it scores, and the
+    torch operators that take the most time."""
+    lines = []
+    for r in results:
+        per_pass = r["passes_per_sentence"]
+        lines += [f"{r['label']}, {r['sentences']} sentences, batch 1, {r['threads']} threads: IAD "
+                  f"{r['ms_per_sentence']:.2f} ms per sentence, {per_pass:.2f} passes per sentence, "
+                  f"{r['tokens_per_pass']:.2f} tokens per pass.", "",
+                  "| part | ms per sentence | ms per pass | share |", "|---|---|---|---|"]
+        for k, ms in r["parts_ms_per_sentence"].items():
+            lines.append(f"| {TORCH_PARTS.get(k, k)} | {ms:.2f} | {ms / per_pass:.2f} | "
+                         f"{100 * ms / r['ms_per_sentence']:.0f}% |")
+        widths = sorted(r["passes"], key=int)
+        lines += ["", "| positions scored | " + " | ".join(widths) + " |", "|" + "---|" * (len(widths) + 1),
+                  "| ms per pass (forward + scoring) | "
+                  + " | ".join(f"{r['passes'][w]['median_ms']:.2f}" for w in widths) + " |"]
+        prof = r["profiled"]
+        lines += ["", f"| operator (over {prof['sentences']} sentences, {prof['passes']} passes; "
+                      f"{prof['aten_calls'] / prof['passes']:.0f} aten calls per pass, nested ones included) "
+                      "| calls per pass | µs per call | self ms per pass |", "|---|---|---|---|"]
+        for op in prof["top_ops"]:
+            lines.append(f"| `{op['op']}` | {op['calls'] / prof['passes']:.1f} | "
+                         f"{1000 * op['self_ms'] / op['calls']:.0f} | {op['self_ms'] / prof['passes']:.3f} |")
+        lines.append("")
     return lines[:-1]

@@ -216,6 +216,27 @@ def pass_cost(results: List[Dict]) -> List[str]:
     return lines
 
 
+def pass_rows(results: List[Dict]) -> List[str]:
+    """What drafting can save a beam at most (``pass_cost.py`` at widths b, 2b, ...): per stored
+    run, each width's ms per pass, the least-squares line (fixed ms + ms per row) through them, and
+    k steps of a beam of b (the smallest width) put into one pass of k*b rows (the largest) against
+    k passes of b rows: the most drafting every hypothesis could gain, every draft accepted."""
+    lines = []
+    for r in results:
+        widths = sorted(int(T) for T in r["passes"] if int(T) > 1)
+        ms = [r["passes"][str(T)]["median_ms"] for T in widths]
+        n, mx, my = len(widths), sum(widths) / len(widths), sum(ms) / len(ms)
+        slope = sum((x - mx) * (y - my) for x, y in zip(widths, ms)) / sum((x - mx) ** 2 for x in widths)
+        b, k = widths[0], widths[-1] // widths[0]
+        if not lines:
+            lines = ["| model, precision, where | " + " | ".join(f"{T} rows" for T in widths)
+                     + " | fixed + per row | at most |", "|" + "---|" * (n + 3)]
+        lines.append(f"| {_pass_name(r)} | " + " | ".join(f"{t:.3f} ms" for t in ms)
+                     + f" | {my - slope * mx:.3f} + {slope:.3f} ms | {k * ms[0] / ms[-1]:.2f}x "
+                       f"({k} steps of {b} in one pass) |")
+    return lines
+
+
 def pass_stages(results: List[Dict]) -> List[str]:
     """Where a pass's time goes (``pass_cost.py --stages``): per stored run, ms per pass in each
     stage at T=1 and what each adds at the larger T."""
