@@ -223,7 +223,9 @@ def torch_pass(results: List[Dict]) -> List[str]:
                   f"{r['ms_per_sentence']:.2f} ms per sentence, {per_pass:.2f} passes per sentence, "
                   f"{r['tokens_per_pass']:.2f} tokens per pass.", "",
                   "| part | ms per sentence | ms per pass | share |", "|---|---|---|---|"]
-        for k, ms in r["parts_ms_per_sentence"].items():
+        parts = r["parts_ms_per_sentence"]  # in the order of a pass (a stored result's keys are sorted)
+        for k in [k for k in TORCH_PARTS if k in parts] + sorted(set(parts) - set(TORCH_PARTS)):
+            ms = parts[k]
             lines.append(f"| {TORCH_PARTS.get(k, k)} | {ms:.2f} | {ms / per_pass:.2f} | "
                          f"{100 * ms / r['ms_per_sentence']:.0f}% |")
         widths = sorted(r["passes"], key=int)
