@@ -5,6 +5,7 @@ files)."""
 
 import importlib.util
 import io
+import shutil
 import struct
 import tarfile
 from pathlib import Path
@@ -244,3 +245,54 @@ def test_read_ar_and_data_tar_fallback(tmp_path, monkeypatch):
     found = debs.deb_files(path, lambda p: dtext.GERMAN_MO.search("/" + p))
     assert found == [("usr/share/locale/de/LC_MESSAGES/pkg.mo", b"mo")]
     assert debs.package_version(path) == "1.0"
+
+
+def _sentences(n, seed):
+    import random
+
+    rng = random.Random(seed)
+    en = "the a house garden window opens closes quickly slowly today river bank bridge".split()
+    de = "das ein Haus Garten Fenster öffnet schließt schnell langsam heute Fluss Ufer Brücke".split()
+    out = []
+    for i in range(n):
+        idx = [rng.randrange(len(en)) for _ in range(rng.randint(5, 9))]
+        out.append((" ".join(en[j] for j in idx).capitalize() + f" {i}.",
+                    " ".join(de[j] for j in idx).capitalize() + f" {i}."))
+    return out
+
+
+def test_from_model_segments_and_binarizes_with_the_models_codes_and_dictionary(tmp_path, monkeypatch):
+    """--from-model DIR: the corpus is segmented with DIR's bpe.codes and binarized with its joined
+    dictionary (what a model built on another build of the corpus reads), not with codes and a
+    dictionary learned on this one; a model without them, or with two different dictionaries, is
+    refused before anything is read."""
+    monkeypatch.setattr(pde, "collect", lambda sources, cache: (
+        {"ding": _sentences(400, 1)}, {}, []))
+    first = tmp_path / "first"
+    pde.main(["--out", str(first), "--valid-size", "20", "--test-size", "20", "--bpe-ops", "40",
+              "--sources", "ding", "--examples", "0"])
+    model = tmp_path / "model"
+    model.mkdir()
+    shutil.copyfile(first / "bpe.codes", model / "bpe.codes")
+    for lang in ("en", "de"):
+        shutil.copyfile(first / "bin" / "dict.en.txt", model / f"dict.{lang}.txt")
+    # another build of the corpus: other sentences, which alone would learn other codes
+    monkeypatch.setattr(pde, "collect", lambda sources, cache: (
+        {"ding": _sentences(300, 2)}, {}, []))
+    alone, reused = tmp_path / "alone", tmp_path / "reused"
+    common = ["--valid-size", "20", "--test-size", "20", "--bpe-ops", "60", "--sources", "ding", "--examples", "0"]
+    pde.main(["--out", str(alone)] + common)
+    pde.main(["--out", str(reused), "--from-model", str(model)] + common)
+    assert (alone / "bpe.codes").read_text() != (model / "bpe.codes").read_text()
+    assert (reused / "bpe.codes").read_text() == (model / "bpe.codes").read_text()
+    for lang in ("en", "de"):
+        assert (reused / "bin" / f"dict.{lang}.txt").read_text() == (model / "dict.en.txt").read_text()
+    assert (reused / "test.tok.en").read_text() == (alone / "test.tok.en").read_text()  # the same pairs
+    assert (reused / "bin" / "test.en-de.en.bin").exists()
+    (model / "dict.de.txt").write_text("x 1\n")
+    with pytest.raises(SystemExit):
+        pde.main(["--out", str(tmp_path / "bad"), "--from-model", str(model)] + common)
+    (model / "bpe.codes").unlink()
+    with pytest.raises(SystemExit):
+        pde.main(["--out", str(tmp_path / "bad"), "--from-model", str(model)] + common)
+    assert not (tmp_path / "bad").exists()

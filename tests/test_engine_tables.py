@@ -179,3 +179,21 @@ def test_drafters_joins_quiet_and_loaded_with_both_speedups():
     assert _cells(lines[2]) == ["feature-ar@8", "2.00", "2.00", "1.50", "2.00", "4.00", "2.00", "1.00", "25%",
                                 "9/10"]
     assert [_cells(line)[0] for line in lines[2:]] == ["feature-ar@8", "greedy-native", "ct2-best (int8, 1 thread)"]
+
+
+def test_gad_limits_gives_each_drafters_slots_and_the_verifiers_certainty():
+    """gad_limits.py's figures: the verifier's certainty in a sentence, a row per drafter variant
+    with its accuracy in slot order; stored as gad_limits.py writes them (no modes)."""
+    from fairseq_aggressive.bench.results import stored
+
+    res = {"kind": "gad_limits", "subset": "train", "sentences": 600, "tokens": 9000, "block_size": 8,
+           "top1": {"mean": 0.5, "median": 0.36, "above_0.9": 0.2},
+           "slots": {"features": {"accuracy": [0.41, 0.2, 0.18], "leading": 0.62},
+                     "features zeroed": {"accuracy": [0.4, 0.19, 0.1], "leading": 0.6}},
+           "command": "python scripts/diagnostics/gad_limits.py", "commit": "abc", "machine": {"cores": 2}}
+    lines = TABLES["gad-limits"]([stored(res, "teacher 6+6")])
+    assert lines[0] == ("teacher 6+6, 600 sentences of train (9000 target tokens), block size 8: the verifier's "
+                        "top-1 probability on its own greedy choices, mean 0.50, median 0.36, above 0.9 for 20% of them.")
+    assert _cells(lines[2]) == ["drafter", "slot 1", "slot 2", "slot 3", "leading slots correct"]
+    assert _cells(lines[4]) == ["features", "0.41", "0.20", "0.18", "0.62"]
+    assert _cells(lines[5]) == ["features zeroed", "0.40", "0.19", "0.10", "0.60"]

@@ -261,3 +261,25 @@ def test_sentence_time(trained):
         assert len(stage_lines) == 2, out
         stages = dict(re.findall(r"([a-z/ ]+) ([\d.]+)(?:, |$)", stage_lines[0]))
         assert float(stages["encoder"]) > 0 and float(stages["pass"]) > 0 and float(stages["projection"]) > 0, out
+
+
+def test_gad_limits(trained, trained_drafter, tmp_path):
+    """scripts/diagnostics/gad_limits.py: the verifier's certainty on its own greedy choices and
+    the drafter's accuracy per slot, printed and (--json) written as a result the gad-limits table
+    shows."""
+    data, ckpt = trained
+    drafter, _ = trained_drafter
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "gad_limits.py"),
+                           "--drafter", str(drafter), "--verifier", str(ckpt), "--sentences", "40",
+                           "--json", str(tmp_path / "limits.json")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads((tmp_path / "limits.json").read_text())
+    assert res["sentences"] == 40 and res["block_size"] == 4 and list(res["slots"]) == ["drafter"]
+    m = re.search(r"median ([\d.]+), above 0\.9: ([\d.]+)%", proc.stdout)
+    assert m and m.group(1) == f"{res['top1']['median']:.3f}", proc.stdout
+    acc = res["slots"]["drafter"]["accuracy"]
+    assert len(acc) == 4 and all(0 <= a <= 1 for a in acc)
+    assert f"slot accuracy {' '.join(f'{a:.3f}' for a in acc)}" in proc.stdout
+    from fairseq_aggressive.bench.results import stored
+    from fairseq_aggressive.bench.tables import TABLES
+    assert TABLES["gad-limits"]([stored(res, "tiny")])[4].startswith("| drafter | ")

@@ -27,3 +27,20 @@ def provenance(argv: Optional[List[str]] = None) -> Dict[str, Optional[str]]:
     """The command line (as typed: the program's name and its arguments) and the commit."""
     args = sys.argv if argv is None else argv
     return {"command": " ".join([os.path.basename(args[0])] + [shlex.quote(a) for a in args[1:]]), "commit": commit()}
+
+
+def write_result(path: str, res: Dict, script: str, machine: Optional[Dict] = None) -> None:
+    """A diagnostic's figures ``res`` written to ``path`` as a result ``scripts/results.py add``
+    stores: with the machine (``machine_info()`` unless given), the command as typed from the
+    repository's root (``script``: its path there, with this process's arguments) and the commit;
+    whole or not at all."""
+    import json
+
+    from ..native.machine import machine_info
+
+    res["machine"] = machine if machine is not None else machine_info()
+    res.update(provenance([os.path.basename(script)] + sys.argv[1:]))
+    res["command"] = "python " + os.path.dirname(script) + "/" + res["command"]
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(res, f, indent=1)
+    os.replace(path + ".tmp", path)

@@ -106,6 +106,10 @@ def parse_args(argv=None, source_names=()):
                         help="seed of the shuffle before splitting (default: %(default)s)")
     parser.add_argument("--bpe-ops", type=int, default=10000,
                         help="number of joint BPE merge operations (default: %(default)s)")
+    parser.add_argument("--from-model", type=Path, metavar="DIR",
+                        help="segment and binarize with a model's bpe.codes and joined dictionary "
+                             "(dict.en.txt) instead of learning them, so that the model (a shipped "
+                             "one: models/ende-teacher-6x6) reads this corpus")
     parser.add_argument("--no-binarize", action="store_true",
                         help="stop after writing the BPE text files")
     parser.add_argument("--workers", type=int, default=1,
@@ -121,6 +125,14 @@ def parse_args(argv=None, source_names=()):
                      f"choose from {','.join(source_names)}")
     if args.cache is None:
         args.cache = args.out / "debs"
+    if args.from_model is not None:
+        files = [args.from_model / n for n in ("bpe.codes", "dict.en.txt", "dict.de.txt")]
+        missing = [str(f) for f in files if not f.is_file()]
+        if missing:
+            parser.error(f"--from-model {args.from_model}: missing {', '.join(missing)}")
+        if files[1].read_bytes() != files[2].read_bytes():
+            parser.error(f"--from-model {args.from_model}: its dict.en.txt and dict.de.txt differ "
+                         "(this corpus is binarized with one joined dictionary)")
     return args
 
 
@@ -133,10 +145,11 @@ def tokenize_splits(splits, workers):
         lines, lang, workers=workers, escape=False), splits, LANGS)
 
 
-def binarize(out, workers):
-    """Run fairseq-preprocess on ``out/{split}.{en,de}`` into ``out/bin``."""
+def binarize(out, workers, dictionary=None):
+    """Run fairseq-preprocess on ``out/{split}.{en,de}`` into ``out/bin`` (with ``dictionary``
+    where given, else a joined dictionary learned on train)."""
     print("Running fairseq-preprocess")
-    prep_common.binarize(out, "en", "de", workers)
+    prep_common.binarize(out, "en", "de", workers, dictionary=dictionary)
 
 
 def publish(staging, out):
@@ -237,15 +250,20 @@ def main(argv=None):
         step = time.time()
         tokenized = tokenize_splits(splits, args.workers)
         prep_common.write_splits(staging, tokenized, LANGS, "tok")
-        print(f"Tokenized ({time.time() - step:.0f}s); learning {args.bpe_ops} joint BPE "
-              "operations")
-        step = time.time()
-        segmented = prep_common.learn_and_apply_bpe(tokenized, LANGS, staging / "bpe.codes", args.bpe_ops)
+        took, step = time.time() - step, time.time()
+        if args.from_model is not None:
+            print(f"Tokenized ({took:.0f}s); segmenting with {args.from_model / 'bpe.codes'}")
+            shutil.copyfile(args.from_model / "bpe.codes", staging / "bpe.codes")
+            segmented = prep_common.map_splits(
+                lambda lines, lang: prep_common.apply_bpe(staging / "bpe.codes", lines), tokenized, LANGS)
+        else:
+            print(f"Tokenized ({took:.0f}s); learning {args.bpe_ops} joint BPE operations")
+            segmented = prep_common.learn_and_apply_bpe(tokenized, LANGS, staging / "bpe.codes", args.bpe_ops)
         prep_common.write_splits(staging, segmented, LANGS)
         print(f"BPE done ({time.time() - step:.0f}s)")
         if not args.no_binarize:
             step = time.time()
-            binarize(staging, args.workers)
+            binarize(staging, args.workers, args.from_model / "dict.en.txt" if args.from_model else None)
             print(f"Binarized ({time.time() - step:.0f}s)")
         publish(staging, args.out)
     stale = args.out / "bin"

@@ -13,7 +13,10 @@ own greedy outputs) it prints
   with the verifier's features zeroed (what the features add).
 
     python scripts/diagnostics/gad_limits.py --drafter work/ende-cpu/models/drafter/checkpoint_last.pt \\
-        --verifier work/ende-cpu/models/teacher/checkpoint_best.pt [--sentences 600]
+        --verifier work/ende-cpu/models/teacher/checkpoint_best.pt [--sentences 600] [--json F]
+
+``--json F`` writes the figures as a result (with its command, commit and
+machine) that ``scripts/results.py add`` stores; the ``gad-limits`` table shows it.
 """
 import argparse
 
@@ -27,6 +30,7 @@ def main(argv=None):
     p.add_argument("--subset", default="train", help="split of the drafter's data (default: train)")
     p.add_argument("--sentences", type=int, default=600)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, help="write the figures here (a result scripts/results.py stores)")
     a = p.parse_args(argv)
 
     from fairseq import checkpoint_utils, tasks
@@ -76,10 +80,19 @@ def main(argv=None):
     print(f"{len(ids)} sentences of {a.subset}, {t.numel()} target tokens, block size {k}")
     print(f"verifier's top-1 probability on its own greedy choices: mean {t.mean():.3f}, median {t.median():.3f}, "
           f"above 0.9: {100 * (t > 0.9).float().mean():.1f}%")
+    slots = {}
     for v, c in totals.items():
-        accs = " ".join(f"{c[f'n_correct{i}'] / max(c[f'n_slot{i}'], 1):.3f}" for i in range(1, min(k, 8) + 1))
-        print(f"{v}: slot accuracy {accs}; mean run of correct leading slots {c['n_leading'] / c['n_rows']:.2f}")
+        acc = [c[f"n_correct{i}"] / max(c[f"n_slot{i}"], 1) for i in range(1, min(k, 8) + 1)]
+        slots[v] = {"accuracy": acc, "leading": c["n_leading"] / c["n_rows"]}
+        print(f"{v}: slot accuracy {' '.join(f'{x:.3f}' for x in acc)}; mean run of correct leading slots "
+              f"{slots[v]['leading']:.2f}")
+    if a.json:
+        from fairseq_aggressive.bench.provenance import write_result
 
+        write_result(a.json, {"kind": "gad_limits", "subset": a.subset, "sentences": len(ids), "tokens": t.numel(),
+                              "block_size": k, "top1": {"mean": float(t.mean()), "median": float(t.median()),
+                                                        "above_0.9": float((t > 0.9).float().mean())},
+                              "slots": slots}, "scripts/diagnostics/gad_limits.py")
 
 if __name__ == "__main__":
     main()

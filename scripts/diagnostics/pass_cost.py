@@ -25,10 +25,7 @@ pass (csrc/stages.h), and adds a table: ms per pass in each stage for each T,
 and what each adds to a one-position pass.
 """
 import argparse
-import json
-import os
 import statistics
-import sys
 import time
 
 import torch
@@ -109,7 +106,7 @@ def main(argv=None):
 
 def write_json(args, gen, samples, positions, times, per):
     """The run as a result: its settings, each T's passes, median and mean ms, the stages' ms."""
-    from fairseq_aggressive.bench.provenance import provenance
+    from fairseq_aggressive.bench.provenance import write_result
     from fairseq_aggressive.native.machine import machine_info
 
     res = {"kind": "pass_cost", "machine": dict(machine_info(), native_engine=gen.native.isa),
@@ -119,12 +116,7 @@ def write_json(args, gen, samples, positions, times, per):
                                "mean_ms": 1000 * statistics.mean(times[T])} for T in positions if times[T]}}
     if per:
         res["stages_ms"] = {str(T): v for T, v in per.items()}
-    res.update(provenance(["pass_cost.py"] + sys.argv[1:]))
-    res["command"] = "python scripts/diagnostics/" + res["command"]
-    tmp = args.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(tmp, args.json)
+    write_result(args.json, res, "scripts/diagnostics/pass_cost.py", res["machine"])
 
 
 def time_passes(gen, d, samples, outputs, positions, P, W, rounds, stages, shortlist):

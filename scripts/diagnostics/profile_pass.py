@@ -25,8 +25,6 @@ Compare the ms per pass with CTranslate2's ms per step from
 ``fairseq-aggressive-bench --bench-modes greedy,iad,ct2`` on the same checkpoint.
 """
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
@@ -152,21 +150,10 @@ def main(argv=None):
                            "aten_calls": sum(e.count for e in ops if e.key.startswith("aten::")),
                            "top_ops": [{"op": e.key, "calls": e.count, "self_ms": e.self_cpu_time_total / 1000}
                                        for e in top]}
-        write_json(a.json, res)
+        from fairseq_aggressive.bench.provenance import write_result
+
+        write_result(a.json, res, "scripts/diagnostics/profile_pass.py")
     return 0
-
-
-def write_json(path, res):
-    """The run as a result: its figures, command (from the repository's root), commit and machine."""
-    from fairseq_aggressive.bench.provenance import provenance
-    from fairseq_aggressive.native.machine import machine_info
-
-    res["machine"] = machine_info()
-    res.update(provenance(["profile_pass.py"] + sys.argv[1:]))
-    res["command"] = "python scripts/diagnostics/" + res["command"]
-    with open(path + ".tmp", "w") as f:
-        json.dump(res, f, indent=1)
-    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

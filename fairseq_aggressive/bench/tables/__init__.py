@@ -3,8 +3,8 @@ maker takes the stored results a block's glob selects and returns the table's li
 names its maker by its key in :data:`TABLES`."""
 from typing import Callable, Dict, List
 
-from .decoding import (at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, drafters, edit_spans, serving,
-                       targets, torch_pass)
+from .decoding import (at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, drafters, edit_spans, gad_limits,
+                       serving, targets, torch_pass)
 from .engine import (exactness, loop_in_engine, pass_cost, pass_rows, pass_stages, pass_vs_step, side_by_side,
                      vs_ct2, workers)
 
@@ -27,4 +27,5 @@ TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "pass-stages": pass_stages,
     "pass-rows": pass_rows,
     "torch-pass": torch_pass,
+    "gad-limits": gad_limits,
 }

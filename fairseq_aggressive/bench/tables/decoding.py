@@ -1,5 +1,5 @@
 """Tables of decoding runs: a run's own table, the build targets, drafted against greedy, the
-server, beam search, where a torch-verifier pass spends its time."""
+server, beam search, where a torch-verifier pass spends its time, what limits GAD's acceptance."""
 from typing import Dict, List
 
 from .common import ct2_cell, ct2_config, equal_to_greedy, model_and_load, ms_of, row_key, run_order, short
@@ -239,5 +239,23 @@ def torch_pass(results: List[Dict]) -> List[str]:
         for op in prof["top_ops"]:
             lines.append(f"| `{op['op']}` | {op['calls'] / prof['passes']:.1f} | "
                          f"{1000 * op['self_ms'] / op['calls']:.0f} | {op['self_ms'] / prof['passes']:.3f} |")
+        lines.append("")
+    return lines[:-1]
+
+
+def gad_limits(results: List[Dict]) -> List[str]:
+    """What limits exact GAD's acceptance (``gad_limits.py --json``), per stored run: how sure the
+    verifier is of its own greedy choices, and the drafter's accuracy per slot and its mean run of
+    correct leading slots (what exact GAD accepts), with and without the verifier's features."""
+    lines = []
+    for r in results:
+        t, k = r["top1"], max(len(s["accuracy"]) for s in r["slots"].values())
+        lines += [f"{r['label']}, {r['sentences']} sentences of {r['subset']} ({r['tokens']} target tokens), "
+                  f"block size {r['block_size']}: the verifier's top-1 probability on its own greedy choices, mean "
+                  f"{t['mean']:.2f}, median {t['median']:.2f}, above 0.9 for {100 * t['above_0.9']:.0f}% of them.", "",
+                  "| drafter | " + " | ".join(f"slot {i}" for i in range(1, k + 1)) + " | leading slots correct |",
+                  "|" + "---|" * (k + 2)]
+        for v, s in r["slots"].items():
+            lines.append(f"| {v} | " + " | ".join(f"{x:.2f}" for x in s["accuracy"]) + f" | {s['leading']:.2f} |")
         lines.append("")
     return lines[:-1]
