@@ -197,3 +197,31 @@ def test_gad_limits_gives_each_drafters_slots_and_the_verifiers_certainty():
     assert _cells(lines[2]) == ["drafter", "slot 1", "slot 2", "slot 3", "leading slots correct"]
     assert _cells(lines[4]) == ["features", "0.41", "0.20", "0.18", "0.62"]
     assert _cells(lines[5]) == ["features zeroed", "0.40", "0.19", "0.10", "0.60"]
+
+
+def test_hub_latency_splits_each_mode_and_divides_ct2_best_by_it():
+    """A row per run (model, load), the modes in one order whatever the run's, each as ms (decoding /
+    the rest), and ct2-best's time over each aggressive mode's; modes a run left out are dashes."""
+    from fairseq_aggressive.bench.results import stored
+
+    def run(load, modes):
+        return stored({"kind": "hub_latency", "sentences": 200, "load": load, "first": "greedy", "modes": modes,
+                       "command": "python scripts/diagnostics/hub_latency.py", "commit": "abc",
+                       "machine": {"cores": 2}}, "9+3")
+
+    quiet = run(0, {"greedy": {"mean_ms_per_sentence": 80.0, "decoding_ms": 76.0, "identical_to_greedy": 200},
+                    "iad": {"mean_ms_per_sentence": 8.0, "decoding_ms": 4.0, "identical_to_greedy": 200},
+                    "translator:iad": {"mean_ms_per_sentence": 4.0, "decoding_ms": 3.5, "identical_to_greedy": 200},
+                    "ct2-best": {"mean_ms_per_sentence": 6.0, "identical_to_greedy": 180,
+                                 "ct2_config": {"compute_type": "int8", "threads": 1}}})
+    loaded = run(2, {"iad": {"mean_ms_per_sentence": 12.0, "decoding_ms": 6.0, "identical_to_greedy": 199},
+                     "ct2-best": {"mean_ms_per_sentence": 9.0, "identical_to_greedy": 170,
+                                  "ct2_config": {"compute_type": "int8", "threads": 1}}})
+    lines = TABLES["hub-latency"]([loaded, quiet])
+    assert _cells(lines[0]) == ["model, load", "translator:iad", "hub iad", "fairseq's greedy (hub)", "ct2-best",
+                                "against ct2-best: translator:iad, hub iad"]
+    assert _cells(lines[2]) == ["9+3", "4.00 (3.50 / 0.50)", "8.00 (4.00 / 4.00)", "80.00 (76.00 / 4.00)",
+                                "6.00 (int8, 1 thread)", "1.50x, 0.75x"]
+    assert _cells(lines[3]) == ["9+3, loaded", "-", "12.00 (6.00 / 6.00)", "-", "9.00 (int8, 1 thread)", "-, 0.75x"]
+    assert lines[-1] == ("Outputs equal to fairseq's greedy (hub)'s: 9+3: translator:iad 200/200, hub iad 200/200, "
+                         "ct2-best 180/200; 9+3, loaded: hub iad 199/200, ct2-best 170/200.")

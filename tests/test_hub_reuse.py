@@ -133,7 +133,8 @@ def test_hub_latency_script(tmp_path):
 
     ct2 = ["ct2-best"] if importlib.util.find_spec("ctranslate2") else []
     out = run([sys.executable, "scripts/diagnostics/hub_latency.py", MODEL, "--input", str(src),
-               "--sentences", "4", "--modes", "greedy", "iad", "translator:iad", *ct2]).stdout
+               "--sentences", "4", "--modes", "greedy", "iad", "translator:iad", *ct2,
+               "--json", str(tmp_path / "hub.json")]).stdout
     assert re.search(r"^greedy: [\d.]+ ms per sentence \(decoding [\d.]+, the rest [\d.]+\); 1\.00x greedy; "
                      r"the same output as greedy in 4/4$", out, re.M), out
     assert re.search(r"^iad: .*; the same output as greedy in 4/4$", out, re.M), out
@@ -144,6 +145,19 @@ def test_hub_latency_script(tmp_path):
                          r"[\d.]+x greedy; the same output as greedy in \d/4$", out, re.M), out
     before, after = map(int, re.search(r"threads of the process: (\d+) after the warm-up, (\d+) after", out).groups())
     assert after == before
+    # --json: what it printed, as a result the hub-latency table shows
+    import json
+
+    from fairseq_aggressive.bench.results import stored
+    from fairseq_aggressive.bench.tables import TABLES
+
+    res = json.loads((tmp_path / "hub.json").read_text())
+    assert res["command"].startswith("python scripts/diagnostics/hub_latency.py ") and res["sentences"] == 4
+    for m, row in res["modes"].items():
+        assert f"{m}: {row['mean_ms_per_sentence']:.2f} ms per sentence" in out or m == "ct2-best", (m, out)
+        assert row["identical_to_greedy"] == (4 if m != "ct2-best" else row["identical_to_greedy"])
+    lines = TABLES["hub-latency"]([stored(res, "9+3")])
+    assert lines[2].startswith("| 9+3 | ") and "translator:iad 4/4" in lines[-1], lines
     bad = subprocess.run([sys.executable, "scripts/diagnostics/hub_latency.py", MODEL, "--input", str(src),
                           "--modes", "iad", "iad"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "distinct --modes" in bad.stderr

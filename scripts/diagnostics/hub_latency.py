@@ -7,6 +7,7 @@ built once, each sentence's tokens handed to it directly) instead of the hub.
 
     python scripts/diagnostics/hub_latency.py MODEL-DIR --input FILE [--sentences 200]
         [--modes greedy iad ct2-best] [--checkpoint model.pt] [--source-lang L --target-lang L] [--load N]
+        [--json F]
 
 MODEL-DIR holds the checkpoint, its dictionaries and ``bpe.codes`` (as under
 ``models/``; the languages are read from its ``MODEL.json`` when not given);
@@ -15,7 +16,9 @@ sentence, those spent decoding (the task's ``inference_step``) and the rest
 (fairseq's hub: BPE, batching, output strings; building the generator), its
 speed against the first mode, in how many sentences its output equals the first
 mode's, and the process's threads before and after (an aggressive mode keeps one
-engine per calling thread, whatever the number of calls).
+engine per calling thread, whatever the number of calls).  ``--json F`` writes
+the same as a result (with its command, commit and machine) that
+``scripts/results.py add`` stores; the ``hub-latency`` table shows it.
 """
 import argparse
 import os
@@ -40,6 +43,7 @@ def main(argv=None) -> int:
     ap.add_argument("--source-lang")
     ap.add_argument("--target-lang")
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
+    ap.add_argument("--json", default=None, help="write the figures here (a result scripts/results.py stores)")
     a = ap.parse_args(argv)
     if a.sentences < 1 or len(set(a.modes)) != len(a.modes):
         ap.error("--sentences >= 1 and distinct --modes")
@@ -67,8 +71,10 @@ def main(argv=None) -> int:
 
     hub.task.inference_step = timed_step
 
-    ct2_call, names = _ct2_best(hub, os.path.join(a.model_dir, a.checkpoint), a.model_dir, lines) \
+    ct2_call, configs = _ct2_best(hub, os.path.join(a.model_dir, a.checkpoint), a.model_dir, lines) \
         if "ct2-best" in a.modes else (None, {})
+    names = {m: f"{m} ({c['compute_type']}, {c['threads']} thread{'s' if c['threads'] > 1 else ''})"
+             for m, c in configs.items()}
 
     translators = {m: Translator(hub, decoding=m.split(":", 1)[1]) for m in a.modes if m.startswith("translator:")}
 
@@ -98,19 +104,30 @@ def main(argv=None) -> int:
                 inside[m] += decoding["spent"]
         after = _threads()
     n, first = len(lines), a.modes[0]
+    res = {"kind": "hub_latency", "sentences": n, "load": a.load, "first": first, "modes": {},
+           "threads_of_the_process": {"after_warm_up": before, "after_calls": after}}
     for m in a.modes:
         same = sum(x == y for x, y in zip(outs[m], outs[first]))
         split = "" if m == "ct2-best" else \
             f" (decoding {1000 * inside[m] / n:.2f}, the rest {1000 * (total[m] - inside[m]) / n:.2f})"
         print(f"{names.get(m, m)}: {1000 * total[m] / n:.2f} ms per sentence{split}; "
               f"{total[first] / total[m]:.2f}x {first}; the same output as {first} in {same}/{n}")
+        row = res["modes"][m] = {"mean_ms_per_sentence": 1000 * total[m] / n, f"identical_to_{first}": same}
+        if m == "ct2-best":
+            row["ct2_config"] = configs[m]
+        else:
+            row["decoding_ms"] = 1000 * inside[m] / n
     print(f"threads of the process: {before} after the warm-up, {after} after {n} calls per mode")
+    if a.json:
+        from fairseq_aggressive.bench.provenance import write_result
+
+        write_result(a.json, res, "scripts/diagnostics/hub_latency.py")
     return 0
 
 
 def _ct2_best(hub, ckpt, model_dir, lines):
-    """(call(sentence) -> output, {"ct2-best": its name with the configuration}): CTranslate2 at its
-    fastest configuration on this machine, the hub's BPE around it, fairseq's length cap."""
+    """(call(sentence) -> output, {"ct2-best": its configuration}): CTranslate2 at its fastest
+    configuration on this machine, the hub's BPE around it, fairseq's length cap."""
     import ctranslate2
 
     from fairseq_aggressive.bench import ct2
@@ -130,8 +147,7 @@ def _ct2_best(hub, ckpt, model_dir, lines):
                                          min_decoding_length=1)[0].hypotheses[0]
         return hub.detokenize(hub.remove_bpe(" ".join(hyp)))
 
-    threads = best["threads"]
-    return call, {"ct2-best": f"ct2-best ({best['compute_type']}, {threads} thread{'s' if threads > 1 else ''})"}
+    return call, {"ct2-best": {"compute_type": best["compute_type"], "threads": best["threads"]}}
 
 
 if __name__ == "__main__":

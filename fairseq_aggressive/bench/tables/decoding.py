@@ -259,3 +259,41 @@ def gad_limits(results: List[Dict]) -> List[str]:
             lines.append(f"| {v} | " + " | ".join(f"{x:.2f}" for x in s["accuracy"]) + f" | {s['leading']:.2f} |")
         lines.append("")
     return lines[:-1]
+
+
+HUB_NAMES = {"greedy": "fairseq's greedy (hub)", "iad": "hub iad"}
+
+
+def hub_latency(results: List[Dict]) -> List[str]:
+    """One sentence per call (``hub_latency.py --json``), a row per stored run: each mode's ms per
+    sentence (decoding / the rest: the hub's or ``Translator``'s BPE, batching and strings), CTranslate2's
+    fastest configuration, and the aggressive modes against it."""
+    modes = [m for m in ("translator:iad", "iad", "greedy", "ct2-best")
+             if any(m in r["modes"] for r in results)]
+    fast = [m for m in modes if m not in ("greedy", "ct2-best")]
+    lines = ["| model, load | " + " | ".join(HUB_NAMES.get(m, m) for m in modes)
+             + " | against ct2-best: " + ", ".join(HUB_NAMES.get(m, m) for m in fast) + " |",
+             "|" + "---|" * (len(modes) + 2)]
+    for r in sorted(results, key=lambda r: (r["label"], r.get("load", 0))):
+        cells = []
+        for m in modes:
+            row = r["modes"].get(m)
+            if row is None:
+                cells.append("-")
+            elif m == "ct2-best":
+                cells.append(f"{row['mean_ms_per_sentence']:.2f} ({ct2_config(row)})")
+            else:
+                ms = row["mean_ms_per_sentence"]
+                cells.append(f"{ms:.2f} ({row['decoding_ms']:.2f} / {ms - row['decoding_ms']:.2f})")
+        best = r["modes"].get("ct2-best")
+        ratios = [f"{best['mean_ms_per_sentence'] / r['modes'][m]['mean_ms_per_sentence']:.2f}x"
+                  if best and m in r["modes"] else "-" for m in fast]
+        lines.append(f"| {model_and_load(r)} | " + " | ".join(cells) + " | " + ", ".join(ratios) + " |")
+    first = {r["first"] for r in results}
+    same = []
+    for r in sorted(results, key=lambda r: (r["label"], r.get("load", 0))):
+        key = "identical_to_" + r["first"]
+        same.append(f"{model_and_load(r)}: " + ", ".join(
+            f"{HUB_NAMES.get(m, m)} {r['modes'][m][key]}/{r['sentences']}" for m in modes
+            if m in r["modes"] and m != r["first"]))
+    return lines + ["", f"Outputs equal to {HUB_NAMES.get(min(first), min(first))}'s: {'; '.join(same)}."]
