@@ -130,3 +130,13 @@ def test_edit_spans_prints_the_bound_and_each_modes_passes_by_span():
     assert rows["iad"].split("|")[3].strip() == f"{b['mean_passes']:.2f}"
     r["mean_edit_ratio"] = 0.9  # outputs that do not copy their sources: no table
     assert TABLES["edit-spans"]([r]) == ["9+3, batch 1:", ""]
+
+
+def test_the_server_table_gives_one_at_a_time_p50_and_p99():
+    from fairseq_aggressive.bench.results import load
+    from fairseq_aggressive.bench.tables import TABLES
+
+    run = load(ROOT, "serving/server-0-quiet.json")[0]
+    lat = run["systems"]["iad"]["latency"]
+    row = next(line for line in TABLES["serving"]([run]) if line.startswith("| iad |"))
+    assert row.split(" | ")[1] == f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.1f}", row

@@ -34,14 +34,14 @@ def at_a_glance(results: List[Dict]) -> List[str]:
 
 
 def serving(results: List[Dict]) -> List[str]:
-    """The server benchmark (fairseq-aggressive-bench-serve): per system, one request at a time, the
-    capacity, and p50 / p99 at 0.7 and 0.9 of its capacity; one table per stored run."""
+    """The server benchmark (fairseq-aggressive-bench-serve): per system, one request at a time (p50 /
+    p99), the capacity, and p50 / p99 at 0.7 and 0.9 of its capacity; one table per stored run."""
     names = {"iad": "iad", "greedy": "greedy (continuous, no drafts)", "static": "static batches, engine greedy",
              "ct2": "CTranslate2 best, static batches"}
     lines = []
     for r in results:
         load = r["settings"].get("bench_load", 0)
-        lines += [f"| {'quiet' if not load else f'beside {load} busy processes'} | one at a time: p50 ms | "
+        lines += [f"| {'quiet' if not load else f'beside {load} busy processes'} | one at a time: p50 / p99 ms | "
                   "capacity: sent/s | p50 / p99 ms at 0.7 of capacity | at 0.9 |", "|---|---|---|---|---|"]
         order = [n for n in r["settings"].get("systems", []) if n in r["systems"]]
         for name in order + [n for n in r["systems"] if n not in order]:
@@ -61,7 +61,7 @@ def serving(results: List[Dict]) -> List[str]:
                 refused = f" ({p['refused']} refused)" if p.get("refused") else ""
                 return f"{ms(p['p50_ms'])} / {ms(p['p99_ms'])}{refused}"
 
-            lines.append(f"| {names.get(name, name)} | {s['latency']['p50_ms']:.2f} | "
+            lines.append(f"| {names.get(name, name)} | {ms(s['latency']['p50_ms'])} / {ms(s['latency']['p99_ms'])} | "
                          f"{s['capacity']['sentences_per_s']:.0f} | {point(0.7)} | {point(0.9)} |")
         c = {n: r["systems"][n]["check"] for n in order if "check" in r["systems"][n]}
         lines += ["", "Answers equal to the engine's greedy: " + ", ".join(
