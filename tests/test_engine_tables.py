@@ -193,7 +193,8 @@ def test_gad_limits_gives_each_drafters_slots_and_the_verifiers_certainty():
            "command": "python scripts/diagnostics/gad_limits.py", "commit": "abc", "machine": {"cores": 2}}
     lines = TABLES["gad-limits"]([stored(res, "teacher 6+6")])
     assert lines[0] == ("teacher 6+6, 600 sentences of train (9000 target tokens), block size 8: the verifier's "
-                        "top-1 probability on its own greedy choices, mean 0.50, median 0.36, above 0.9 for 20% of them.")
+                        "top-1 probability on its own greedy choices, mean 0.50, median 0.36, above 0.9 for 20% of "
+                        "them.")
     assert _cells(lines[2]) == ["drafter", "slot 1", "slot 2", "slot 3", "leading slots correct"]
     assert _cells(lines[4]) == ["features", "0.41", "0.20", "0.18", "0.62"]
     assert _cells(lines[5]) == ["features zeroed", "0.40", "0.19", "0.10", "0.60"]
@@ -205,7 +206,8 @@ def test_hub_latency_splits_each_mode_and_divides_ct2_best_by_it():
     from fairseq_aggressive.bench.results import stored
 
     def run(load, modes):
-        return stored({"kind": "hub_latency", "sentences": 200, "load": load, "first": "greedy", "modes": modes,
+        return stored({"kind": "hub_latency", "sentences": 200, "load": load, "first": next(iter(modes)),
+                       "modes": modes,
                        "command": "python scripts/diagnostics/hub_latency.py", "commit": "abc",
                        "machine": {"cores": 2}}, "9+3")
 
@@ -214,8 +216,8 @@ def test_hub_latency_splits_each_mode_and_divides_ct2_best_by_it():
                     "translator:iad": {"mean_ms_per_sentence": 4.0, "decoding_ms": 3.5, "identical_to_greedy": 200},
                     "ct2-best": {"mean_ms_per_sentence": 6.0, "identical_to_greedy": 180,
                                  "ct2_config": {"compute_type": "int8", "threads": 1}}})
-    loaded = run(2, {"iad": {"mean_ms_per_sentence": 12.0, "decoding_ms": 6.0, "identical_to_greedy": 199},
-                     "ct2-best": {"mean_ms_per_sentence": 9.0, "identical_to_greedy": 170,
+    loaded = run(2, {"iad": {"mean_ms_per_sentence": 12.0, "decoding_ms": 6.0, "identical_to_iad": 200},
+                     "ct2-best": {"mean_ms_per_sentence": 9.0, "identical_to_iad": 170,
                                   "ct2_config": {"compute_type": "int8", "threads": 1}}})
     lines = TABLES["hub-latency"]([loaded, quiet])
     assert _cells(lines[0]) == ["model, load", "translator:iad", "hub iad", "fairseq's greedy (hub)", "ct2-best",
@@ -223,5 +225,5 @@ def test_hub_latency_splits_each_mode_and_divides_ct2_best_by_it():
     assert _cells(lines[2]) == ["9+3", "4.00 (3.50 / 0.50)", "8.00 (4.00 / 4.00)", "80.00 (76.00 / 4.00)",
                                 "6.00 (int8, 1 thread)", "1.50x, 0.75x"]
     assert _cells(lines[3]) == ["9+3, loaded", "-", "12.00 (6.00 / 6.00)", "-", "9.00 (int8, 1 thread)", "-, 0.75x"]
-    assert lines[-1] == ("Outputs equal to fairseq's greedy (hub)'s: 9+3: translator:iad 200/200, hub iad 200/200, "
-                         "ct2-best 180/200; 9+3, loaded: hub iad 199/200, ct2-best 170/200.")
+    assert lines[-1] == ("Outputs: 9+3, equal to fairseq's greedy (hub)'s: translator:iad 200/200, hub iad 200/200, "
+                         "ct2-best 180/200; 9+3, loaded, equal to hub iad's: ct2-best 170/200.")

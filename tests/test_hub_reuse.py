@@ -157,7 +157,7 @@ def test_hub_latency_script(tmp_path):
         assert f"{m}: {row['mean_ms_per_sentence']:.2f} ms per sentence" in out or m == "ct2-best", (m, out)
         assert row["identical_to_greedy"] == (4 if m != "ct2-best" else row["identical_to_greedy"])
     lines = TABLES["hub-latency"]([stored(res, "9+3")])
-    assert lines[2].startswith("| 9+3 | ") and "translator:iad 4/4" in lines[-1], lines
+    assert lines[2].startswith("| 9+3 | ") and "greedy (hub)'s: translator:iad 4/4" in lines[-1], lines
     bad = subprocess.run([sys.executable, "scripts/diagnostics/hub_latency.py", MODEL, "--input", str(src),
                           "--modes", "iad", "iad"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "distinct --modes" in bad.stderr

@@ -289,11 +289,10 @@ def hub_latency(results: List[Dict]) -> List[str]:
         ratios = [f"{best['mean_ms_per_sentence'] / r['modes'][m]['mean_ms_per_sentence']:.2f}x"
                   if best and m in r["modes"] else "-" for m in fast]
         lines.append(f"| {model_and_load(r)} | " + " | ".join(cells) + " | " + ", ".join(ratios) + " |")
-    first = {r["first"] for r in results}
     same = []
     for r in sorted(results, key=lambda r: (r["label"], r.get("load", 0))):
-        key = "identical_to_" + r["first"]
-        same.append(f"{model_and_load(r)}: " + ", ".join(
+        key, first = "identical_to_" + r["first"], HUB_NAMES.get(r["first"], r["first"])
+        same.append(f"{model_and_load(r)}, equal to {first}'s: " + ", ".join(
             f"{HUB_NAMES.get(m, m)} {r['modes'][m][key]}/{r['sentences']}" for m in modes
             if m in r["modes"] and m != r["first"]))
-    return lines + ["", f"Outputs equal to {HUB_NAMES.get(min(first), min(first))}'s: {'; '.join(same)}."]
+    return lines + ["", "Outputs: " + "; ".join(same) + "."]
