@@ -226,6 +226,8 @@ def pass_rows(results: List[Dict]) -> List[str]:
         widths = sorted(int(T) for T in r["passes"] if int(T) > 1)
         ms = [r["passes"][str(T)]["median_ms"] for T in widths]
         n, mx, my = len(widths), sum(widths) / len(widths), sum(ms) / len(ms)
+        if n < 2:
+            raise ValueError(f"{r.get('_path', r['label'])}: pass-rows needs passes at two widths above 1 or more")
         slope = sum((x - mx) * (y - my) for x, y in zip(widths, ms)) / sum((x - mx) ** 2 for x in widths)
         b, k = widths[0], widths[-1] // widths[0]
         if not lines:
