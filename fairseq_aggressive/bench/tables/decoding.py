@@ -41,7 +41,8 @@ def serving(results: List[Dict]) -> List[str]:
     lines = []
     for r in results:
         load = r["settings"].get("bench_load", 0)
-        lines += [f"| {'quiet' if not load else f'beside {load} busy processes'} | one at a time: p50 / p99 ms | "
+        lines += [f"| {r['label']}, {'quiet' if not load else f'beside {load} busy processes'} | "
+                  "one at a time: p50 / p99 ms | "
                   "capacity: sent/s | p50 / p99 ms at 0.7 of capacity | at 0.9 |", "|---|---|---|---|---|"]
         order = [n for n in r["settings"].get("systems", []) if n in r["systems"]]
         for name in order + [n for n in r["systems"] if n not in order]:
