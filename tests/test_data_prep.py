@@ -7,6 +7,8 @@ import io
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -318,3 +320,31 @@ def test_m2_pairs_alternatives_and_bad_spans(tmp_path):
     path.write_text("S He go home\nA 1 7|||R:VERB|||goes|||REQUIRED|||-NONE-|||0\n\n")
     with pytest.raises(SystemExit, match="outside the sentence"):
         bea.m2_pairs(path)
+
+
+HELD = threading.Lock()
+
+
+def _can_take_the_held_lock(_):
+    """In a worker: whether a lock that another thread of the caller holds can be taken here
+    (a forked worker has a copy that stays locked; a worker started afresh has its own)."""
+    took = HELD.acquire(timeout=2)
+    if took:
+        HELD.release()
+    return took
+
+
+def test_worker_processes_do_not_inherit_locks_held_by_other_threads():
+    """prep_common's worker processes start from a process without threads, not as a fork of
+    the caller: a lock another thread holds while the workers start is free in them (a fork
+    would copy it locked, and a worker needing it would wait forever)."""
+    release = threading.Event()
+    holder = threading.Thread(target=lambda: (HELD.acquire(), release.wait(30), HELD.release()))
+    holder.start()
+    try:
+        while not HELD.locked():
+            time.sleep(0.01)
+        assert list(prep_common._map(_can_take_the_held_lock, range(4), workers=2, chunksize=1)) == [True] * 4
+    finally:
+        release.set()
+        holder.join()

@@ -115,16 +115,28 @@ def _blocks(items, size):
         yield block
 
 
+def _pool_context():
+    """Worker processes that start from a process without threads (a fork server, else a fresh
+    interpreter), never a fork of the caller: a fork copies every lock another thread of the
+    caller holds at that moment (a test runner's, a server's, torch's), locked for good in the
+    child, and a worker that needs one waits forever."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
 def _map(function, items, workers, chunksize=500, initializer=None, initargs=()):
-    """Lazily map `function` over `items` (in order), in `workers` processes."""
+    """Lazily map `function` over `items` (in order), in `workers` processes (`function` and
+    `initializer` picklable: module-level functions or partials of them)."""
     if workers <= 1:
         if initializer:
             initializer(*initargs)
         yield from map(function, items)
         return
-    with multiprocessing.Pool(workers, initializer, initargs) as pool:
+    with _pool_context().Pool(workers, initializer, initargs) as pool:
         for block in _blocks(items, BLOCK):
             yield from pool.imap(function, block, chunksize=chunksize)
+        pool.close()  # every result is in: the workers end by themselves before the pool goes
+        pool.join()
 
 
 # --------------------------------------------------------------------------
