@@ -120,8 +120,11 @@ def _pool_context():
     interpreter), never a fork of the caller: a fork copies every lock another thread of the
     caller holds at that moment (a test runner's, a server's, torch's), locked for good in the
     child, and a worker that needs one waits forever."""
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])  # imported once by the server, not by every worker
+    return context
 
 
 def _map(function, items, workers, chunksize=500, initializer=None, initargs=()):
