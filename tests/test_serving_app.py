@@ -26,6 +26,9 @@ from fairseq_aggressive.serving.metrics import ServiceMetrics  # noqa: E402
 from fairseq_aggressive.serving.server import free_port, run_server  # noqa: E402
 
 MAX_CHARS = 20
+MAX_TEXTS = 5
+MAX_WORD = 12
+MAX_BODY = 300000
 
 
 class FakeBackend:
@@ -39,7 +42,7 @@ class FakeBackend:
         self.future_error = None
         self.outputs = None
 
-    def submit(self, texts):
+    def submit(self, texts, request_id=""):
         if self.raise_on_submit is not None:
             raise self.raise_on_submit
         self.submitted.append(list(texts))
@@ -63,7 +66,8 @@ def metrics():
 
 @pytest.fixture
 def client(backend, metrics):
-    with TestClient(build_app(backend, metrics, max_input_chars=MAX_CHARS)) as c:
+    with TestClient(build_app(backend, metrics, max_input_chars=MAX_CHARS, max_batch_texts=MAX_TEXTS,
+                              max_word_chars=MAX_WORD, max_body_bytes=MAX_BODY)) as c:
         yield c
 
 
@@ -100,8 +104,10 @@ def test_translate_texts_in_order(client, backend):
 
 
 def test_text_of_exactly_the_limit_is_taken(client):
-    r = client.post("/v1/translate", json={"text": "x" * MAX_CHARS})
-    assert r.status_code == 200 and r.json() == {"text": "X" * MAX_CHARS}
+    text = ("x" * (MAX_CHARS // 2 - 1) + " ") * 2  # (words within MAX_WORD)
+    assert len(text) == MAX_CHARS
+    r = client.post("/v1/translate", json={"text": text})
+    assert r.status_code == 200 and r.json() == {"text": text.upper()}
 
 
 BAD_REQUESTS = [
@@ -126,15 +132,29 @@ BAD_REQUESTS = [
      [f"text has {MAX_CHARS + 1} characters", f"the limit is {MAX_CHARS}"]),
     (json.dumps({"texts": ["ok", "y" * 100]}).encode(), 413, "too_long",
      ["texts[1] has 100 characters", f"the limit is {MAX_CHARS}"]),
+    (b"[" * 100000 + b"]" * 100000, 400, "bad_json", ["nested too deeply"]),
+    (b'{"texts": ' + b"[" * 100000 + b"]" * 100000 + b"}", 400, "bad_json", ["nested too deeply"]),
+    (b'{"texts": [[["a"]]]}', 400, "not_a_string", ["texts[0]", "array"]),
+    (b'{"text": "a\ud800b"}', 400, "bad_text", ["lone surrogate at character 1"]),
+    (b'{"texts": ["ok", "\udfff"]}', 400, "bad_text", ["texts[1]", "lone surrogate"]),
+    (b'{"text": "\xc3\x28"}'.replace(b"\\x", b"\\x"), 400, "bad_json", ["not valid JSON"]),
+    ('{"text": "ok"}'.encode("utf-16"), 200, None, []),
+    (json.dumps({"texts": ["a"] * (MAX_TEXTS + 1)}).encode(), 413, "too_many_texts", [f"limit is {MAX_TEXTS}"]),
+    (json.dumps({"text": "a " + "w" * (MAX_WORD + 1)}).encode(), 413, "word_too_long",
+     [f"a word of {MAX_WORD + 1} characters"]),
 ]
 
 
 @pytest.mark.parametrize("body,status,code,in_message", BAD_REQUESTS, ids=[
     "truncated_json", "not_utf8", "no_body", "array_body", "empty_object", "other_field", "both_fields",
     "text_number", "text_list", "texts_string", "texts_null_item", "empty", "whitespace", "texts_whitespace_item",
-    "texts_empty_list", "nul", "texts_nul_item", "too_long", "texts_too_long_item"])
+    "texts_empty_list", "nul", "texts_nul_item", "too_long", "texts_too_long_item", "nested", "nested_in_texts",
+    "nested_item", "surrogate", "texts_surrogate", "invalid_utf8", "utf16", "too_many_texts", "word_too_long"])
 def test_bad_request_is_answered_with_its_error(client, backend, body, status, code, in_message):
     r = client.post("/v1/translate", content=body, headers={"Content-Type": "application/json"})
+    if status == 200:  # JSON may come in UTF-16 or UTF-32 (RFC 8259 readers may take them)
+        assert r.json() == {"text": "OK"}
+        return
     assert_error(r, status, code, *in_message)
     assert backend.submitted == []  # never reached the backend
     # and the server goes on serving
@@ -149,20 +169,27 @@ def test_bad_request_is_answered_with_its_error(client, backend, body, status, c
     (Overloaded("the queue is full (64 texts waiting)"), 503, "queue_full", ["64 texts waiting"]),
     (Overloaded(), 503, "queue_full", ["queue is full"]),
     (ShuttingDown(), 503, "shutting_down", ["shutting down"]),
-    (RuntimeError("the worker died"), 500, "internal", ["RuntimeError", "the worker died"]),
-    (KeyError("missing"), 500, "internal", ["KeyError", "missing"]),
+    (RuntimeError("the worker died"), 500, "internal", ["internal error"]),
+    (KeyError("missing"), 500, "internal", ["internal error"]),
 ], ids=["too_long", "other_request_error", "overloaded", "overloaded_no_message", "shutting_down", "runtime_error",
         "key_error"])
 def test_backend_error_is_answered_and_server_stays_up(client, backend, metrics, where, error, status, code,
-                                                       in_message):
+                                                       in_message, caplog):
     if where == "submit":
         backend.raise_on_submit = error
     else:
         backend.future_error = error
     r = client.post("/v1/translate", json={"texts": ["a", "b"]})
     assert_error(r, status, code, *in_message)
-    if status == 503:
+    rid = r.json()["error"]["request_id"]
+    assert rid and r.headers["X-Request-ID"] == rid
+    if code == "queue_full":
         assert r.headers["Retry-After"] == "1"
+    else:
+        assert "Retry-After" not in r.headers
+    if status == 500:  # the body names nothing of the server; the log line with its id says what failed
+        assert r.json()["error"]["message"] == "internal error"
+        assert any(rid in rec.getMessage() and str(error.args[0]) in rec.getMessage() for rec in caplog.records)
     assert metrics.registry.get_sample_value("fa_request_errors_total", {"code": code}) == 1
     backend.raise_on_submit = backend.future_error = None
     r = client.post("/v1/translate", json={"text": "after"})
@@ -171,11 +198,74 @@ def test_backend_error_is_answered_and_server_stays_up(client, backend, metrics,
 
 def test_backend_answering_the_wrong_number_of_outputs_is_an_internal_error(client, backend):
     backend.outputs = ["ONLY ONE"]
-    assert_error(client.post("/v1/translate", json={"texts": ["a", "b"]}), 500, "internal", "1 outputs for 2 texts")
+    assert_error(client.post("/v1/translate", json={"texts": ["a", "b"]}), 500, "internal", "internal error")
 
 
-def test_translate_takes_post_only(client):
-    assert client.get("/v1/translate").status_code == 405
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x", "application/json; charset=latin-1",
+                                          "application/jsonx"])
+def test_a_body_not_sent_as_json_is_refused(client, backend, content_type):
+    # a web page can make a browser POST text/plain (or a form) to 127.0.0.1 without a CORS preflight
+    headers = {"Content-Type": content_type} if content_type else {}
+    r = client.post("/v1/translate", content=b'{"text": "a"}', headers=headers)
+    assert_error(r, 415, "unsupported_media_type", "application/json")
+    assert backend.submitted == []
+    ok = client.post("/v1/translate", content=b'{"text": "a"}',
+                     headers={"Content-Type": "Application/JSON; Charset=UTF-8"})
+    assert ok.status_code == 200 and ok.json() == {"text": "A"}
+
+
+@pytest.mark.parametrize("method,path,status,code", [
+    ("GET", "/v1/translate", 405, "method_not_allowed"), ("PUT", "/v1/translate", 405, "method_not_allowed"),
+    ("DELETE", "/health", 405, "method_not_allowed"), ("POST", "/metrics", 405, "method_not_allowed"),
+    ("GET", "/", 404, "not_found"), ("POST", "/v1/translat", 404, "not_found"), ("GET", "/../etc/passwd", 404,
+                                                                               "not_found")])
+def test_unknown_paths_and_methods_get_json_errors(client, method, path, status, code):
+    r = client.request(method, path)
+    assert_error(r, status, code)
+    assert r.headers["content-type"] == "application/json"
+    if status == 405:
+        assert "POST" in r.headers["Allow"] or "GET" in r.headers["Allow"]
+
+
+def test_a_body_over_the_limit_is_refused_by_its_length_and_while_it_streams(client, backend):
+    big = json.dumps({"text": "x" * MAX_BODY}).encode()
+    r = client.post("/v1/translate", content=big, headers={"Content-Type": "application/json"})
+    assert_error(r, 413, "body_too_large", f"the limit is {MAX_BODY}")
+    assert r.headers["Connection"] == "close"
+    read = []
+
+    def chunks():  # no Content-Length: chunked; the server stops reading past the limit
+        for _ in range(100):
+            read.append(1)
+            yield b" " * 10000
+    r = client.post("/v1/translate", content=chunks(), headers={"Content-Type": "application/json"})
+    assert_error(r, 413, "body_too_large", f"more than {MAX_BODY} bytes")
+    assert backend.submitted == []
+
+
+def test_api_key(backend, metrics):
+    app = build_app(backend, metrics, api_key="s3cret")
+    with TestClient(app) as c:
+        for method, path in [("POST", "/v1/translate"), ("GET", "/metrics"), ("GET", "/nowhere")]:
+            for auth in [None, "Bearer wrong", "s3cret", "Basic s3cret", "Bearer s3cret2", "bearer s3cret"]:
+                r = c.request(method, path, json={"text": "a"}, headers={"Authorization": auth} if auth else {})
+                assert_error(r, 401, "unauthorized")
+                assert r.headers["WWW-Authenticate"] == "Bearer"
+        assert backend.submitted == []
+        assert c.get("/health").status_code == 200  # a load balancer's probe needs no key
+        ok = c.post("/v1/translate", json={"text": "a"}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json() == {"text": "A"}
+        assert c.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+
+
+def test_health_reports_the_backends_workers(client, backend):
+    backend.health = lambda: {"status": "no_workers", "workers": 0, "workers_total": 2}
+    r = client.get("/health")
+    assert r.status_code == 503 and r.json()["status"] == "no_workers"
+    backend.health = lambda: {"status": "ok", "workers": 1, "workers_total": 2}
+    r = client.get("/health")
+    assert r.status_code == 200 and r.json() == {"status": "ok", "workers": 1, "workers_total": 2}
 
 
 def test_health_loading_then_ok(client, backend):
@@ -205,7 +295,7 @@ def test_metrics_count_requests(client):
     assert client.post("/v1/translate", json={"text": "a"}).status_code == 200
     assert client.post("/v1/translate", json={"texts": ["a", "b", "c"]}).status_code == 200
     assert client.post("/v1/translate", json={"text": " "}).status_code == 400
-    assert client.post("/v1/translate", content=b"{").status_code == 400
+    assert client.post("/v1/translate", content=b"{", headers={"Content-Type": "application/json"}).status_code == 400
 
     after = client.get("/metrics").text
     assert sample(after, "fa_requests_total", endpoint="translate") == 4
@@ -222,6 +312,7 @@ def test_service_metrics_pushed_by_the_backend(metrics):
     metrics.observe_passes(1, 64, 70, {64: 1})
     metrics.observe_positions([5, 4, 3, 2, 1, 1, 1, 1, 1, 1], [4, 3, 2, 1, 0, 0, 1, 1, 1, 0])
     metrics.observe_positions([1], [1])
+    metrics.observe_positions([0] * 20 + [2] * 15, [0] * 20 + [1] * 15)  # positions 21..35
     metrics.set_queue_length(7)
     metrics.set_workers(3)
     body, content_type = metrics.render()
@@ -240,9 +331,13 @@ def test_service_metrics_pushed_by_the_backend(metrics):
     assert sample(text, "fa_draft_position_drafted_total", position="1") == 6
     assert sample(text, "fa_draft_position_accepted_total", position="1") == 5
     assert sample(text, "fa_draft_position_drafted_total", position="7") == 1
-    assert sample(text, "fa_draft_position_drafted_total", position="8") == 3  # positions 8, 9, 10
-    assert sample(text, "fa_draft_position_accepted_total", position="8") == 2
-    assert sample(text, "fa_draft_position_drafted_total", position="9") is None
+    assert sample(text, "fa_draft_position_drafted_total", position="8") == 1  # every position counted alone
+    assert sample(text, "fa_draft_position_accepted_total", position="9") == 1
+    assert sample(text, "fa_draft_position_drafted_total", position="10") == 1
+    assert sample(text, "fa_draft_position_drafted_total", position="31") == 2
+    assert sample(text, "fa_draft_position_drafted_total", position="32") == 8  # positions 32..35
+    assert sample(text, "fa_draft_position_accepted_total", position="32") == 4
+    assert sample(text, "fa_draft_position_drafted_total", position="33") is None
     assert sample(text, "fa_queue_length") == 7
     assert sample(text, "fa_workers") == 3
 
@@ -267,7 +362,7 @@ def test_run_server_on_a_taken_port_fails_and_shuts_the_backend_down():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         code = run_server(build_app(FakeBackend(), ServiceMetrics()), "127.0.0.1", taken.getsockname()[1],
-                          on_shutdown=lambda: calls.append("shutdown"))
+                          on_shutdown=lambda left: calls.append("shutdown"))
     assert code != 0
     assert calls == ["shutdown"]
 
@@ -288,7 +383,7 @@ class SlowBackend:
         self.pool = ThreadPoolExecutor(8)
         self.answered = 0
         self.lock = threading.Lock()
-    def submit(self, texts):
+    def submit(self, texts, request_id=""):
         print("submitted", texts[0], flush=True)
         return self.pool.submit(self.run, texts)
     def run(self, texts):
@@ -296,7 +391,7 @@ class SlowBackend:
         with self.lock:
             self.answered += 1
         return [t.upper() for t in texts]
-    def shutdown(self):
+    def shutdown(self, seconds_left):
         self.pool.shutdown(wait=True)
         print("backend shut down,", self.answered, "answered", flush=True)
 

@@ -147,7 +147,7 @@ class RunStats(ctypes.Structure):
     """fa::RunStats (csrc/running_batch.h): a running batch's counters since it was made."""
 
     _anonymous_ = ("loop",)
-    _fields_ = [("loop", LoopStats)] + [(n, ctypes.c_int64) for n in ("emitted", "joined", "left")] + [
+    _fields_ = [("loop", LoopStats)] + [(n, ctypes.c_int64) for n in ("emitted", "joined", "left", "dropped")] + [
         ("pass_rows", ctypes.c_int64 * RUN_ROWS_HIST)]
 
 
@@ -203,6 +203,7 @@ def declare(lib) -> None:
         "fa_run_join": (I, [P, P, P, I, P, P, P, P, P, P]),
         "fa_run_step": (I, [P, P, P, I, ctypes.c_double, P, I]),
         "fa_run_take": (I, [P, I, P, P, I, P]),
+        "fa_run_drop": (I, [P, I]),
         "fa_run_wake": (None, [P]),
         "fa_run_active": (I, [P]),
         "fa_run_stats": (None, [P, ctypes.POINTER(RunStats)]),
@@ -224,6 +225,8 @@ def declare_testing(lib) -> None:
     lib.fa_set_beam_mutant.argtypes = [I]
     lib.fa_set_drafted_pass_delay.restype = None
     lib.fa_set_drafted_pass_delay.argtypes = [I]
+    lib.fa_set_run_fault_token.restype = None
+    lib.fa_set_run_fault_token.argtypes = [I]
     lib.fa_set_realized_check.restype = None
     lib.fa_set_realized_check.argtypes = [I]
     lib.fa_set_eager_projection_bytes.restype = None

@@ -33,7 +33,7 @@ class RunningBatch:
     sentences start from the verifier's encoder output (else its own encoder's);
     with ``budget`` the policy also chooses how many tokens it drafts.
 
-    One thread drives it (:meth:`join`, :meth:`run`, :meth:`take`);
+    One thread drives it (:meth:`join`, :meth:`run`, :meth:`take`, :meth:`drop`);
     :meth:`wake` may be called from any thread."""
 
     def __init__(self, engine, first: int, max_draft: Optional[int], ngram_min: int = 1, ngram_max: int = 4,
@@ -112,6 +112,11 @@ class RunningBatch:
         if k < 0:
             raise ValueError(f"slot {slot} has not finished")
         return toks[:k].tolist(), scores[:k].tolist(), passes.value
+
+    def drop(self, slot: int) -> None:
+        """An active sentence leaves unfinished (its client went away); its slot is free again."""
+        if self.lib.fa_run_drop(self.handle, slot) != 0:
+            raise ValueError(f"slot {slot} is not decoding")
 
     def wake(self) -> None:
         """Make a :meth:`run` under way return at its next pass boundary (any thread)."""

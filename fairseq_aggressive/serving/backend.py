@@ -14,16 +14,16 @@ model's ``translate(sentence, beam=1, ...)``.
 import logging
 import sys
 import threading
-from concurrent.futures import Future
+import time
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 
 from ..generator import length_cap
 from ..translator import Translator, load_hub
 from .errors import Overloaded, RequestError, ShuttingDown
-from .scheduler import ContinuousWorker, Item, Request, StaticWorker, WorkQueue
+from .scheduler import ContinuousWorker, EngineFault, Item, Request, StaticWorker, WorkQueue
 
 logger = logging.getLogger("fairseq_aggressive")
 
@@ -31,6 +31,15 @@ logger = logging.getLogger("fairseq_aggressive")
 # the engine waits for the HTTP side to let go of it before it can answer and start the
 # next pass; Python's default of 5 ms is several passes of a small model
 SWITCH_INTERVAL = 0.0005
+# how often the supervisor looks for dead workers (s)
+SUPERVISE_EVERY = 0.05
+# a worker that dies more than this many times within RESTART_WINDOW seconds is not started again:
+# the backend has failed (the server stops and exits non-zero)
+MAX_RESTARTS, RESTART_WINDOW = 5, 60.0
+# a sentence whose worker died this many times while holding it fails instead of being queued again
+MAX_ATTEMPTS = 2
+# distinct words whose BPE segmentation is remembered (subword-nmt keeps every one it meets)
+BPE_CACHE_WORDS = 100_000
 
 
 def serving_threads(workers: int) -> int:
@@ -53,6 +62,29 @@ class Prepared:
     max_len: int
 
 
+class BoundedCache(dict):
+    """A dict that forgets its oldest entries beyond ``limit`` (BPE's word cache: a
+    client sending endless distinct words must not grow the server's memory)."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+        self._lock = threading.Lock()
+
+    def __setitem__(self, key, value):
+        with self._lock:
+            while len(self) >= self.limit:
+                super().pop(next(iter(self)), None)
+            super().__setitem__(key, value)
+
+
+def bound_bpe_cache(hub, limit: int = BPE_CACHE_WORDS) -> None:
+    """Give the hub's subword-nmt BPE a word cache of at most ``limit`` words (other BPEs: nothing)."""
+    inner = getattr(getattr(hub, "bpe", None), "bpe", None)
+    if inner is not None and isinstance(getattr(inner, "cache", None), dict):
+        inner.cache = BoundedCache(limit)
+
+
 class DecodeBackend:
     """``model_dir`` as :meth:`Translator.from_pretrained` takes it, decoded by
     ``workers`` workers (each with ``native_threads`` engine threads) from one
@@ -60,15 +92,23 @@ class DecodeBackend:
     ``max_input_tokens`` tokens after BPE is refused; a running batch holds at
     most ``max_batch`` sentences.  ``settings``: the Translator's (``decoding``,
     ``inference_precision``, ``max_draft_len``, ...); ``decoding="greedy"`` is
-    greedy search on the engine's running batch (IAD with drafts of 0 tokens)."""
+    greedy search on the engine's running batch (IAD with drafts of 0 tokens).
+
+    A supervisor thread starts a worker again where one dies, queueing the
+    sentences it held first; past ``MAX_RESTARTS`` deaths within
+    ``RESTART_WINDOW`` seconds it gives up: :attr:`failed` is set and
+    ``on_fatal()`` is called (the server stops)."""
 
     def __init__(self, model_dir: str, workers: int = 1, max_queue: int = 256, max_input_tokens: int = 256,
-                 max_batch: int = 32, metrics=None, **settings):
+                 max_batch: int = 32, metrics=None, on_fatal: Optional[Callable[[], None]] = None, **settings):
         if workers < 1 or max_batch < 1 or max_queue < 0 or max_input_tokens < 1:
             raise ValueError("--workers, --max-batch and --max-input-tokens must be >= 1, --max-queue >= 0")
         self.ready = False
         self.metrics = metrics
         self.closing = False
+        self.failed = False
+        self.on_fatal = on_fatal
+        self.restarts: List[float] = []
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))
         settings = dict(settings)
         if settings.get("native_threads") in (None, "auto"):
@@ -78,30 +118,34 @@ class DecodeBackend:
             settings.update(decoding="iad", max_draft_len=0)
         settings.setdefault("decoding", "iad")
         hub = load_hub(model_dir)
+        bound_bpe_cache(hub)
         self.translator = Translator(hub, **settings)
         self.hub = hub
         limit = self.translator._limit
         self.max_input_tokens = min(max_input_tokens, limit) if limit is not None else max_input_tokens
-        self.queue = WorkQueue(max_queue, on_length=self._queue_length)
+        self.queue = WorkQueue(max_queue, on_length=self._queue_length,
+                               on_dropped=lambda n: self.on_dropped(n, "queued"))
         self.continuous = self._continuous_settings()
+        self._lock = threading.Lock()
         if self.continuous is not None:
             threads = settings.get("native_threads")
             engine, drafter = self.continuous["engine"], self.continuous["drafter_engine"]
             engines = [(engine, drafter)] + [(engine.share(threads), drafter and drafter.share(threads))
                                              for _ in range(workers - 1)]
             self.workers = [ContinuousWorker(f"decoder-{i}", self.queue, self._batch_maker(*e), self._finish,
-                                             max_batch, on_passes=self._on_passes)
-                            for i, e in enumerate(engines)]
-            self._lock = threading.Lock()
+                                             max_batch, events=self) for i, e in enumerate(engines)]
         else:
             logger.warning(f"--decoding {decoding}: decoded in static batches by one worker (a running batch takes "
                            "IAD and greedy search on the native engine)")
-            self.workers = [StaticWorker("decoder-0", self.queue, self.translator.translate_batch, max_batch)]
+            self.workers = [StaticWorker("decoder-0", self.queue, self.translator.translate_batch, max_batch,
+                                         events=self)]
         self.mode = "continuous" if self.continuous is not None else "static"
         for w in self.workers:
             w.start()
-        if metrics is not None:
-            metrics.set_workers(len(self.workers))
+        self._stop_supervisor = threading.Event()
+        self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
+        self._supervisor.start()
+        self._workers_gauge()
         self.ready = True
 
     # ------------------------------------------------------------ set-up
@@ -166,57 +210,152 @@ class DecodeBackend:
         copy = copy[copy != drafter.pad]
         return Prepared(tokens.tolist(), copy.tolist(), max_len)
 
-    def submit(self, texts: List[str]) -> Future:
-        """Queue ``texts``; the future resolves to their outputs in order."""
+    def submit(self, texts: List[str], request_id: str = "") -> Request:
+        """Queue ``texts``: the request's ``future`` resolves to their outputs in
+        order; ``cancel(reason)`` drops what is left of it."""
         if self.closing:
             raise ShuttingDown("the server is shutting down")
-        request = Request(list(texts))
+        if self.queue.limit and len(texts) > self.queue.limit:
+            raise RequestError(f"{len(texts)} texts in one request; at most {self.queue.limit} can ever wait "
+                               "(--max-queue)", code="too_many_texts", status=413)
+        request = Request(list(texts), request_id)
         items = [Item(request, i, self.prepare(i, t)) for i, t in enumerate(texts)]
+        if self.closing:
+            raise ShuttingDown("the server is shutting down")
         if not self.queue.put_all(items):
             raise Overloaded(f"the queue is full ({self.queue.limit} sentences wait); retry later")
+        request.on_cancel = self._wake_all
+        self._wake_all(only_with_room=True)
+        return request
+
+    def _wake_all(self, only_with_room: bool = False) -> None:
         for w in self.workers:
-            if w.busy < w.max_batch:  # (a full batch takes nothing before a sentence leaves it)
+            if not only_with_room or w.busy < w.max_batch:  # (a full batch takes nothing before a sentence leaves)
                 w.wake()
-        return request.future
 
     def _finish(self, item: Item, tokens: List[int]) -> str:
         return self.hub.decode(tokens)
+
+    # ------------------------------------------------------------ health
+    def alive(self) -> int:
+        """Workers running now."""
+        return sum(w.is_alive() for w in self.workers)
+
+    def health(self) -> dict:
+        """``status`` (``ok`` while a worker runs; ``loading``, ``shutting_down``,
+        ``failed`` or ``no_workers`` otherwise), the workers alive and in all."""
+        alive = self.alive()
+        if not self.ready:
+            status = "loading"
+        elif self.closing:
+            status = "shutting_down"
+        elif self.failed:
+            status = "failed"
+        else:
+            status = "ok" if alive else "no_workers"
+        return {"status": status, "workers": alive, "workers_total": len(self.workers)}
+
+    def _supervise(self) -> None:
+        while not self._stop_supervisor.wait(SUPERVISE_EVERY):
+            for i, w in enumerate(self.workers):
+                if w.is_alive() or w.died is None or self.failed:
+                    continue
+                self._hand_back(w)
+                now = time.monotonic()
+                self.restarts = [t for t in self.restarts if now - t < RESTART_WINDOW] + [now]
+                if self.metrics is not None:
+                    self.metrics.observe_restart()
+                if len(self.restarts) > MAX_RESTARTS:
+                    self._fail(f"workers died {len(self.restarts)} times within {RESTART_WINDOW:g} s")
+                    break
+                logger.warning(f"{w.name} is started again ({len(self.restarts)} restart(s) within "
+                               f"{RESTART_WINDOW:g} s)")
+                self.workers[i] = w.respawn()
+                self.workers[i].start()
+            self._workers_gauge()
+
+    def _hand_back(self, worker) -> None:
+        """Queue again what a dead worker held (first), or fail what it held too often."""
+        again = []
+        for item in worker.held:
+            if item.request.gone:
+                continue
+            item.attempts += 1
+            if item.attempts >= MAX_ATTEMPTS:
+                item.request.fail(EngineFault(f"sentence {item.index}: {item.attempts} workers died decoding it"))
+            else:
+                again.append(item)
+        worker.held = []
+        if again:
+            self.queue.put_front(again)
+
+    def _fail(self, why: str) -> None:
+        self.failed = True
+        logger.error(f"the backend has failed: {why}; no worker is started again")
+        for item in self.queue.clear():
+            item.request.fail(EngineFault("the backend has failed"))
+        for w in self.workers:
+            for item in list(w.held):
+                item.request.fail(EngineFault("the backend has failed"))
+        if self.on_fatal is not None:
+            self.on_fatal()
+
+    # ------------------------------------------------------------ events from the workers and the queue
+    def on_dropped(self, n: int, where: str) -> None:
+        """``n`` sentences of requests that are gone left the queue or the running batch undecoded."""
+        if self.metrics is not None:
+            self.metrics.observe_dropped(n, where)
+
+    def on_fault(self, item: Item, error: BaseException) -> None:
+        logger.error(f"request {item.request.id or '-'}: sentence {item.index} fails in the engine alone: {error}")
+        if self.metrics is not None:
+            self.metrics.observe_fault()
+
+    def on_passes(self, now, last) -> None:
+        if self.metrics is None:
+            return
+        def d(name):
+            return getattr(now, name) - (getattr(last, name) if last is not None else 0)
+
+        def ds(name):
+            a, b = getattr(now, name), getattr(last, name) if last is not None else None
+            return [a[j] - (b[j] if b is not None else 0) for j in range(len(a))]
+
+        hist = {k: v for k, v in enumerate(ds("pass_rows")) if k and v}
+        with self._lock:
+            self.metrics.observe_passes(d("passes"), d("sentence_passes"), d("emitted"), hist)
+            self.metrics.observe_positions(ds("position_drafted"), ds("position_accepted"))
 
     # ------------------------------------------------------------ metrics
     def _queue_length(self, n: int) -> None:
         if self.metrics is not None:
             self.metrics.set_queue_length(n)
 
-    def _on_passes(self, now, last) -> None:
-        if self.metrics is None:
-            return
-        def d(name):
-            return getattr(now, name) - (getattr(last, name) if last is not None else 0)
-
-        hist = {}
-        for k in range(1, len(now.pass_rows)):
-            v = now.pass_rows[k] - (last.pass_rows[k] if last is not None else 0)
-            if v:
-                hist[k] = v
-        with self._lock:
-            self.metrics.observe_passes(d("passes"), d("sentence_passes"), d("emitted"), hist)
-            n = 8
-            drafted = [now.position_drafted[j] - (last.position_drafted[j] if last is not None else 0)
-                       for j in range(n)]
-            accepted = [now.position_accepted[j] - (last.position_accepted[j] if last is not None else 0)
-                        for j in range(n)]
-            self.metrics.observe_positions(drafted, accepted)
+    def _workers_gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.set_workers(self.alive())
 
     # ------------------------------------------------------------ shutdown
-    def close(self, timeout: float = 60.0) -> int:
-        """Take nothing new, answer everything queued or decoding, stop the
-        workers; the sentences left unanswered after ``timeout`` seconds (0 if none)."""
+    def begin_drain(self) -> None:
+        """Take nothing new (503 ``shutting_down``); what is queued or decoding goes on."""
         self.closing = True
+
+    def close(self, timeout: float = 60.0) -> int:
+        """Take nothing new, answer everything queued or decoding within
+        ``timeout`` seconds in all, stop the workers; the sentences left
+        unanswered (0 if none), whose requests then fail."""
+        self.closing = True
+        deadline = time.monotonic() + max(timeout, 0.0)
         for w in self.workers:
             w.stop_flag.set()
             w.wake()
+        self.queue.wake()
         for w in self.workers:
-            w.join(timeout)
-        left = len(self.queue) + sum(w.busy for w in self.workers)
+            w.join(max(0.0, deadline - time.monotonic()))
+        self._stop_supervisor.set()
+        left = [it for it in self.queue.clear() if not it.request.gone]
+        left += [it for w in self.workers for it in list(w.held) if not it.request.gone]
+        for it in left:
+            it.request.fail(ShuttingDown("the server stopped before this request was decoded"))
         self.ready = False
-        return left
+        return len(left)

@@ -4,78 +4,138 @@
 
 ``POST /v1/translate`` with ``{"text": "..."}`` answers ``{"text": "..."}``
 (``{"texts": [...]}`` answers ``{"texts": [...]}``), ``GET /health``, ``GET
-/metrics`` (Prometheus).  Decoding options after the server's own are the
-Translator's (``--decoding iad|greedy|gad|...``, ``--inference-precision
-int8``, ``--native-threads N`` (per worker; default: the CPUs less one for
-the HTTP side, shared by the workers), ``--max-draft-len N``, ``--draft-cost
-off``, ...; default ``--decoding iad``).  SIGTERM or Ctrl-C: no new requests, every
-request in flight answered, exit 0.  Details: docs/serving.md.
+/metrics`` (Prometheus).  SIGTERM or Ctrl-C: no new requests, every request in
+flight answered; the exit status is 0 when every accepted sentence was
+answered, 1 when some were not, 3 when the workers kept dying.  Details:
+docs/serving.md.
 """
 import argparse
 import logging
+import os
 import sys
+import typing
+
+API_KEY_ENV = "FAIRSEQ_AGGRESSIVE_API_KEY"
+# generation settings of fairseq's the server takes besides the decoding options
+GENERATION = (("max_len_a", float, 0.0, "output length limit: a * source length + b (fairseq's --max-len-a)"),
+              ("max_len_b", int, 200, "(fairseq's --max-len-b)"),
+              ("min_len", int, 1, "shortest output (fairseq's --min-len)"),
+              ("unkpen", float, 0.0, "unknown-word penalty (fairseq's --unkpen)"))
 
 
-def _value(text: str):
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, once."""
+
+    def _get_help_string(self, action):
+        return action.help if "(default:" in (action.help or "") else super()._get_help_string(action)
 
 
-def decoding_settings(rest):
-    """``--name value`` pairs (and bare ``--flag``) as Translator settings."""
-    settings, i = {}, 0
-    while i < len(rest):
-        arg = rest[i]
-        if not arg.startswith("--") or len(arg) < 3:
-            raise SystemExit(f"fairseq-aggressive-serve: unexpected argument {arg!r}")
-        key, eq, val = arg[2:].partition("=")
-        if eq:
-            i += 1
-        elif i + 1 < len(rest) and not rest[i + 1].startswith("--"):
-            val, i = rest[i + 1], i + 2
+def add_decoding_arguments(p: argparse.ArgumentParser, greedy: bool = True) -> typing.List[str]:
+    """The decoding options (``decoding_options.OPTIONS``, ``--inference-precision``
+    and fairseq's length settings) as arguments of ``p``, each unset by default
+    (the Translator's default then holds); their names, for :func:`decoding_settings`.
+    ``greedy``: ``--decoding greedy`` is a choice (the server's)."""
+    logging.getLogger("fairseq").setLevel(logging.WARNING)
+    from ..constants import PRECISIONS
+    from ..decoding_options import OPTIONS
+
+    g = p.add_argument_group("decoding (the Translator's settings; unset: the default shown)")
+    names = []
+
+    def add(name, kind, default, help_text, **extra):
+        flag = "--" + name.replace("_", "-")
+        shown = "unset" if default is None else default
+        g.add_argument(flag, dest=name, default=None, help=f"{help_text} (default: {shown})", **extra)
+        names.append(name)
+
+    for o in OPTIONS:
+        kind = o.type
+        if typing.get_origin(kind) is typing.Union:  # Optional[X]
+            kind = next(a for a in typing.get_args(kind) if a is not type(None))
+        if o.name == "decoding":
+            choices = [c.value for c in kind] + (["greedy"] if greedy else [])
+            add(o.name, str, "iad", ("greedy = greedy search on the native engine's running batch (iad with "
+                                     "drafts of 0 tokens); " if greedy else "") + o.help, choices=choices)
+        elif isinstance(kind, type) and issubclass(kind, bool):
+            add(o.name, bool, o.default, o.help, action="store_true")
+        elif hasattr(kind, "__members__"):  # a fairseq ChoiceEnum
+            extra = {"nargs": "?", "const": o.metadata["argparse_const"]} if "argparse_const" in o.metadata else {}
+            add(o.name, str, o.default, o.help, choices=[c.value for c in kind], **extra)
         else:
-            val, i = "true", i + 1
-        settings[key.replace("-", "_")] = _value(val)
-    return settings
+            add(o.name, kind, o.default, o.help, type=kind, metavar=kind.__name__.upper())
+    add("inference_precision", str, "float32", "int8: int8 linear layers (the same int8 model everywhere; "
+        "exact decodings give its greedy output)", choices=list(PRECISIONS))
+    for name, kind, default, help_text in GENERATION:
+        add(name, kind, default, help_text, type=kind, metavar=kind.__name__.upper())
+    return names
+
+
+def decoding_settings(args: argparse.Namespace, names: typing.List[str]) -> dict:
+    """The decoding options given on the command line, as Translator settings."""
+    return {k: getattr(args, k) for k in names if getattr(args, k) not in (None, False)}
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fairseq-aggressive-serve", description=__doc__.split("\n\n")[0],
-        epilog="Other --options are decoding settings as Translator takes them (--decoding, "
-               "--inference-precision, --native-threads, --max-draft-len, --draft-cost, ...).")
+        formatter_class=_HelpFormatter)
     p.add_argument("model_dir", help="a model directory: model.pt, dict.*.txt, bpe.codes, MODEL.json")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8080, help="0: a free port (printed)")
-    p.add_argument("--workers", type=int, default=1, help="decoders on one copy of the weights (default 1)")
-    p.add_argument("--max-batch", type=int, default=32, help="sentences one worker decodes at once (default 32)")
-    p.add_argument("--max-queue", type=int, default=256,
-                   help="sentences that may wait; beyond, requests get 503 (default 256, 0: no limit)")
-    p.add_argument("--max-input-tokens", type=int, default=256,
-                   help="longest sentence after BPE, in tokens; longer ones get 413 (default 256)")
-    p.add_argument("--max-input-chars", type=int, default=10000,
-                   help="longest text in characters, checked before tokenizing (default 10000)")
-    p.add_argument("--drain-timeout", type=float, default=60.0,
-                   help="on SIGTERM, seconds to finish the requests in flight (default 60)")
+    s = p.add_argument_group("the server")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on; keep 127.0.0.1 and put a reverse proxy with TLS in front to "
+                        "serve other machines (docs/serving.md)")
+    s.add_argument("--port", type=int, default=8080, help="TCP port; 0: a free one (printed)")
+    s.add_argument("--workers", type=int, default=1, help="decoders on one copy of the weights")
+    s.add_argument("--max-batch", type=int, default=32, help="sentences one worker decodes at once")
+    s.add_argument("--max-queue", type=int, default=256,
+                   help="sentences that may wait; beyond, requests get 503 queue_full (0: no limit)")
+    s.add_argument("--api-key", default=None,
+                   help=f"every endpoint but /health answers 401 without 'Authorization: Bearer KEY' (or set "
+                        f"{API_KEY_ENV}) (default: none)")
+    s.add_argument("--drain-timeout", type=float, default=60.0,
+                   help="on SIGTERM, seconds in all to answer the requests in flight")
+    lim = p.add_argument_group("bounds on requests and connections")
+    lim.add_argument("--max-input-tokens", type=int, default=256,
+                     help="longest sentence after BPE, in tokens; longer ones get 413")
+    lim.add_argument("--max-input-chars", type=int, default=10000,
+                     help="longest text in characters, checked before tokenizing (413)")
+    lim.add_argument("--max-word-chars", type=int, default=200, help="longest word in characters (413)")
+    lim.add_argument("--max-batch-texts", type=int, default=64, help="most texts in one request (413)")
+    lim.add_argument("--max-body-bytes", type=int, default=1 << 20, help="largest request body (413)")
+    lim.add_argument("--request-timeout", type=float, default=60.0,
+                     help="seconds from a request's body to its answer, else 504 and its sentences are dropped "
+                          "(0: none)")
+    lim.add_argument("--body-timeout", type=float, default=30.0,
+                     help="seconds to receive a request's body, else 408")
+    lim.add_argument("--header-timeout", type=float, default=10.0,
+                     help="seconds to receive a request's headers, else 408 and the connection closes")
+    lim.add_argument("--max-connections", type=int, default=256,
+                     help="open connections; one more is answered 503 and closed (0: no limit)")
+    p.set_defaults(decoding_names=add_decoding_arguments(p))
     return p
 
 
 def main(argv=None) -> int:
-    args, rest = parser().parse_known_args(argv)
-    settings = decoding_settings(rest)
+    args = parser().parse_args(argv)
+    settings = decoding_settings(args, args.decoding_names)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("asyncio").setLevel(logging.WARNING)
+    logging.getLogger("fairseq").setLevel(logging.WARNING)  # (its whole configuration at load, at INFO)
     from .app import build_app
     from .backend import DecodeBackend
+    from .limits import Limits
     from .metrics import ServiceMetrics
     from .server import run_server
 
+    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    limits = Limits(max_input_chars=args.max_input_chars, max_body_bytes=args.max_body_bytes,
+                    max_batch_texts=args.max_batch_texts, max_word_chars=args.max_word_chars,
+                    body_timeout=args.body_timeout, request_timeout=args.request_timeout, api_key=api_key)
     metrics = ServiceMetrics()
     try:
+        limits.check()
+        if args.header_timeout <= 0 or args.max_connections < 0 or args.drain_timeout < 0:
+            raise ValueError("--header-timeout must be > 0, --max-connections and --drain-timeout >= 0")
         backend = DecodeBackend(args.model_dir, workers=args.workers, max_queue=args.max_queue,
                                 max_input_tokens=args.max_input_tokens, max_batch=args.max_batch, metrics=metrics,
                                 **settings)
@@ -83,14 +143,27 @@ def main(argv=None) -> int:
         print(f"fairseq-aggressive-serve: {e}", file=sys.stderr)
         return 2
     print(f"model {args.model_dir}: {backend.mode} batching, {len(backend.workers)} worker(s), "
-          f"settings {settings or 'default'}", flush=True)
-    app = build_app(backend, metrics, max_input_chars=args.max_input_chars)
+          f"settings {settings or 'default'}{', API key required' if api_key else ''}", flush=True)
+    app = build_app(backend, metrics, limits)
 
-    def on_shutdown():
-        left = backend.close(args.drain_timeout)
+    def on_shutdown(seconds_left: float) -> None:
+        left = backend.close(seconds_left)
         print(f"stopped: {left} sentence(s) unanswered", flush=True)
+        if left:
+            logging.getLogger("fairseq_aggressive.serving").error(
+                f"{left} accepted sentence(s) went unanswered: the drain ran out of time (--drain-timeout)")
+        state["left"] = left
 
-    return run_server(app, args.host, args.port, on_shutdown, timeout_graceful_shutdown=args.drain_timeout)
+    state = {"left": 0}
+    code = run_server(app, args.host, args.port, on_shutdown, timeout_graceful_shutdown=args.drain_timeout,
+                      on_signal=backend.begin_drain, should_stop=lambda: backend.failed,
+                      max_connections=args.max_connections, header_timeout=args.header_timeout)
+    if code:
+        return code
+    if backend.failed:
+        print("fairseq-aggressive-serve: the workers kept dying; stopped", file=sys.stderr)
+        return 3
+    return 1 if state["left"] else 0
 
 
 def cli_main():

@@ -1,19 +1,29 @@
 """Runs the app under uvicorn (:func:`run_server`) until SIGTERM or SIGINT,
-then drains: uvicorn stops accepting connections and waits (up to
-``timeout_graceful_shutdown`` seconds) for the requests in flight to be
-answered, and then ``on_shutdown`` stops the backend."""
+then drains: the backend takes nothing new at once (503 ``shutting_down``),
+uvicorn stops accepting connections and waits for the requests in flight to
+be answered, and then ``on_shutdown(seconds_left)`` stops the backend within
+what is left of the one drain budget."""
 import signal
 import socket
 import threading
+import time
 from typing import Callable, List, Optional
 
 import uvicorn
+
+from .protocol import guarded_protocol
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server that prints ``serving on http://HOST:PORT`` once it listens."""
+    """uvicorn's server that prints ``serving on http://HOST:PORT`` once it
+    listens, calls ``on_signal()`` as soon as a stop signal comes, and stops
+    by itself once ``should_stop()`` is true."""
+
+    on_signal: Optional[Callable[[], None]] = None
+    should_stop: Optional[Callable[[], bool]] = None
+    signalled_at: Optional[float] = None
 
     async def startup(self, sockets: Optional[List[socket.socket]] = None) -> None:
         await super().startup(sockets=sockets)
@@ -26,17 +36,34 @@ class _Server(uvicorn.Server):
                 host = f"[{host}]"
             print(f"serving on http://{host}:{port}", flush=True)
 
+    def handle_exit(self, sig, frame) -> None:
+        if self.signalled_at is None:
+            self.signalled_at = time.monotonic()
+            if self.on_signal is not None:
+                self.on_signal()
+        super().handle_exit(sig, frame)
 
-def run_server(app, host: str, port: int, on_shutdown: Callable[[], None],
-               timeout_graceful_shutdown: float = 30.0) -> int:
+    async def on_tick(self, counter: int) -> bool:
+        if self.should_stop is not None and self.should_stop():
+            self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def run_server(app, host: str, port: int, on_shutdown: Callable[[float], None],
+               timeout_graceful_shutdown: float = 30.0, on_signal: Optional[Callable[[], None]] = None,
+               should_stop: Optional[Callable[[], bool]] = None, max_connections: int = 0,
+               header_timeout: float = 10.0) -> int:
     """Serves ``app`` on ``host``:``port`` (0: a free port, printed) until SIGTERM
-    or SIGINT; a second SIGINT stops without waiting.  Calls ``on_shutdown()``
-    once uvicorn has stopped (also when it fails to start) and returns the exit
-    code: 0, or uvicorn's startup-failure code (not 0) where it did not start
-    (the port is taken, ...)."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on",
-                            timeout_graceful_shutdown=timeout_graceful_shutdown)
+    or SIGINT (or ``should_stop()``); a second SIGINT stops without waiting.
+    ``timeout_graceful_shutdown`` is the whole drain's budget: ``on_shutdown``
+    gets the seconds left of it once uvicorn has stopped (it is called also
+    when uvicorn fails to start).  Returns 0, or uvicorn's startup-failure code
+    (not 0) where it did not start (the port is taken, ...)."""
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+                            timeout_graceful_shutdown=timeout_graceful_shutdown,
+                            http=guarded_protocol(max_connections, header_timeout))
     server = _Server(config)
+    server.on_signal, server.should_stop = on_signal, should_stop
     # uvicorn handles the signals while it runs and raises them again once it has
     # stopped; these handlers take that second delivery, so that the process goes
     # on to drain the backend instead of dying of it
@@ -52,7 +79,9 @@ def run_server(app, host: str, port: int, on_shutdown: Callable[[], None],
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        on_shutdown()
+        since = server.signalled_at
+        left = timeout_graceful_shutdown if since is None else timeout_graceful_shutdown - (time.monotonic() - since)
+        on_shutdown(max(0.0, left))
     return code
 
 

@@ -16,22 +16,19 @@ import sys
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="Other --options are Translator settings (--drafter-path D.pt, ...)")
-    p.add_argument("model_dir")
-    p.add_argument("sentence")
-    p.add_argument("--decoding", default="iad")
-    p.add_argument("--max-draft-len", type=int, default=None)
-    args, rest = p.parse_known_args(argv)
-
-    from fairseq_aggressive.serving.cli import decoding_settings
+    from fairseq_aggressive.serving.cli import add_decoding_arguments, decoding_settings
     from fairseq_aggressive.translator import Translator
 
-    settings = decoding_settings(rest)
-    if args.max_draft_len is not None:
-        settings["max_draft_len"] = args.max_draft_len
-    reference = Translator.from_pretrained(args.model_dir, decoding=args.decoding, **settings)
-    traced = Translator(reference.hub, decoding=args.decoding, python_loop=True, **settings)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model_dir")
+    p.add_argument("sentence")
+    names = add_decoding_arguments(p, greedy=False)
+    args = p.parse_args(argv)
+    settings = decoding_settings(args, names)
+    settings.setdefault("decoding", "iad")
+    settings.pop("python_loop", None)
+    reference = Translator.from_pretrained(args.model_dir, **settings)
+    traced = Translator(reference.hub, python_loop=True, **settings)
     gen = traced.generator
     d = reference.hub.tgt_dict
     passes = []

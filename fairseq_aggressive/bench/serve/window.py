@@ -63,8 +63,8 @@ def BatchingWindowWorker(name: str, queue, translate_batch: Callable, max_batch:
 
 
 class WindowBackend:
-    """The backend contract of ``serving.app.build_app`` (``ready``,
-    ``submit(texts)`` -> Future of the outputs, ``close(timeout)``) over one
+    """The backend contract of ``serving.app.build_app`` (``health()``,
+    ``submit(texts, request_id)`` -> a request with the Future of its outputs, ``close(timeout)``) over one
     queue and a :func:`BatchingWindowWorker` per ``translate_batch`` callable."""
 
     def __init__(self, translate_batches: Sequence[Callable], max_batch: int, window: float, max_queue: int = 256):
@@ -79,15 +79,15 @@ class WindowBackend:
             w.start()
         self.ready = True
 
-    def submit(self, texts: List[str]):
+    def submit(self, texts: List[str], request_id: str = ""):
         if self.closing:
             raise self._errors.ShuttingDown("the server is shutting down")
-        request = self._sched.Request(list(texts))
+        request = self._sched.Request(list(texts), request_id)
         now = time.perf_counter()
         items = [self._sched.Item(request, i, now) for i in range(len(texts))]
         if not self.queue.put_all(items):
             raise self._errors.Overloaded(f"the queue is full ({self.queue.limit} sentences wait); retry later")
-        return request.future
+        return request
 
     def close(self, timeout: float = 60.0) -> int:
         self.closing = True
@@ -97,6 +97,11 @@ class WindowBackend:
             w.join(timeout)
         self.ready = False
         return len(self.queue) + sum(w.busy for w in self.workers)
+
+    def health(self) -> dict:
+        alive = sum(w.is_alive() for w in self.workers)
+        status = "loading" if not self.ready else "shutting_down" if self.closing else "ok" if alive else "no_workers"
+        return {"status": status, "workers": alive, "workers_total": len(self.workers)}
 
 
 def serve_parser() -> argparse.ArgumentParser:
@@ -141,7 +146,7 @@ def serve_main(argv: List[str]) -> int:
           f"{args.window_ms:g} ms", flush=True)
     app = app_mod.build_app(backend, metrics)
 
-    def on_shutdown():
+    def on_shutdown(seconds_left):
         left = backend.close(STOP_TIMEOUT)
         print(f"stopped: {left} sentence(s) unanswered", flush=True)
 

@@ -104,6 +104,8 @@ int fa_run_step(void* mp, void* dp, void* rp, int max_passes, double min_ms, int
 int fa_run_take(void* rp, int slot, int32_t* tokens, float* scores, int cap, int32_t* passes) {
   return static_cast<fa::RunningBatch*>(rp)->take(slot, tokens, scores, cap, passes);
 }
+// an active row leaves unfinished (RunningBatch::drop): 0, or -1 if the slot is not active
+int fa_run_drop(void* rp, int slot) { return static_cast<fa::RunningBatch*>(rp)->drop(slot); }
 void fa_run_wake(void* rp) { static_cast<fa::RunningBatch*>(rp)->wake(); }
 int fa_run_active(void* rp) { return static_cast<fa::RunningBatch*>(rp)->active(); }
 void fa_run_stats(void* rp, fa::RunStats* out) { *out = static_cast<fa::RunningBatch*>(rp)->stats(); }

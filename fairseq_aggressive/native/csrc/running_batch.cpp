@@ -12,6 +12,11 @@
 
 namespace fa {
 
+// fa_set_run_fault_token (testing/test_api.cpp): a pass with a row whose copy
+// source holds this token fails as an engine error does (-1: never), so that
+// tests can pin a fault on a sentence
+int run_fault_token = -1;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -180,6 +185,12 @@ int RunningBatch::run(Decoder& m, Decoder* dm, int max_passes, double min_ms, in
     a.feats = feature() ? feats_.data() : nullptr;
     const auto t1 = Clock::now();
     stats_.loop.draft_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+    if (run_fault_token >= 0)
+      for (int i = 0; i < n; ++i) {
+        const auto& src = rows_[active_[i]].src;
+        if (std::find(src.begin(), src.end(), run_fault_token) != src.end())
+          throw std::runtime_error("injected fault: a row's source holds the fault token");
+      }
     // (rows fit: a draft never reaches beyond the row's max_len, its cache holds max_len + 2 positions)
     if (verify_pass(m, st_, a) != 0) throw std::logic_error("a running batch's row does not fit its cache");
     if (policy != nullptr) {
@@ -242,6 +253,22 @@ int RunningBatch::take(int slot, int32_t* tokens, float* scores, int cap, int32_
   free_.push_back(slot);
   stats_.left += 1;
   return k;
+}
+
+int RunningBatch::drop(int slot) {
+  if (slot < 0 || slot >= (int)rows_.size() || rows_[slot].state != kActive) return -1;
+  active_.erase(std::find(active_.begin(), active_.end(), slot));
+  Row& r = rows_[slot];
+  r.state = kFree;
+  r.out.clear();
+  r.scores.clear();
+  r.fresh.clear();
+  r.fresh_feats.clear();
+  st_.sents[slot] = Sentence();
+  if (feature()) dst_.sents[slot] = Sentence();
+  free_.push_back(slot);
+  stats_.dropped += 1;
+  return 0;
 }
 
 }  // namespace fa

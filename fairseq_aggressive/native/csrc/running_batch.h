@@ -59,6 +59,7 @@ struct RunStats {
   LoopStats loop;
   int64_t emitted;      // tokens emitted
   int64_t joined, left;  // rows
+  int64_t dropped;       // rows that left before they finished (drop)
   int64_t pass_rows[kRunRowsHist];
 };
 
@@ -81,6 +82,10 @@ class RunningBatch {
   // A finished slot's tokens and scores (at most cap) and its passes; the slot
   // is free again.  Its length, or -1 if the slot has not finished.
   int take(int slot, int32_t* tokens, float* scores, int cap, int32_t* passes);
+  // An active row leaves before it finishes (its client went away): its slot
+  // is free again at once.  0, or -1 if the slot is not active.  The driver
+  // calls it between run()s, so a row is never dropped inside a pass.
+  int drop(int slot);
   void wake() { wake_.store(true, std::memory_order_release); }
   int active() const { return (int)active_.size(); }
   const RunStats& stats() const { return stats_; }

@@ -28,6 +28,7 @@
 namespace fa {
 extern int beam_mutant;            // beam_search.cpp
 extern int drafted_pass_delay_us;  // draft_lengths.cpp
+extern int run_fault_token;        // running_batch.cpp
 extern bool realized_check;
 }
 
@@ -111,6 +112,10 @@ void fa_set_beam_mutant(int n) { fa::beam_mutant = n; }
 // only the policy's check on whole passes sees it), as drafted passes on a
 // loaded CPU cost more than the table says; and the check on (1) or off (0)
 void fa_set_drafted_pass_delay(int us) { fa::drafted_pass_delay_us = us; }
+// Test hook: a running batch's pass fails, as an engine error does, while one
+// of its rows' copy sources holds `token` (-1: never), so that a test can pin a
+// fault on one sentence
+void fa_set_run_fault_token(int token) { fa::run_fault_token = token; }
 void fa_set_realized_check(int on) { fa::realized_check = on != 0; }
 
 // Test hook: the projection size beyond which the model's passes project a
