@@ -137,7 +137,7 @@ BAD_REQUESTS = [
     (b'{"texts": [[["a"]]]}', 400, "not_a_string", ["texts[0]", "array"]),
     (b'{"text": "a\ud800b"}', 400, "bad_text", ["lone surrogate at character 1"]),
     (b'{"texts": ["ok", "\udfff"]}', 400, "bad_text", ["texts[1]", "lone surrogate"]),
-    (b'{"text": "\xc3\x28"}'.replace(b"\\x", b"\\x"), 400, "bad_json", ["not valid JSON"]),
+    (b'{"text": "\xc3\x28"}', 400, "bad_json", ["not valid JSON"]),
     ('{"text": "ok"}'.encode("utf-16"), 200, None, []),
     (json.dumps({"texts": ["a"] * (MAX_TEXTS + 1)}).encode(), 413, "too_many_texts", [f"limit is {MAX_TEXTS}"]),
     (json.dumps({"text": "a " + "w" * (MAX_WORD + 1)}).encode(), 413, "word_too_long",

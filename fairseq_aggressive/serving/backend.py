@@ -245,10 +245,10 @@ class DecodeBackend:
         """``status`` (``ok`` while a worker runs; ``loading``, ``shutting_down``,
         ``failed`` or ``no_workers`` otherwise), the workers alive and in all."""
         alive = self.alive()
-        if not self.ready:
-            status = "loading"
-        elif self.closing:
+        if self.closing:
             status = "shutting_down"
+        elif not self.ready:
+            status = "loading"
         elif self.failed:
             status = "failed"
         else:
