@@ -107,6 +107,8 @@ def cases(header_timeout: float, body_timeout: float, max_body: int) -> Dict[str
         "idle_connection": lambda p: exchange(p, b"", timeout=header_timeout * 3 + 5),
         "slow_body": lambda p: exchange(p, request("POST", TRANSLATE, b'{"text": "', j).replace(
             b"Content-Length: 10", b"Content-Length: 100"), timeout=body_timeout * 3 + 5),
+        "headers_then_nothing": lambda p: exchange(p, request("POST", TRANSLATE, b"", j).replace(
+            b"Content-Length: 0", b"Content-Length: 100"), timeout=body_timeout * 3 + 5),
         "declared_huge_body": lambda p: exchange(p, request("POST", TRANSLATE, b"", j).replace(
             b"Content-Length: 0", b"Content-Length: 10000000000")),
         "chunked_over_limit": lambda p: _chunked(p, max_body * 2),

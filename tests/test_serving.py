@@ -61,7 +61,7 @@ def test_concurrent_requests_get_greedy_output(lines, reference, settings, load)
         try:
             for _ in range(4):
                 texts = rng.sample(lines, rng.randint(1, 5))
-                results.append((texts, backend.submit(texts).result(timeout=120)))
+                results.append((texts, backend.submit(texts).future.result(timeout=120)))
                 time.sleep(rng.random() * 0.01)
         except Exception as e:  # noqa: BLE001  (reported below)
             errors.append(e)
@@ -84,7 +84,7 @@ def test_concurrent_requests_get_greedy_output(lines, reference, settings, load)
 
 def test_bad_input_full_queue_and_drain(lines, reference):
     from fairseq_aggressive.serving.backend import DecodeBackend
-    from fairseq_aggressive.serving.errors import Overloaded, RequestError, ShuttingDown
+    from fairseq_aggressive.serving.errors import RequestError, ShuttingDown
 
     backend = DecodeBackend(MODEL, max_queue=40, max_input_tokens=12)
     short = [s for s in lines if backend.hub.encode(s).numel() <= 12]
@@ -92,9 +92,10 @@ def test_bad_input_full_queue_and_drain(lines, reference):
     with pytest.raises(RequestError, match=r"texts\[1\] is \d+ tokens long after BPE; the limit is 12") as e:
         backend.submit([short[0], long])
     assert e.value.code == "too_long" and e.value.status == 413
-    with pytest.raises(Overloaded, match="queue is full"):
+    with pytest.raises(RequestError, match="at most 40 can ever wait") as e:  # no retry could succeed
         backend.submit(["x"] * 41)
-    futures = [backend.submit([s]) for s in short[:10]] + [backend.submit(short[:5])]
+    assert e.value.code == "too_many_texts" and e.value.status == 413
+    futures = [backend.submit([s]).future for s in short[:10]] + [backend.submit(short[:5]).future]
     assert backend.close() == 0  # everything queued or decoding was answered
     assert [f.result(timeout=0)[0] for f in futures[:-1]] == [reference[s] for s in short[:10]]
     assert futures[-1].result(timeout=0) == [reference[s] for s in short[:5]]

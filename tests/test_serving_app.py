@@ -307,14 +307,24 @@ def test_metrics_count_requests(client):
     assert sample(after, "fa_request_latency_seconds_sum") > 0
 
 
-def test_service_metrics_pushed_by_the_backend(metrics):
-    metrics.observe_passes(10, 25, 60, {2: 5, 3: 5})
-    metrics.observe_passes(1, 64, 70, {64: 1})
-    metrics.observe_positions([5, 4, 3, 2, 1, 1, 1, 1, 1, 1], [4, 3, 2, 1, 0, 0, 1, 1, 1, 0])
-    metrics.observe_positions([1], [1])
-    metrics.observe_positions([0] * 20 + [2] * 15, [0] * 20 + [1] * 15)  # positions 21..35
-    metrics.set_queue_length(7)
-    metrics.set_workers(3)
+def test_decoding_counters_read_from_the_engine_at_each_scrape(metrics):
+    from fairseq_aggressive.serving.metrics import decode_counters
+
+    hist_a, hist_b = [0] * 65, [0] * 65
+    hist_a[2], hist_a[3], hist_b[64] = 5, 5, 1
+    a = dict(passes=10, sentence_passes=25, emitted=60, pass_rows=hist_a,
+             position_drafted=[5, 4, 3, 2, 1, 1, 1, 1, 1, 1] + [0] * 22,
+             position_accepted=[4, 3, 2, 1, 0, 0, 1, 1, 1, 0] + [0] * 22)
+    b = dict(passes=1, sentence_passes=64, emitted=70, pass_rows=hist_b,
+             position_drafted=[1] + [0] * 19 + [2] * 12, position_accepted=[1] + [0] * 19 + [1] * 12)
+    counters = decode_counters([a, b])
+    assert counters["passes"] == 11 and counters["position_drafted"][0] == 6
+    source = {"now": None}
+    metrics.set_decode_source(lambda: source["now"])
+    text = metrics.render()[0].decode()
+    assert sample(text, "fa_passes_total") == 0 and sample(text, "fa_batch_rows_count") == 0
+    assert sample(text, "fa_draft_position_drafted_total", position="32") == 0  # every position shows, at 0
+    source["now"] = counters
     body, content_type = metrics.render()
     assert content_type.startswith("text/plain")
     text = body.decode()
@@ -331,13 +341,15 @@ def test_service_metrics_pushed_by_the_backend(metrics):
     assert sample(text, "fa_draft_position_drafted_total", position="1") == 6
     assert sample(text, "fa_draft_position_accepted_total", position="1") == 5
     assert sample(text, "fa_draft_position_drafted_total", position="7") == 1
-    assert sample(text, "fa_draft_position_drafted_total", position="8") == 1  # every position counted alone
+    assert sample(text, "fa_draft_position_drafted_total", position="10") == 1  # every position counted alone
     assert sample(text, "fa_draft_position_accepted_total", position="9") == 1
-    assert sample(text, "fa_draft_position_drafted_total", position="10") == 1
-    assert sample(text, "fa_draft_position_drafted_total", position="31") == 2
-    assert sample(text, "fa_draft_position_drafted_total", position="32") == 8  # positions 32..35
-    assert sample(text, "fa_draft_position_accepted_total", position="32") == 4
+    assert sample(text, "fa_draft_position_drafted_total", position="21") == 2
+    assert sample(text, "fa_draft_position_drafted_total", position="32") == 2
+    assert sample(text, "fa_draft_position_accepted_total", position="32") == 1
     assert sample(text, "fa_draft_position_drafted_total", position="33") is None
+    metrics.set_queue_length(7)
+    metrics.set_workers(3)
+    text = metrics.render()[0].decode()
     assert sample(text, "fa_queue_length") == 7
     assert sample(text, "fa_workers") == 3
 

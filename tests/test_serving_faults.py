@@ -186,3 +186,19 @@ def test_cancelled_requests_leave_the_queue_and_the_batch(lines, reference):
     assert dropped["queued"] >= 30 and dropped["decoding"] >= 1
     assert 40 - sum(o is not None for o in doomed.outputs) == dropped["queued"] + dropped["decoding"]
     assert stats.dropped == dropped["decoding"]
+
+
+def test_the_queue_refuses_what_would_pass_its_limit_and_drops_gone_requests():
+    from fairseq_aggressive.serving.scheduler import Item, Request, WorkQueue
+
+    dropped = []
+    q = WorkQueue(5, on_dropped=dropped.append)
+    a, b = Request(["x"] * 3), Request(["y"] * 2)
+    assert q.put_all([Item(a, i, None) for i in range(3)]) and q.put_all([Item(b, i, None) for i in range(2)])
+    assert not q.put_all([Item(Request(["z"]), 0, None)]) and len(q) == 5  # none of it queued
+    a.cancel("client_closed")
+    got = q.take(10, wait=0)
+    assert [it.request for it in got] == [b, b] and dropped == [3] and len(q) == 0
+    q.put_front(got)  # a dead worker's items come first, whatever the limit
+    q.put_all([Item(Request(["w"] * 3), i, None) for i in range(3)])
+    assert [it.request for it in q.take(2, wait=0)] == [b, b]

@@ -76,21 +76,27 @@ def build_app(backend, metrics: ServiceMetrics, limits: Limits = None, **limit_v
     limits.check()
     prepare_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare")
 
+    staged = hasattr(backend, "prepare_request")
+
     def submit(body: bytes, request_id: str):
+        """Parsed, checked and (a backend that stages requests) tokenized, but not queued yet."""
         single, texts = parse_request(body, limits)
-        return single, texts, backend.submit(texts, request_id)
+        return single, texts, backend.prepare_request(texts, request_id) if staged else \
+            backend.submit(texts, request_id)
 
     def encode(single: bool, outputs) -> bytes:
         payload = {"text": outputs[0]} if single else {"texts": list(outputs)}
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
-    async def translate(request: Request) -> Response:
+    async def translate(scope, receive, send) -> None:
+        """POST /v1/translate, as a bare ASGI app (no framework between the socket and the decoders)."""
         start = time.perf_counter()
-        rid = request.scope.get("fa.request_id") or new_request_id()
-        sentences, code, ticket = 0, None, None
+        rid = scope["fa.request_id"]
+        headers = dict(scope["headers"])
+        sentences, code, ticket, response = 0, None, None, None
         try:
-            check_content_type(request.headers.get("content-type"))
-            body = await read_body(request, limits)
+            check_content_type(_text(headers.get(b"content-type")))
+            body = await read_body(receive, _text(headers.get(b"content-length")), limits)
             metrics.observe_body(len(body))
             large = len(body) > INLINE_BYTES
             loop = asyncio.get_running_loop()
@@ -98,31 +104,38 @@ def build_app(backend, metrics: ServiceMetrics, limits: Limits = None, **limit_v
                 single, texts, ticket = await loop.run_in_executor(prepare_pool, submit, body, rid)
             else:
                 single, texts, ticket = submit(body, rid)
-            outputs = await _answer(request, ticket, limits.request_timeout)
+            outputs = await _answer(receive, ticket, limits.request_timeout, backend.enqueue if staged else None)
             if len(outputs) != len(texts):
                 raise RuntimeError(f"the backend answered {len(outputs)} outputs for {len(texts)} texts")
             content = await loop.run_in_executor(prepare_pool, encode, single, outputs) if large else \
                 encode(single, outputs)
             sentences = len(outputs)
-            return Response(content, media_type="application/json", headers={"X-Request-ID": rid})
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(content)).encode()),
+                                    (b"x-request-id", rid.encode())]})
+            await send({"type": "http.response.body", "body": content})
+            return
         except _REFUSALS as e:
             code = e.code
-            return error_response(e.status, e.code, str(e) or _DEFAULT_MESSAGES.get(e.code, e.code), rid, e.close)
+            response = error_response(e.status, e.code, str(e) or _DEFAULT_MESSAGES.get(e.code, e.code), rid,
+                                      e.close)
         except ClientGone:
             metrics.observe_cancel("client_closed")
-            return Response(status_code=499)  # (nobody reads it)
+            response = Response(status_code=499)  # (nobody reads it)
         except _Timeout:
             code = "timeout"
             metrics.observe_cancel("timeout")
-            return error_response(504, "timeout", f"no answer within {limits.request_timeout:g} s "
-                                  "(--request-timeout)", rid)
+            response = error_response(504, "timeout", f"no answer within {limits.request_timeout:g} s "
+                                      "(--request-timeout)", rid)
         except Exception as e:  # noqa: BLE001  (the server stays up; the log says what failed)
             code = "internal"
-            return internal_error(rid, "translate failed", e)
+            response = internal_error(rid, "translate failed", e)
         finally:
             if code is not None:
                 metrics.observe_error(code)
             metrics.observe_request("translate", time.perf_counter() - start, sentences)
+        await response(scope, receive, send)
 
     async def health(request: Request) -> Response:
         state = backend.health() if hasattr(backend, "health") else \
@@ -144,70 +157,77 @@ def build_app(backend, metrics: ServiceMetrics, limits: Limits = None, **limit_v
     async def server_error(request: Request, exc: Exception) -> Response:
         return internal_error(request.scope.get("fa.request_id", ""), f"{request.method} {request.url.path}", exc)
 
+    async def translate_elsewhere(request: Request) -> Response:  # (Guard sends every POST to translate)
+        raise HTTPException(405, headers={"Allow": "POST"})
+
     app = Starlette(routes=[
-        Route("/v1/translate", translate, methods=["POST"]),
+        Route("/v1/translate", translate_elsewhere, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", prometheus, methods=["GET"]),
     ], exception_handlers={HTTPException: http_error, Exception: server_error})
-    return Guard(app, limits.api_key)
+    return Guard(app, translate, limits.api_key)
 
 
 class _Timeout(Exception):
     pass
 
 
-async def _answer(request: Request, ticket, timeout: float):
-    """The outputs of a submitted request; :class:`ClientGone` where its client
-    leaves first, :class:`_Timeout` after ``timeout`` seconds (0: none); either
-    way the request is cancelled (its sentences leave the queue and the batch)."""
+async def _answer(receive, ticket, timeout: float, enqueue=None):
+    """The outputs of a request (``enqueue(ticket)`` queues it, where given);
+    :class:`ClientGone` where its client leaves first, :class:`_Timeout` after
+    ``timeout`` seconds (0: none); either way the request is cancelled (its
+    sentences leave the queue and the batch).  Everything is set up before the
+    request is queued, so that nothing is left to do on this thread while a
+    worker starts on it."""
     future = getattr(ticket, "future", ticket)
     loop = asyncio.get_running_loop()
     waiter = loop.create_future()
+    why = []
 
-    def resolved(f):
-        loop.call_soon_threadsafe(_copy_result, f, waiter)
+    def end(reason):
+        if not waiter.done():
+            why.append(reason)
+            waiter.set_result(None)
 
-    future.add_done_callback(resolved)
-    watch = asyncio.ensure_future(_disconnected(request))
+    watch = loop.create_task(_disconnected(receive))
+    watch.add_done_callback(lambda t: t.cancelled() or end("client_closed"))
+    timer = loop.call_later(timeout, end, "timeout") if timeout else None
+    future.add_done_callback(lambda f: loop.call_soon_threadsafe(end, "answered"))
     try:
-        done, _ = await asyncio.wait((waiter, watch), timeout=timeout or None, return_when=asyncio.FIRST_COMPLETED)
+        if enqueue is not None:
+            enqueue(ticket)
+        await waiter
     finally:
         watch.cancel()
-    if waiter in done:
-        return waiter.result()
+        if timer is not None:
+            timer.cancel()
+    if why[0] == "answered":
+        return future.result()
     cancel = getattr(ticket, "cancel", None)
-    if watch in done:
-        if cancel is not None:
-            cancel("client_closed")
-        raise ClientGone()
     if cancel is not None:
-        cancel("timeout")
+        cancel(why[0])
+    if why[0] == "client_closed":
+        raise ClientGone()
     raise _Timeout()
 
 
-def _copy_result(source, waiter) -> None:
-    if waiter.done():
-        return
-    if source.cancelled():
-        waiter.set_exception(RuntimeError("the request was cancelled"))
-    elif source.exception() is not None:
-        waiter.set_exception(source.exception())
-    else:
-        waiter.set_result(source.result())
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
         pass
 
 
-class Guard:
-    """ASGI middleware around the app: gives every HTTP request an id (its
-    ``X-Request-ID``) and, with ``api_key``, answers 401 to any request but
-    ``GET /health`` that lacks ``Authorization: Bearer <api_key>``."""
+def _text(value):
+    return value.decode("latin-1") if value is not None else None
 
-    def __init__(self, app, api_key=None):
-        self.app = app
+
+class Guard:
+    """The ASGI app in front: gives every HTTP request an id (its
+    ``X-Request-ID``), with ``api_key`` answers 401 to any request but
+    ``GET /health`` that lacks ``Authorization: Bearer <api_key>``, and hands
+    ``POST /v1/translate`` to ``translate``, everything else to ``app``."""
+
+    def __init__(self, app, translate, api_key=None):
+        self.app, self.translate = app, translate
         self.expected = f"Bearer {api_key}".encode() if api_key else None
 
     async def __call__(self, scope, receive, send):
@@ -221,6 +241,11 @@ class Guard:
                 response = error_response(401, "unauthorized", "this server needs Authorization: Bearer <key>", rid)
                 response.headers["WWW-Authenticate"] = "Bearer"
                 return await response(scope, receive, send)
+        if scope["path"] == "/v1/translate" and scope["method"] == "POST":
+            try:
+                return await self.translate(scope, receive, send)
+            except Exception as e:  # noqa: BLE001  (translate answers its own errors; this is a last resort)
+                return await internal_error(rid, "translate", e)(scope, receive, send)
         await self.app(scope, receive, send)
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from ..generator import length_cap
 from ..translator import Translator, load_hub
 from .errors import Overloaded, RequestError, ShuttingDown
+from .metrics import decode_counters
 from .scheduler import ContinuousWorker, EngineFault, Item, Request, StaticWorker, WorkQueue
 
 logger = logging.getLogger("fairseq_aggressive")
@@ -126,7 +127,6 @@ class DecodeBackend:
         self.queue = WorkQueue(max_queue, on_length=self._queue_length,
                                on_dropped=lambda n: self.on_dropped(n, "queued"))
         self.continuous = self._continuous_settings()
-        self._lock = threading.Lock()
         if self.continuous is not None:
             threads = settings.get("native_threads")
             engine, drafter = self.continuous["engine"], self.continuous["drafter_engine"]
@@ -146,6 +146,8 @@ class DecodeBackend:
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
         self._supervisor.start()
         self._workers_gauge()
+        if metrics is not None:
+            metrics.set_decode_source(self.decode_counters)
         self.ready = True
 
     # ------------------------------------------------------------ set-up
@@ -213,24 +215,36 @@ class DecodeBackend:
     def submit(self, texts: List[str], request_id: str = "") -> Request:
         """Queue ``texts``: the request's ``future`` resolves to their outputs in
         order; ``cancel(reason)`` drops what is left of it."""
+        request = self.prepare_request(texts, request_id)
+        self.enqueue(request)
+        return request
+
+    def prepare_request(self, texts: List[str], request_id: str = "") -> Request:
+        """``texts`` tokenized and checked, not queued yet (:meth:`enqueue`)."""
         if self.closing:
             raise ShuttingDown("the server is shutting down")
         if self.queue.limit and len(texts) > self.queue.limit:
             raise RequestError(f"{len(texts)} texts in one request; at most {self.queue.limit} can ever wait "
                                "(--max-queue)", code="too_many_texts", status=413)
         request = Request(list(texts), request_id)
-        items = [Item(request, i, self.prepare(i, t)) for i, t in enumerate(texts)]
-        if self.closing:
-            raise ShuttingDown("the server is shutting down")
-        if not self.queue.put_all(items):
-            raise Overloaded(f"the queue is full ({self.queue.limit} sentences wait); retry later")
-        request.on_cancel = self._wake_all
-        self._wake_all(only_with_room=True)
+        request.items = [Item(request, i, self.prepare(i, t)) for i, t in enumerate(texts)]
         return request
 
+    def enqueue(self, request: Request) -> None:
+        """Queue a prepared request; Overloaded where its sentences would pass the queue's limit."""
+        if self.closing:
+            raise ShuttingDown("the server is shutting down")
+        request.on_cancel = self._wake_all
+        if not self.queue.put_all(request.items):
+            raise Overloaded(f"the queue is full ({self.queue.limit} sentences wait); retry later")
+        self._wake_all(only_with_room=True)
+
     def _wake_all(self, only_with_room: bool = False) -> None:
+        """Make the running batches under way return at their next pass boundary (new
+        sentences join, gone ones leave).  ``only_with_room``: only those that can
+        take a sentence; an idle worker waits on the queue, which wakes it itself."""
         for w in self.workers:
-            if not only_with_room or w.busy < w.max_batch:  # (a full batch takes nothing before a sentence leaves)
+            if not only_with_room or 0 < w.busy < w.max_batch:  # (a full batch takes nothing before one leaves)
                 w.wake()
 
     def _finish(self, item: Item, tokens: List[int]) -> str:
@@ -311,20 +325,11 @@ class DecodeBackend:
         if self.metrics is not None:
             self.metrics.observe_fault()
 
-    def on_passes(self, now, last) -> None:
-        if self.metrics is None:
-            return
-        def d(name):
-            return getattr(now, name) - (getattr(last, name) if last is not None else 0)
-
-        def ds(name):
-            a, b = getattr(now, name), getattr(last, name) if last is not None else None
-            return [a[j] - (b[j] if b is not None else 0) for j in range(len(a))]
-
-        hist = {k: v for k, v in enumerate(ds("pass_rows")) if k and v}
-        with self._lock:
-            self.metrics.observe_passes(d("passes"), d("sentence_passes"), d("emitted"), hist)
-            self.metrics.observe_positions(ds("position_drafted"), ds("position_accepted"))
+    def decode_counters(self) -> Optional[dict]:
+        """The engine's counters since the start, summed over the workers (None: no running batch)."""
+        if self.continuous is None:
+            return None
+        return decode_counters([st for w in self.workers for st in w.counters()])
 
     # ------------------------------------------------------------ metrics
     def _queue_length(self, n: int) -> None:

@@ -46,14 +46,12 @@ def check_content_type(value: Optional[str]) -> None:
                            f"{value or 'none'!r}", code="unsupported_media_type", status=415)
 
 
-async def read_body(request, limits: Limits) -> bytes:
-    """The body, refused (413 ``body_too_large``) where its Content-Length or the
-    bytes received pass ``max_body_bytes``, and (408 ``body_timeout``) where it
-    has not all come within ``body_timeout`` seconds; :class:`ClientGone` where
-    the client went away while sending it."""
-    from starlette.requests import ClientDisconnect
-
-    declared = request.headers.get("content-length")
+async def read_body(receive, declared: Optional[str], limits: Limits) -> bytes:
+    """The body from ASGI ``receive``, refused (413 ``body_too_large``) where its
+    Content-Length (``declared``) or the bytes received pass ``max_body_bytes``,
+    and (408 ``body_timeout``) where it has not all come within
+    ``body_timeout`` seconds; :class:`ClientGone` where the client went away
+    while sending it."""
     if declared is not None:
         if not declared.isdigit():
             raise RequestError(f"Content-Length {declared!r} is not a number", code="bad_request", close=True)
@@ -63,17 +61,21 @@ async def read_body(request, limits: Limits) -> bytes:
     chunks, size = [], 0
     try:
         async with asyncio.timeout(limits.body_timeout):
-            async for chunk in request.stream():
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone()
+                chunk = message.get("body", b"")
                 size += len(chunk)
                 if size > limits.max_body_bytes:
                     raise RequestError(f"the body has more than {limits.max_body_bytes} bytes, the limit",
                                        code="body_too_large", status=413, close=True)
                 chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
     except TimeoutError:
         raise RequestError(f"the body did not come within {limits.body_timeout:g} s", code="body_timeout",
                            status=408, close=True) from None
-    except ClientDisconnect:
-        raise ClientGone() from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 

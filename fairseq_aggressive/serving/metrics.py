@@ -2,10 +2,14 @@
 registry of their own so that several services (or tests) in one process do
 not share counts.  The app records requests and errors; the backend pushes
 what decoding did (passes, rows, tokens, acceptance by draft position) and its
-queue length and worker count."""
-from typing import Dict, List, Tuple
+queue length and worker count; the decoding counters (passes, rows, tokens,
+acceptance by draft position) are the engine's own, read at each scrape
+(:meth:`ServiceMetrics.set_decode_source`), so a worker spends nothing on
+them between passes."""
+from typing import Callable, List, Optional, Tuple
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
 # request latency from 0.5 ms to 10 s
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -51,17 +55,8 @@ class ServiceMetrics:
         self.latency = Histogram("fa_request_latency_seconds", "Time from receiving a request to its answer",
                                  buckets=LATENCY_BUCKETS, registry=r)
         self.sentences = Counter("fa_sentences", "Sentences translated", registry=r)
-        self.batch_rows = Histogram("fa_batch_rows", "Rows (sentences) per decoder pass", buckets=ROW_BUCKETS,
-                                    registry=r)
-        self.passes = Counter("fa_passes", "Decoder passes", registry=r)
-        self.pass_rows = Counter("fa_pass_rows", "Rows decoded, summed over decoder passes", registry=r)
-        self.pass_tokens = Counter("fa_pass_tokens", "Tokens emitted, summed over decoder passes", registry=r)
-        self.position_drafted = Counter(
-            "fa_draft_position_drafted", f"Drafted tokens by draft position (position {POSITIONS} counts every "
-            "later one)", ["position"], registry=r)
-        self.position_accepted = Counter(
-            "fa_draft_position_accepted", f"Accepted drafted tokens by draft position (position {POSITIONS} counts "
-            "every later one)", ["position"], registry=r)
+        self._decode_source = None
+        r.register(_DecodeCollector(self))
         self.cancelled = Counter("fa_requests_cancelled", "Requests given up before their answer, by reason",
                                  ["reason"], registry=r)
         self.dropped = Counter("fa_sentences_dropped", "Sentences of cancelled requests not decoded (queued) or "
@@ -73,10 +68,6 @@ class ServiceMetrics:
                                     registry=r)
         self.queue_length = Gauge("fa_queue_length", "Texts waiting for a worker", registry=r)
         self.workers = Gauge("fa_workers", "Decoding workers running", registry=r)
-        # every position shows from the start, at 0
-        for p in range(1, POSITIONS + 1):
-            self.position_drafted.labels(position=str(p))
-            self.position_accepted.labels(position=str(p))
         for reason in ("client_closed", "timeout"):
             self.cancelled.labels(reason=reason)
         for where in ("queued", "decoding"):
@@ -93,27 +84,11 @@ class ServiceMetrics:
         """One request answered with the error ``code``."""
         self.errors.labels(code=code).inc()
 
-    def observe_passes(self, passes: int, rows: int, tokens: int, row_histogram: Dict[int, int]) -> None:
-        """``passes`` decoder passes that decoded ``rows`` rows in all and emitted
-        ``tokens`` tokens; ``row_histogram`` maps a pass's row count to the number of
-        passes with that many rows."""
-        if passes:
-            self.passes.inc(passes)
-        if rows:
-            self.pass_rows.inc(rows)
-        if tokens:
-            self.pass_tokens.inc(tokens)
-        for k, count in row_histogram.items():
-            for _ in range(int(count)):
-                self.batch_rows.observe(k)
-
-    def observe_positions(self, drafted: List[int], accepted: List[int]) -> None:
-        """Drafted and accepted tokens by draft position: index i is position
-        i + 1; positions from ``POSITIONS`` on are counted as ``POSITIONS``."""
-        for counter, counts in ((self.position_drafted, drafted), (self.position_accepted, accepted)):
-            for i, v in enumerate(counts):
-                if v:
-                    counter.labels(position=str(min(i + 1, POSITIONS))).inc(v)
+    def set_decode_source(self, source: Optional[Callable[[], Optional[dict]]]) -> None:
+        """Where the decoding counters come from at each scrape: ``source()`` returns
+        the engine's counters since the start, summed over workers (a dict as
+        :func:`decode_counters` makes), or None (no engine counters)."""
+        self._decode_source = source
 
     def observe_cancel(self, reason: str) -> None:
         """A request given up (``client_closed``, ``timeout``)."""
@@ -140,3 +115,73 @@ class ServiceMetrics:
     def render(self) -> Tuple[bytes, str]:
         """The metrics in Prometheus' text format, and its content type."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+COUNTER_FIELDS = ("passes", "sentence_passes", "emitted")
+
+
+def decode_counters(stats_list) -> dict:
+    """The sum of running batches' counters (``RunStats``, or dicts as this
+    returns) as a dict: passes, sentence_passes, emitted, and the lists
+    pass_rows (passes by their rows), position_drafted and position_accepted."""
+    out = {k: 0 for k in COUNTER_FIELDS}
+    lists = {"pass_rows": [], "position_drafted": [], "position_accepted": []}
+    for st in stats_list:
+        get = st.get if isinstance(st, dict) else lambda k, st=st: getattr(st, k)
+        for k in COUNTER_FIELDS:
+            out[k] += int(get(k))
+        for k, acc in lists.items():
+            values = list(get(k))
+            if len(acc) < len(values):
+                acc.extend([0] * (len(values) - len(acc)))
+            for i, v in enumerate(values):
+                acc[i] += int(v)
+    out.update(lists)
+    return out
+
+
+class _DecodeCollector:
+    """The engine's counters as Prometheus metrics, read when scraped."""
+
+    def __init__(self, metrics: ServiceMetrics):
+        self.metrics = metrics
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        source = self.metrics._decode_source
+        c = (source() if source is not None else None) or decode_counters([])
+        yield _counter("fa_passes", "Decoder passes", c["passes"])
+        yield _counter("fa_pass_rows", "Rows decoded, summed over decoder passes", c["sentence_passes"])
+        yield _counter("fa_pass_tokens", "Tokens emitted, summed over decoder passes", c["emitted"])
+        rows = c["pass_rows"]
+        buckets, total, weighted = [], 0, 0
+        for bound in ROW_BUCKETS:
+            total = sum(rows[k] for k in range(min(bound + 1, len(rows))))
+            buckets.append((str(float(bound)), total))
+        count = sum(rows)
+        weighted = sum(k * v for k, v in enumerate(rows))
+        buckets.append(("+Inf", count))
+        yield HistogramMetricFamily("fa_batch_rows", "Rows (sentences) per decoder pass", buckets=buckets,
+                                    sum_value=weighted)
+        for name, key, what in (("fa_draft_position_drafted", "position_drafted", "Drafted tokens"),
+                                ("fa_draft_position_accepted", "position_accepted", "Accepted drafted tokens")):
+            fam = CounterMetricFamily(name, f"{what} by draft position (position {POSITIONS} counts every later "
+                                      "one)", labels=["position"])
+            values = _folded(c[key], POSITIONS)
+            for p, v in enumerate(values, start=1):
+                fam.add_metric([str(p)], v)
+            yield fam
+
+
+def _counter(name: str, doc: str, value: int) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, value=value)
+
+
+def _folded(values: List[int], n: int) -> List[int]:
+    """``values`` as ``n`` positions, every later one added to the last."""
+    out = [0] * n
+    for i, v in enumerate(values):
+        out[min(i, n - 1)] += v
+    return out

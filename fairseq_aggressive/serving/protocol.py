@@ -1,15 +1,27 @@
-"""uvicorn's HTTP/1.1 protocol (h11) with the server's connection bounds
-(:func:`guarded_protocol`): at most ``max_connections`` open connections (the
-next one is answered 503 ``too_many_connections`` and closed), a request's
-headers within ``header_timeout`` seconds of the connection's start or of
-its previous answer (else 408 ``header_timeout`` and a close), and a
-malformed request answered with the API's JSON error shape instead of
-uvicorn's plain text."""
+"""uvicorn's HTTP/1.1 protocol (httptools' C parser where it is installed,
+else h11) with the server's connection bounds (:func:`guarded_protocol`): at
+most ``max_connections`` open connections (the next one is answered 503
+``too_many_connections`` and closed), a request's headers within
+``header_timeout`` seconds of the connection's start or of its previous
+answer (else 408 ``header_timeout`` and a close) and within ``MAX_HEAD_BYTES``
+(else 431 ``headers_too_large``), and a malformed request answered with the
+API's JSON error shape instead of uvicorn's plain text."""
 import json
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+_REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large",
+            503: "Service Unavailable"}
+# the most bytes of request line and headers one request may send
+MAX_HEAD_BYTES = 64 * 1024
 
-_REASONS = {400: "Bad Request", 408: "Request Timeout", 503: "Service Unavailable"}
+
+def base_protocol() -> type:
+    """uvicorn's httptools protocol where httptools is installed (a C parser), else its h11 one."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+        return HttpToolsProtocol
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+        return H11Protocol
 
 
 def raw_error(status: int, code: str, message: str) -> bytes:
@@ -20,13 +32,16 @@ def raw_error(status: int, code: str, message: str) -> bytes:
     return head.encode() + body
 
 
-class GuardedProtocol(H11Protocol):
+class GuardedMixin:
+    """The bounds, over either of uvicorn's HTTP/1.1 protocols."""
+
     max_connections = 0     # 0: no limit
     header_timeout = 10.0   # seconds
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._timer = None
+        self._head_bytes, self._head_of, self._tail = 0, None, b""
         if self.max_connections and len(self.connections) > self.max_connections:
             transport.write(raw_error(503, "too_many_connections",
                                       f"the server holds {self.max_connections} connections (--max-connections); "
@@ -51,6 +66,22 @@ class GuardedProtocol(H11Protocol):
                                        f"no request headers within {self.header_timeout:g} s"))
         self.transport.close()
 
+    def data_received(self, data: bytes) -> None:
+        busy = self.cycle is not None and not self.cycle.response_complete
+        if not busy:  # the bytes of a request whose headers have not all come (up to their end)
+            if self._head_of is not self.cycle:
+                self._head_bytes, self._head_of, self._tail = 0, self.cycle, b""
+            seen = self._tail + data
+            end = seen.find(b"\r\n\r\n")
+            self._head_bytes += len(data) if end < 0 else max(0, end - len(self._tail))
+            self._tail = seen[-3:]
+            if self._head_bytes > MAX_HEAD_BYTES:
+                self.transport.write(raw_error(431, "headers_too_large",
+                                               f"the request line and headers pass {MAX_HEAD_BYTES} bytes"))
+                self.transport.close()
+                return
+        super().data_received(data)
+
     def connection_lost(self, exc) -> None:
         if getattr(self, "_timer", None) is not None:
             self._timer.cancel()
@@ -62,7 +93,8 @@ class GuardedProtocol(H11Protocol):
         self.transport.close()
 
 
-def guarded_protocol(max_connections: int, header_timeout: float) -> type:
-    """:class:`GuardedProtocol` with these bounds, for ``uvicorn.Config(http=...)``."""
-    return type("GuardedProtocol", (GuardedProtocol,), dict(max_connections=max(0, int(max_connections)),
-                                                            header_timeout=float(header_timeout)))
+def guarded_protocol(max_connections: int, header_timeout: float, base: type = None) -> type:
+    """uvicorn's protocol (``base``, or :func:`base_protocol`) with these bounds, for
+    ``uvicorn.Config(http=...)``."""
+    return type("GuardedProtocol", (GuardedMixin, base or base_protocol()),
+                dict(max_connections=max(0, int(max_connections)), header_timeout=float(header_timeout)))

@@ -57,6 +57,7 @@ class Request:
         self.cancelled: Optional[str] = None
         self.lock = threading.Lock()
         self.on_cancel: Optional[Callable[[], None]] = None
+        self.items: list = []  # (the backend's, between preparing and queueing)
 
     @property
     def gone(self) -> bool:
@@ -184,7 +185,7 @@ class Worker(threading.Thread):
     def __init__(self, name: str, source: WorkQueue, max_batch: int, events=None):
         super().__init__(name=name, daemon=True)
         self.source, self.max_batch = source, max_batch
-        self.events = events  # on_dropped(n), on_fault(item, error), on_passes(now, last)
+        self.events = events  # on_dropped(n, where), on_fault(item, error)
         self.stop_flag = threading.Event()
         self.died: Optional[BaseException] = None
         self.held: List[Item] = []
@@ -220,10 +221,26 @@ class ContinuousWorker(Worker):
         self.make_batch, self.finish = make_batch, finish
         self.batch = None
         self.slots = {}  # slot -> item
-        self._last = None
+        # the engine's counters: of the batches this worker (and those it replaced) dropped, and of
+        # its batch after its last run (a snapshot the metrics read from another thread)
+        self.retired: list = []
+        self.snapshot = None
 
     def respawn(self) -> "ContinuousWorker":
-        return ContinuousWorker(self.name, self.source, self.make_batch, self.finish, self.max_batch, self.events)
+        w = ContinuousWorker(self.name, self.source, self.make_batch, self.finish, self.max_batch, self.events)
+        w.retired = [_summed(self.counters())]
+        return w
+
+    def counters(self) -> list:
+        """The engine's counters of every batch so far, one entry each (``RunStats`` or summed dicts)."""
+        snapshot = self.snapshot
+        return self.retired + ([snapshot] if snapshot is not None else [])
+
+    def _new_batch(self) -> None:
+        if self.snapshot is not None:
+            self.retired = [_summed(self.counters())]  # (one entry, however many batches went)
+            self.snapshot = None
+        self.batch = self.make_batch()
 
     def wake(self) -> None:
         batch = self.batch
@@ -231,7 +248,7 @@ class ContinuousWorker(Worker):
             batch.wake()
 
     def work(self) -> None:
-        self.batch = self.make_batch()
+        self._new_batch()
         while True:
             if not self.slots and self.finished():
                 return
@@ -242,9 +259,12 @@ class ContinuousWorker(Worker):
                     self._join(items)
                 self._drop_gone()
                 if self.slots:
-                    self._answer(self.batch.run(MAX_PASSES, RUN_MIN_MS if len(self.slots) > 1 else 0.0))
+                    answers = self._outputs(self.batch.run(MAX_PASSES, RUN_MIN_MS if len(self.slots) > 1 else 0.0))
                     self._drop_gone()
-                    self._report()
+                    self.snapshot = self.batch.stats()
+                    # answered last: a client's answer goes out while this thread waits in C, not
+                    # while it holds the interpreter lock for its bookkeeping
+                    self._deliver(answers)
             except Exception as e:  # noqa: BLE001  the engine failed: its sentences are decoded again, alone
                 self._isolate(e)
 
@@ -259,15 +279,29 @@ class ContinuousWorker(Worker):
             return
         self.slots.update(zip(slots, items))
 
-    def _answer(self, finished: List[int]) -> None:
+    def _outputs(self, finished: List[int]) -> list:
+        """(item, text or the detokenizer's error) of the finished slots, which are free again."""
+        out = []
         for slot in finished:
             item = self.slots.pop(slot)
             tokens, _, _ = self.batch.take(slot, item.prepared.max_len)
             self.held.remove(item)
             try:
-                item.request.done(item.index, self.finish(item, tokens))
+                out.append((item, self.finish(item, tokens)))
             except Exception as e:  # noqa: BLE001  a detokenizer's failure fails its request alone
-                item.request.fail(e)
+                out.append((item, e))
+        return out
+
+    @staticmethod
+    def _deliver(answers: list) -> None:
+        for item, text in answers:
+            if isinstance(text, Exception):
+                item.request.fail(text)
+            else:
+                item.request.done(item.index, text)
+
+    def _answer(self, finished: List[int]) -> None:
+        self._deliver(self._outputs(finished))
 
     def _drop_gone(self) -> None:
         gone = [slot for slot, item in self.slots.items() if item.request.gone]
@@ -283,8 +317,7 @@ class ContinuousWorker(Worker):
                      f"decoded again alone: {error}")
         suspects = list(self.held)
         self.slots.clear()
-        self.batch = self.make_batch()
-        self._last = None
+        self._new_batch()
         for item in suspects:
             if item.request.gone:
                 self.held.remove(item)
@@ -301,14 +334,14 @@ class ContinuousWorker(Worker):
                     self.held.remove(item)
                 item.request.fail(EngineFault(f"the engine failed on sentence {item.index}: {e}"))
                 self._event("on_fault", item, e)
-                self.batch = self.make_batch()
-        self._last = None
-        self._report()
+                self._new_batch()
+        self.snapshot = self.batch.stats()
 
-    def _report(self) -> None:
-        now = self.batch.stats()
-        self._event("on_passes", now, self._last)
-        self._last = now
+
+def _summed(stats: list) -> dict:
+    from .metrics import decode_counters
+
+    return decode_counters(stats)
 
 
 class StaticWorker(Worker):

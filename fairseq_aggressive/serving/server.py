@@ -59,7 +59,8 @@ def run_server(app, host: str, port: int, on_shutdown: Callable[[float], None],
     gets the seconds left of it once uvicorn has stopped (it is called also
     when uvicorn fails to start).  Returns 0, or uvicorn's startup-failure code
     (not 0) where it did not start (the port is taken, ...)."""
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off",
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
+                            proxy_headers=False,
                             timeout_graceful_shutdown=timeout_graceful_shutdown,
                             http=guarded_protocol(max_connections, header_timeout))
     server = _Server(config)

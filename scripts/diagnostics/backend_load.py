@@ -34,7 +34,7 @@ def closed_loop(backend, lines, clients, requests):
             if i >= requests:
                 return
             start = time.perf_counter()
-            out = backend.submit([lines[i % len(lines)]]).result(120)
+            out = backend.submit([lines[i % len(lines)]]).future.result(120)
             lat.append(time.perf_counter() - start)
             outs[i % len(lines)] = out[0]
 
@@ -49,7 +49,7 @@ def full(backend, lines):
     """(sentences per second, rows per pass, ms per pass, outputs) with every sentence queued at once."""
     before = backend.workers[0].batch.stats()
     start = time.perf_counter()
-    futures = [backend.submit([s]) for s in lines]
+    futures = [backend.submit([s]).future for s in lines]
     outs = [f.result(300)[0] for f in futures]
     seconds = time.perf_counter() - start
     after = backend.workers[0].batch.stats()
