@@ -177,7 +177,10 @@ setup(
         "test": ["pytest", "pytest-timeout", "pytest-xdist", "filelock",
                  "httpx", "starlette", "uvicorn", "prometheus_client"],
         # the HTTP service (fairseq_aggressive/serving): httpx for Starlette's test client
-        "serve": ["starlette>=0.37", "uvicorn>=0.29", "prometheus_client>=0.20", "httpx"],
+        # httptools and uvloop: uvicorn's C HTTP parser and event loop (the server falls back to h11 and
+        # asyncio's loop without them, slower)
+        "serve": ["starlette>=0.37", "uvicorn>=0.29", "prometheus_client>=0.20", "httpx", "httptools>=0.6",
+                  "uvloop>=0.19; sys_platform != 'win32'"],
         # CTranslate2 as a benchmark baseline (bench modes ct2, ct2-int8)
         "ct2": ["ctranslate2>=4.0"],
         # ERRANT (BEA-19 evaluation); pulls in spaCy. The English model must be

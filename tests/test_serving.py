@@ -159,3 +159,86 @@ def test_the_server_from_the_command_line(lines, reference):
             proc.kill()
     rest = proc.stdout.read()
     assert "0 sentence(s) unanswered" in rest, rest
+
+
+def _serve(*args):
+    from fairseq_aggressive.serving.server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fairseq_aggressive.serving.cli", MODEL, "--port", str(port),
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    out = []
+    end = time.time() + 120
+    for line in proc.stdout:
+        out.append(line)
+        if "serving on" in line or time.time() > end:
+            break
+    assert any("serving on" in x for x in out), "".join(out)
+    return proc, port, out
+
+
+def test_a_drain_that_runs_out_of_time_exits_nonzero_and_says_how_many(lines):
+    import hostile
+
+    proc, port, out = _serve("--workers", "1", "--native-threads", "1", "--max-batch", "1", "--drain-timeout",
+                             "0.5", "--max-batch-texts", "64")
+    try:
+        keep = hostile._connect(port, 30)  # an idle keep-alive connection, open before the signal
+        body = json.dumps({"texts": lines[:64]}).encode()
+        senders = [threading.Thread(target=hostile.exchange, args=(port, hostile.request(
+            "POST", hostile.TRANSLATE, body)), kwargs=dict(timeout=30)) for _ in range(4)]
+        for t in senders:
+            t.start()
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        keep.sendall(hostile.request("POST", hostile.TRANSLATE, json.dumps({"text": lines[0]}).encode()))
+        late = hostile.read_answer(keep, 10)
+        keep.close()
+        # a request after the signal is refused as the server drains, or finds its connection closed
+        assert late.status is None or (late.status, late.code) == (503, "shutting_down"), late
+        code = proc.wait(60)
+        for t in senders:
+            t.join(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    rest = proc.stdout.read()
+    assert code == 1, "".join(out) + rest
+    n = int(rest.split("stopped: ")[1].split()[0])
+    assert n > 0 and f"{n} accepted sentence(s) went unanswered" in rest, rest
+
+
+def test_help_lists_every_option_with_its_default():
+    from fairseq_aggressive.decoding_options import OPTIONS
+
+    proc = subprocess.run([sys.executable, "-m", "fairseq_aggressive.serving.cli", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    for o in OPTIONS:
+        flag = "--" + o.name.replace("_", "-")
+        assert flag in text, flag
+    for flag in ("--api-key", "--max-body-bytes", "--request-timeout", "--header-timeout", "--max-connections",
+                 "--inference-precision", "--max-len-b"):
+        assert flag in text, flag
+    assert text.count("(default:") >= len(OPTIONS) + 15
+    assert "greedy" in text
+    bad = subprocess.run([sys.executable, "-m", "fairseq_aggressive.serving.cli", MODEL, "--max-draft-len", "x"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "invalid int value" in bad.stderr
+    unknown = subprocess.run([sys.executable, "-m", "fairseq_aggressive.serving.cli", MODEL, "--no-such", "1"],
+                             capture_output=True, text=True, timeout=120)
+    assert unknown.returncode == 2 and "unrecognized arguments: --no-such" in unknown.stderr
+
+
+def test_the_signal_handler_starts_the_drain_at_once():
+    from fairseq_aggressive.serving.server import _Server
+
+    calls = []
+    server = _Server.__new__(_Server)
+    server.should_exit, server.force_exit, server._captured_signals = False, False, []
+    server.on_signal, server.signalled_at = lambda: calls.append(1), None
+    server.handle_exit(signal.SIGTERM, None)
+    server.handle_exit(signal.SIGTERM, None)
+    assert calls == [1] and server.should_exit and server.signalled_at is not None

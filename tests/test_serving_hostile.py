@@ -53,8 +53,10 @@ class SlowBackend:
             request.done(i, t.upper())
 
 
-@pytest.fixture(scope="module")
-def server():
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def server(request):
+    if request.param == "httptools":
+        pytest.importorskip("httptools")
     backend, metrics = SlowBackend(), ServiceMetrics()
     limits = Limits(max_body_bytes=MAX_BODY, body_timeout=BODY_TIMEOUT, request_timeout=REQUEST_TIMEOUT,
                     max_batch_texts=64, max_word_chars=100, max_input_chars=1000)
@@ -62,7 +64,7 @@ def server():
     port, stop = free_port(), threading.Event()
     t = threading.Thread(target=run_server, args=(app, "127.0.0.1", port, lambda left: None),
                          kwargs=dict(should_stop=stop.is_set, max_connections=MAX_CONNECTIONS,
-                                     header_timeout=HEADER_TIMEOUT), daemon=True)
+                                     header_timeout=HEADER_TIMEOUT, http=request.param), daemon=True)
     t.start()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -113,6 +115,8 @@ def test_expected_codes(server):
 def test_slow_headers_are_cut_within_the_timeout(server):
     out = CASES["slow_headers"](server[0])
     assert out.status == 408 and HEADER_TIMEOUT * 0.9 <= out.seconds <= HEADER_TIMEOUT * 2 + 1, out
+    idle = CASES["idle_connection"](server[0])  # nothing sent: closed without an answer nobody asked for
+    assert idle.status is None and HEADER_TIMEOUT * 0.9 <= idle.seconds <= HEADER_TIMEOUT * 2 + 1, idle
 
 
 def test_a_client_that_leaves_has_its_request_cancelled(server):

@@ -3,10 +3,12 @@ else h11) with the server's connection bounds (:func:`guarded_protocol`): at
 most ``max_connections`` open connections (the next one is answered 503
 ``too_many_connections`` and closed), a request's headers within
 ``header_timeout`` seconds of the connection's start or of its previous
-answer (else 408 ``header_timeout`` and a close) and within ``MAX_HEAD_BYTES``
+answer (else 408 ``header_timeout`` and a close; an idle keep-alive
+connection just closes) and within ``MAX_HEAD_BYTES``
 (else 431 ``headers_too_large``), and a malformed request answered with the
 API's JSON error shape instead of uvicorn's plain text."""
 import json
+import logging
 
 _REASONS = {400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large",
             503: "Service Unavailable"}
@@ -21,6 +23,8 @@ def base_protocol() -> type:
         return HttpToolsProtocol
     except ImportError:
         from uvicorn.protocols.http.h11_impl import H11Protocol
+        logging.getLogger("fairseq_aggressive.serving").warning(
+            "httptools is not installed: HTTP is parsed by h11, in Python (pip install httptools)")
         return H11Protocol
 
 
@@ -62,9 +66,10 @@ class GuardedMixin:
         if busy or self.cycle is not self._armed_on:  # a request came since: (its body and answer are the app's)
             self._arm()
             return
-        self.transport.write(raw_error(408, "header_timeout",
-                                       f"no request headers within {self.header_timeout:g} s"))
-        self.transport.close()
+        if self._head_bytes and self._head_of is self.cycle:  # part of a request came: say why it ends
+            self.transport.write(raw_error(408, "header_timeout",
+                                           f"no request headers within {self.header_timeout:g} s"))
+        self.transport.close()  # (an idle keep-alive connection just closes, as HTTP clients expect)
 
     def data_received(self, data: bytes) -> None:
         busy = self.cycle is not None and not self.cycle.response_complete
@@ -93,8 +98,12 @@ class GuardedMixin:
         self.transport.close()
 
 
-def guarded_protocol(max_connections: int, header_timeout: float, base: type = None) -> type:
-    """uvicorn's protocol (``base``, or :func:`base_protocol`) with these bounds, for
-    ``uvicorn.Config(http=...)``."""
+def guarded_protocol(max_connections: int, header_timeout: float, base=None) -> type:
+    """uvicorn's protocol (``base``: ``"h11"``, ``"httptools"``, or None for
+    :func:`base_protocol`) with these bounds, for ``uvicorn.Config(http=...)``."""
+    if base == "h11":
+        from uvicorn.protocols.http.h11_impl import H11Protocol as base
+    elif base == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
     return type("GuardedProtocol", (GuardedMixin, base or base_protocol()),
                 dict(max_connections=max(0, int(max_connections)), header_timeout=float(header_timeout)))

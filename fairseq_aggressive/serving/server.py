@@ -52,17 +52,18 @@ class _Server(uvicorn.Server):
 def run_server(app, host: str, port: int, on_shutdown: Callable[[float], None],
                timeout_graceful_shutdown: float = 30.0, on_signal: Optional[Callable[[], None]] = None,
                should_stop: Optional[Callable[[], bool]] = None, max_connections: int = 0,
-               header_timeout: float = 10.0) -> int:
+               header_timeout: float = 10.0, http: Optional[str] = None) -> int:
     """Serves ``app`` on ``host``:``port`` (0: a free port, printed) until SIGTERM
     or SIGINT (or ``should_stop()``); a second SIGINT stops without waiting.
     ``timeout_graceful_shutdown`` is the whole drain's budget: ``on_shutdown``
     gets the seconds left of it once uvicorn has stopped (it is called also
     when uvicorn fails to start).  Returns 0, or uvicorn's startup-failure code
-    (not 0) where it did not start (the port is taken, ...)."""
+    (not 0) where it did not start (the port is taken, ...).  ``http``: ``h11`` or
+    ``httptools`` (default: httptools where installed)."""
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", access_log=False,
                             proxy_headers=False,
                             timeout_graceful_shutdown=timeout_graceful_shutdown,
-                            http=guarded_protocol(max_connections, header_timeout))
+                            http=guarded_protocol(max_connections, header_timeout, http))
     server = _Server(config)
     server.on_signal, server.should_stop = on_signal, should_stop
     # uvicorn handles the signals while it runs and raises them again once it has
