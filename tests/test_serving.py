@@ -242,3 +242,43 @@ def test_the_signal_handler_starts_the_drain_at_once():
     server.handle_exit(signal.SIGTERM, None)
     server.handle_exit(signal.SIGTERM, None)
     assert calls == [1] and server.should_exit and server.signalled_at is not None
+
+
+def test_health_answers_while_the_largest_allowed_request_is_prepared():
+    import hostile
+    import string
+
+    proc, port, out = _serve("--native-threads", "1")
+    rng = random.Random(3)
+    letters = string.ascii_lowercase + "абвгдежзийклмнопрстуфхцчшщьюя"
+    # 64 texts of new words (no BPE cache helps), each just within the token limit, and one
+    # text of 10,000 characters that fails only after its BPE
+    texts = [" ".join("".join(rng.choice(letters) for _ in range(rng.randint(2, 4))) for _ in range(60))
+             for _ in range(64)]
+    huge = " ".join("".join(rng.choice(letters) for _ in range(199)) for _ in range(50))
+    bodies = [json.dumps({"texts": texts}).encode(), json.dumps({"texts": texts[:63] + [huge]}).encode()]
+    try:
+        outcomes, health, done = [], [], threading.Event()
+
+        def send():
+            for body in bodies * 2:
+                outcomes.append(hostile.exchange(port, hostile.request("POST", hostile.TRANSLATE, body), 120))
+            done.set()
+
+        t = threading.Thread(target=send)
+        t.start()
+        keep = hostile._connect(port, 30)
+        while not done.is_set():
+            t0 = time.perf_counter()
+            keep.sendall(hostile.request("GET", "/health", content_type=None))
+            o = hostile.read_answer(keep, 30)
+            health.append((time.perf_counter() - t0, o.status))
+            time.sleep(0.005)
+        keep.close()
+        t.join(60)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert [o.status for o in outcomes] == [200, 413] * 2, outcomes
+    assert all(s == 200 for _, s in health) and len(health) > 20
+    assert max(h for h, _ in health) < 0.05, sorted(h for h, _ in health)[-5:]

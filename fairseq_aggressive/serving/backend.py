@@ -193,6 +193,10 @@ class DecodeBackend:
     # ------------------------------------------------------------ requests
     def prepare(self, i: int, text: str):
         """Sentence ``i``'s tokens for a worker; a RequestError if it is too long."""
+        words = len(text.split())
+        if words + 1 > self.max_input_tokens:  # (every word gives a token or more; no BPE spent on it)
+            raise RequestError(f"texts[{i}] has {words} words, so more than {self.max_input_tokens - 1} tokens "
+                               f"after BPE; the limit is {self.max_input_tokens}", code="too_long", status=413)
         tokens = self.hub.encode(text)
         n = int(tokens.numel())
         if n > self.max_input_tokens:
