@@ -112,6 +112,7 @@ def main(argv=None):
     args = p.parse_args(argv)
 
     import logging
+    logging.basicConfig(level=logging.WARNING)
     logging.getLogger("fairseq").setLevel(logging.WARNING)
     from fairseq_aggressive.bench.serve.client import HttpClient, percentile
     from fairseq_aggressive.serving.backend import DecodeBackend, serving_threads
@@ -152,21 +153,16 @@ def main(argv=None):
         for b in busy:
             b.kill()
     ms = lambda xs, q: 1000 * percentile(xs, q)  # noqa: E731
-    res = {
-        "sentences": len(lines), "rounds": args.rounds, "threads": args.threads, "workers": args.workers,
-        "clients": args.clients, "load": args.load,
-        "http_p50_ms": ms(http_lat, 50), "http_p99_ms": ms(http_lat, 99),
-        "translator_p50_ms": ms(proc_lat, 50), "translator_p99_ms": ms(proc_lat, 99),
-        "http_capacity": statistics.median(http_cap), "inprocess_capacity": statistics.median(proc_cap),
-    }
-    res["p50_ratio"] = res["http_p50_ms"] / res["translator_p50_ms"]
-    res["capacity_ratio"] = res["http_capacity"] / res["inprocess_capacity"]
+    http = {"p50_ms": ms(http_lat, 50), "p99_ms": ms(http_lat, 99), "capacity": statistics.median(http_cap)}
+    inproc = {"p50_ms": ms(proc_lat, 50), "p99_ms": ms(proc_lat, 99), "capacity": statistics.median(proc_cap)}
+    res = {"sentences": len(lines), "rounds": args.rounds, "threads": args.threads, "workers": args.workers,
+           "clients": args.clients, "load": args.load, "systems": {"http": http, "in-process": inproc},
+           "p50_ratio": http["p50_ms"] / inproc["p50_ms"], "capacity_ratio": http["capacity"] / inproc["capacity"]}
     print(f"{len(lines)} sentences x {args.rounds} rounds, {args.threads} engine thread(s), load {args.load}")
-    print(f"one at a time: HTTP p50 {res['http_p50_ms']:.2f} ms (p99 {res['http_p99_ms']:.2f}), Translator in "
-          f"process p50 {res['translator_p50_ms']:.2f} ms (p99 {res['translator_p99_ms']:.2f}): "
-          f"{res['p50_ratio']:.3f}x")
-    print(f"capacity, {args.clients} clients: HTTP {res['http_capacity']:.0f} sentences/s, in process "
-          f"{res['inprocess_capacity']:.0f} sentences/s: {res['capacity_ratio']:.3f}x")
+    print(f"one at a time: HTTP p50 {http['p50_ms']:.2f} ms (p99 {http['p99_ms']:.2f}), Translator in "
+          f"process p50 {inproc['p50_ms']:.2f} ms (p99 {inproc['p99_ms']:.2f}): {res['p50_ratio']:.3f}x")
+    print(f"capacity, {args.clients} clients: HTTP {http['capacity']:.0f} sentences/s, in process "
+          f"{inproc['capacity']:.0f} sentences/s: {res['capacity_ratio']:.3f}x")
     if args.json:
         from fairseq_aggressive.bench.provenance import write_result
 

@@ -4,7 +4,7 @@ names its maker by its key in :data:`TABLES`."""
 from typing import Callable, Dict, List
 
 from .decoding import (at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, drafters, edit_spans, gad_limits,
-                       hub_latency, serving, targets, torch_pass)
+                       http_overhead, hub_latency, serving, targets, torch_pass)
 from .engine import (exactness, loop_in_engine, pass_cost, pass_rows, pass_stages, pass_vs_step, side_by_side,
                      vs_ct2, workers)
 
@@ -29,4 +29,5 @@ TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "torch-pass": torch_pass,
     "gad-limits": gad_limits,
     "hub-latency": hub_latency,
+    "http-overhead": http_overhead,
 }

@@ -297,3 +297,21 @@ def hub_latency(results: List[Dict]) -> List[str]:
             f"{HUB_NAMES.get(m, m)} {r['modes'][m][key]}/{r['sentences']}" for m in modes
             if m in r["modes"] and m != r["first"]))
     return lines + ["", "Outputs: " + "; ".join(same) + "."]
+
+
+def http_overhead(results: List[Dict]) -> List[str]:
+    """What HTTP costs (``http_overhead.py --json``), a row per stored run: one request at a time
+    over keep-alive HTTP against ``Translator`` in process (p50 / p99 ms), and capacity over HTTP
+    against the same backend driven in process (sentences per second)."""
+    lines = ["| model, load | HTTP p50 / p99 ms | Translator p50 / p99 ms | p50 ratio | HTTP capacity | "
+             "in-process capacity | capacity ratio |", "|---|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: (r["label"], r.get("load", 0))):
+        h, p = r["systems"]["http"], r["systems"]["in-process"]
+        lines.append(f"| {model_and_load(r)} | {short(h['p50_ms'])} / {short(h['p99_ms'])} | {short(p['p50_ms'])} / "
+                     f"{short(p['p99_ms'])} | {r['p50_ratio']:.2f}x | {h['capacity']:.0f}/s | {p['capacity']:.0f}/s | "
+                     f"{r['capacity_ratio']:.2f}x |")
+    n = {r["clients"] for r in results}
+    lines += ["", f"{'/'.join(map(str, sorted(n)))} closed-loop clients for capacity; "
+              f"{'/'.join(str(r['threads']) for r in results[:1])} engine thread(s); every answer checked "
+              "against the in-process output."]
+    return lines
