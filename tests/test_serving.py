@@ -88,10 +88,14 @@ def test_bad_input_full_queue_and_drain(lines, reference):
 
     backend = DecodeBackend(MODEL, max_queue=40, max_input_tokens=12)
     short = [s for s in lines if backend.hub.encode(s).numel() <= 12]
-    long = next(s for s in lines if backend.hub.encode(s).numel() > 12)
+    # too many tokens after BPE; too many words to be worth a BPE
+    long = next(s for s in lines if backend.hub.encode(s).numel() > 12 and len(s.split()) < 12)
+    wordy = next(s for s in lines if len(s.split()) >= 12)
     with pytest.raises(RequestError, match=r"texts\[1\] is \d+ tokens long after BPE; the limit is 12") as e:
         backend.submit([short[0], long])
     assert e.value.code == "too_long" and e.value.status == 413
+    with pytest.raises(RequestError, match=r"texts\[0\] has \d+ words, so more than 11 tokens after BPE; the limit is 12"):
+        backend.submit([wordy])
     with pytest.raises(RequestError, match="at most 40 can ever wait") as e:  # no retry could succeed
         backend.submit(["x"] * 41)
     assert e.value.code == "too_many_texts" and e.value.status == 413

@@ -22,7 +22,7 @@ import pytest
 import hostile
 from helpers import needs_native
 
-pytestmark = [needs_native, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [needs_native, pytest.mark.soak, pytest.mark.timeout(600)]
 
 MODEL = "models/uagec-9x3"
 SECONDS = float(os.environ.get("FA_SOAK_SECONDS", "60"))
