@@ -202,3 +202,25 @@ def test_the_queue_refuses_what_would_pass_its_limit_and_drops_gone_requests():
     q.put_front(got)  # a dead worker's items come first, whatever the limit
     q.put_all([Item(Request(["w"] * 3), i, None) for i in range(3)])
     assert [it.request for it in q.take(2, wait=0)] == [b, b]
+
+
+def test_a_server_whose_workers_keep_dying_stops_with_status_3(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from fairseq_aggressive.serving.server import free_port
+
+    script = tmp_path / "serve.py"
+    script.write_text("import sys\n"
+                      "from fairseq_aggressive.serving import scheduler\n"
+                      "def broken(self):\n"
+                      "    raise RuntimeError('injected: no batch can be made')\n"
+                      "scheduler.ContinuousWorker._new_batch = broken\n"
+                      "from fairseq_aggressive.serving.cli import main\n"
+                      "sys.exit(main(sys.argv[1:]))\n")
+    proc = subprocess.run([sys.executable, str(script), MODEL, "--port", str(free_port())], capture_output=True,
+                          text=True, timeout=180, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 3, out
+    assert "the workers kept dying" in out and "no worker is started again" in out
