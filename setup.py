@@ -191,6 +191,7 @@ setup(
         "console_scripts": [
             "fairseq-aggressive-bench = fairseq_aggressive.bench:cli_main",
             "fairseq-aggressive-serve = fairseq_aggressive.serving.cli:cli_main",
+            "fairseq-aggressive-translate = fairseq_aggressive.serving.translate_cli:cli_main",
             "fairseq-aggressive-bench-serve = fairseq_aggressive.bench.serve_bench:cli_main",
             "fairseq-aggressive-m2 = fairseq_aggressive.evaluation.m2:main",
             "fairseq-aggressive-gleu = fairseq_aggressive.evaluation.gleu:main",

@@ -72,29 +72,63 @@ class Translator:
 
     def translate(self, sentence: str) -> str:
         """The output for one sentence."""
-        return self.translate_batch([sentence])[0]
+        return self.translate_static([sentence])[0]
 
-    def translate_batch(self, sentences: Sequence[str]) -> List[str]:
-        """The outputs for a batch of sentences, in their order (decoded as one batch)."""
+    def translate_batch(self, sentences: Sequence[str], rows: int = 32) -> List[str]:
+        """The outputs for a list of sentences, in their order, each ``translate(s)``'s.
+        Where the decoding runs in the engine's running batch (IAD, greedy with
+        ``max_draft_len=0``, a native feature drafter) they stream through ``rows``
+        rows, a row that ends refilled at the next pass boundary; any other decoding
+        goes in static batches of ``rows``."""
+        from .streaming import stream
+
         if isinstance(sentences, str):
             raise TypeError("translate_batch takes a list of sentences; translate takes one")
+        with self._lock:
+            return list(stream(self, list(sentences), rows, decoder=self.running_decoder(), locked=True))
+
+    def running_decoder(self):
+        """The :class:`~fairseq_aggressive.streaming.RunningDecoder` of this Translator's
+        decoding, or None where it does not run in the engine's running batch."""
+        if not hasattr(self, "_running"):
+            from .streaming import RunningDecoder
+
+            self._running = RunningDecoder.of(self)
+        return self._running
+
+    def translate_static(self, sentences: Sequence[str], locked: bool = False, first_index: int = 0) -> List[str]:
+        """The outputs for a batch of sentences, in their order, decoded as one batch
+        by the generator (fairseq's batch: its length limit is its longest source's);
+        errors name a sentence by its index plus ``first_index``."""
+        if isinstance(sentences, str):
+            raise TypeError("translate_static takes a list of sentences; translate takes one")
         if not sentences:
             return []
         tokens = [self.hub.encode(s) for s in sentences]
         for i, t in enumerate(tokens):
             if self._limit is not None and t.numel() > self._limit:
-                raise ValueError(f"sentence {i} is {t.numel()} tokens long after BPE; "
+                raise ValueError(f"sentence {i + first_index} is {t.numel()} tokens long after BPE; "
                                  f"the model takes at most {self._limit}")
         d = self.hub.src_dict
         src = data_utils.collate_tokens(tokens, d.pad(), d.eos(), left_pad=self._left_pad)
         lengths = torch.tensor([t.numel() for t in tokens])
         sample = {"id": torch.arange(len(tokens)), "nsentences": len(tokens), "ntokens": int(lengths.sum()),
                   "net_input": {"src_tokens": src.to(self.hub.device), "src_lengths": lengths.to(self.hub.device)}}
-        with self._lock, torch.no_grad():
+        with (_NoLock() if locked else self._lock), torch.no_grad():
             hypos = self.hub.task.inference_step(self.generator, self.hub.models, sample)
         # the dictionary's string() reads a list of ints as it reads a tensor, without a
         # tensor element per token
         return [self.hub.decode(h[0]["tokens"].tolist()) for h in hypos]
+
+
+class _NoLock:
+    """(the caller holds the Translator's lock)"""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def model_languages(model_dir: str):

@@ -53,7 +53,8 @@ def test_a_batch_gives_each_sentences_output_in_order(hub, lines):
 
     t = Translator(hub, decoding="iad")
     batch = lines[3:11][::-1]
-    assert t.translate_batch(batch) == hub.translate(batch, beam=1)  # fairseq's greedy, one batch
+    assert t.translate_static(batch) == hub.translate(batch, beam=1)  # fairseq's greedy, one batch
+    assert t.translate_batch(batch, rows=3) == [hub.translate(s, beam=1) for s in batch]  # streamed, each alone
     assert t.translate_batch([]) == []
     with pytest.raises(TypeError, match="list of sentences"):
         t.translate_batch(lines[0])
@@ -105,8 +106,14 @@ def test_bad_settings_and_inputs_say_what_is_wrong(hub, tmp_path):
         Translator(hub, decodng="iad")
     t = Translator(hub)
     limit = t._max_tokens[0]  # the 9+3's max_source_positions
+    too_long = " ".join(["слово"] * (limit + 5))
     with pytest.raises(ValueError, match=rf"sentence 1 is \d+ tokens long after BPE; the model takes at most {limit}"):
-        t.translate_batch(["добре", " ".join(["слово"] * (limit + 5))])
+        t.translate_batch(["добре", too_long])
+    with pytest.raises(ValueError, match=rf"sentence 3 is \d+ tokens long after BPE; the model takes at most {limit}"):
+        t.translate_batch(["добре"] * 3 + [too_long], rows=2)  # (static batches of 2: named in the whole list)
+    streamed = Translator(hub, decoding="iad")
+    with pytest.raises(ValueError, match=rf"sentence 2 is \d+ tokens long after BPE; the model takes at most {limit}"):
+        streamed.translate_batch(["добре", "так", too_long, "ні"], rows=2)
     (tmp_path / "model.pt").write_bytes(b"")
     with pytest.raises(ValueError, match="no MODEL.json with source_lang and target_lang"):
         Translator.from_pretrained(str(tmp_path))

@@ -15,12 +15,12 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 import numpy as np
 
-from ..generator import length_cap
+from ..streaming import TooLong
+from ..streaming.options import translator_settings
 from ..translator import Translator, load_hub
 from .errors import Overloaded, RequestError, ShuttingDown
 from .metrics import decode_counters
@@ -51,16 +51,6 @@ def serving_threads(workers: int) -> int:
     from ..runtime.threads import usable_cpus
 
     return max(1, (usable_cpus() - 1) // workers)
-
-
-@dataclass
-class Prepared:
-    """A sentence ready to join a running batch: its source ids (with EOS), its
-    copy source (target ids) and its length limit."""
-
-    source: List[int]
-    copy: List[int]
-    max_len: int
 
 
 class BoundedCache(dict):
@@ -115,9 +105,7 @@ class DecodeBackend:
         if settings.get("native_threads") in (None, "auto"):
             settings["native_threads"] = serving_threads(workers)
         decoding = settings.get("decoding", "iad")
-        if decoding == "greedy":
-            settings.update(decoding="iad", max_draft_len=0)
-        settings.setdefault("decoding", "iad")
+        settings = translator_settings(settings)
         hub = load_hub(model_dir)
         bound_bpe_cache(hub)
         self.translator = Translator(hub, **settings)
@@ -126,18 +114,17 @@ class DecodeBackend:
         self.max_input_tokens = min(max_input_tokens, limit) if limit is not None else max_input_tokens
         self.queue = WorkQueue(max_queue, on_length=self._queue_length,
                                on_dropped=lambda n: self.on_dropped(n, "queued"))
-        self.continuous = self._continuous_settings()
+        # the same running batch as Translator.translate_batch's (streaming/decoder.py)
+        self.continuous = self.translator.running_decoder()
         if self.continuous is not None:
-            threads = settings.get("native_threads")
-            engine, drafter = self.continuous["engine"], self.continuous["drafter_engine"]
-            engines = [(engine, drafter)] + [(engine.share(threads), drafter and drafter.share(threads))
-                                             for _ in range(workers - 1)]
-            self.workers = [ContinuousWorker(f"decoder-{i}", self.queue, self._batch_maker(*e), self._finish,
-                                             max_batch, events=self) for i, e in enumerate(engines)]
+            c = self.continuous
+            self.workers = [ContinuousWorker(f"decoder-{i}", self.queue,
+                                             lambda e=e: c.make_batch(*e), self._finish, max_batch, events=self)
+                            for i, e in enumerate(c.engines(workers, settings.get("native_threads")))]
         else:
             logger.warning(f"--decoding {decoding}: decoded in static batches by one worker (a running batch takes "
                            "IAD and greedy search on the native engine)")
-            self.workers = [StaticWorker("decoder-0", self.queue, self.translator.translate_batch, max_batch,
+            self.workers = [StaticWorker("decoder-0", self.queue, self.translator.translate_static, max_batch,
                                          events=self)]
         self.mode = "continuous" if self.continuous is not None else "static"
         for w in self.workers:
@@ -150,46 +137,6 @@ class DecodeBackend:
             metrics.set_decode_source(self.decode_counters)
         self.ready = True
 
-    # ------------------------------------------------------------ set-up
-    def _continuous_settings(self) -> Optional[dict]:
-        """What a running batch needs of the Translator's generator, or None
-        where its decoding is not source-copy drafting, greedy or a feature
-        drafter's on the engine."""
-        from ..drafters.base import drafts_as
-        from ..drafters.feature_ar import FeatureARDrafter
-        from ..drafters.input_copy import InputCopyDrafter
-        from ..generator import AggressiveGenerator
-        from ..verifiers import NativeVerifier
-
-        gen = self.translator.generator
-        if not isinstance(gen, AggressiveGenerator) or not isinstance(gen.verifier, NativeVerifier):
-            return None
-        if gen.verifier.shortlist or not gen.engine_loop:
-            return None
-        drafter, r = gen.drafter, gen.verifier.rules
-        run = dict(first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty, temperature=r.temperature,
-                   beta=gen.verifier.beta, tau=gen.verifier.tau)
-        draft_cost = self.translator.settings.get("draft_cost")
-        if isinstance(drafter, InputCopyDrafter) and drafter.copy_loop() is not None:
-            run.update(ngram_min=drafter.ngram_min, ngram_max=drafter.ngram_max)
-            return dict(engine=gen.verifier.engine, drafter_engine=None, gen=gen, drafter=drafter, run=run,
-                        max_draft=gen.max_draft_len,
-                        budget=bool(getattr(gen.policy, "engine_budget", False)))
-        if (isinstance(drafter, FeatureARDrafter) and drafter.native is not None and drafter.shortlist is None
-                and drafts_as(drafter, FeatureARDrafter, ("propose", "observe_emitted", "update"))):
-            run.update(bos=drafter.bos, k=drafter.k, room=drafter.max_positions - 1, min_prob=drafter.min_prob,
-                       shared_encoder=drafter.caps.encoder_out)
-            return dict(engine=gen.verifier.engine, drafter_engine=drafter.native.engine, gen=gen, drafter=drafter,
-                        run=run, max_draft=gen.max_draft_len,
-                        budget=draft_cost != "off")
-        return None
-
-    def _batch_maker(self, engine, drafter=None):
-        from ..native.running import RunningBatch
-
-        c = self.continuous
-        return lambda: RunningBatch(engine, max_draft=c["max_draft"], budget=c["budget"], drafter=drafter, **c["run"])
-
     # ------------------------------------------------------------ requests
     def prepare(self, i: int, text: str):
         """Sentence ``i``'s tokens for a worker; a RequestError if it is too long."""
@@ -197,24 +144,16 @@ class DecodeBackend:
         if words + 1 > self.max_input_tokens:  # (every word gives a token or more; no BPE spent on it)
             raise RequestError(f"texts[{i}] has {words} words, so more than {self.max_input_tokens - 1} tokens "
                                f"after BPE; the limit is {self.max_input_tokens}", code="too_long", status=413)
-        tokens = self.hub.encode(text)
-        n = int(tokens.numel())
-        if n > self.max_input_tokens:
-            raise RequestError(f"texts[{i}] is {n} tokens long after BPE; the limit is {self.max_input_tokens}",
-                               code="too_long", status=413)
         if self.continuous is None:
+            n = int(self.hub.encode(text).numel())
+            if n > self.max_input_tokens:
+                raise RequestError(f"texts[{i}] is {n} tokens long after BPE; the limit is {self.max_input_tokens}",
+                                   code="too_long", status=413)
             return None
-        c = self.continuous
-        gen, drafter = c["gen"], c["drafter"]
-        max_len = length_cap(gen.max_len_a, gen.max_len_b, n, gen.max_len)
-        if max_len < gen.min_len or not c["engine"].can_decode(n, max_len):
-            raise RequestError(f"texts[{i}] ({n} tokens) does not fit the model's positions", code="too_long",
-                               status=413)
-        if c["drafter_engine"] is not None:  # the feature drafter copies nothing
-            return Prepared(tokens.tolist(), [], max_len)
-        copy = tokens if drafter.src_to_tgt is None else drafter.src_to_tgt[tokens]
-        copy = copy[copy != drafter.pad]
-        return Prepared(tokens.tolist(), copy.tolist(), max_len)
+        try:
+            return self.continuous.prepare(text, self.max_input_tokens)
+        except TooLong as e:
+            raise RequestError(f"texts[{i}] {e}", code="too_long", status=413) from None
 
     def submit(self, texts: List[str], request_id: str = "") -> Request:
         """Queue ``texts``: the request's ``future`` resolves to their outputs in
@@ -252,7 +191,7 @@ class DecodeBackend:
                 w.wake()
 
     def _finish(self, item: Item, tokens: List[int]) -> str:
-        return self.hub.decode(tokens)
+        return self.continuous.finish(tokens)
 
     # ------------------------------------------------------------ health
     def alive(self) -> int:

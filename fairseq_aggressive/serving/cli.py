@@ -13,72 +13,14 @@ import argparse
 import logging
 import os
 import sys
-import typing
+
+from ..streaming.options import HelpFormatter, add_decoding_arguments, decoding_settings
 
 API_KEY_ENV = "FAIRSEQ_AGGRESSIVE_API_KEY"
-# generation settings of fairseq's the server takes besides the decoding options
-GENERATION = (("max_len_a", float, 0.0, "output length limit: a * source length + b (fairseq's --max-len-a)"),
-              ("max_len_b", int, 200, "(fairseq's --max-len-b)"),
-              ("min_len", int, 1, "shortest output (fairseq's --min-len)"),
-              ("unkpen", float, 0.0, "unknown-word penalty (fairseq's --unkpen)"))
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Every option's default in its help, once."""
-
-    def _get_help_string(self, action):
-        return action.help if "(default:" in (action.help or "") else super()._get_help_string(action)
-
-
-def add_decoding_arguments(p: argparse.ArgumentParser, greedy: bool = True) -> typing.List[str]:
-    """The decoding options (``decoding_options.OPTIONS``, ``--inference-precision``
-    and fairseq's length settings) as arguments of ``p``, each unset by default
-    (the Translator's default then holds); their names, for :func:`decoding_settings`.
-    ``greedy``: ``--decoding greedy`` is a choice (the server's)."""
-    logging.getLogger("fairseq").setLevel(logging.WARNING)
-    from ..constants import PRECISIONS
-    from ..decoding_options import OPTIONS
-
-    g = p.add_argument_group("decoding (the Translator's settings; unset: the default shown)")
-    names = []
-
-    def add(name, kind, default, help_text, **extra):
-        flag = "--" + name.replace("_", "-")
-        shown = "unset" if default is None else default
-        g.add_argument(flag, dest=name, default=None, help=f"{help_text} (default: {shown})", **extra)
-        names.append(name)
-
-    for o in OPTIONS:
-        kind = o.type
-        if typing.get_origin(kind) is typing.Union:  # Optional[X]
-            kind = next(a for a in typing.get_args(kind) if a is not type(None))
-        if o.name == "decoding":
-            choices = [c.value for c in kind] + (["greedy"] if greedy else [])
-            add(o.name, str, "iad", ("greedy = greedy search on the native engine's running batch (iad with "
-                                     "drafts of 0 tokens); " if greedy else "") + o.help, choices=choices)
-        elif isinstance(kind, type) and issubclass(kind, bool):
-            add(o.name, bool, o.default, o.help, action="store_true")
-        elif hasattr(kind, "__members__"):  # a fairseq ChoiceEnum
-            extra = {"nargs": "?", "const": o.metadata["argparse_const"]} if "argparse_const" in o.metadata else {}
-            add(o.name, str, o.default, o.help, choices=[c.value for c in kind], **extra)
-        else:
-            add(o.name, kind, o.default, o.help, type=kind, metavar=kind.__name__.upper())
-    add("inference_precision", str, "float32", "int8: int8 linear layers (the same int8 model everywhere; "
-        "exact decodings give its greedy output)", choices=list(PRECISIONS))
-    for name, kind, default, help_text in GENERATION:
-        add(name, kind, default, help_text, type=kind, metavar=kind.__name__.upper())
-    return names
-
-
-def decoding_settings(args: argparse.Namespace, names: typing.List[str]) -> dict:
-    """The decoding options given on the command line, as Translator settings."""
-    return {k: getattr(args, k) for k in names if getattr(args, k) not in (None, False)}
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fairseq-aggressive-serve", description=__doc__.split("\n\n")[0],
-        formatter_class=_HelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument("model_dir", help="a model directory: model.pt, dict.*.txt, bpe.codes, MODEL.json")
     s = p.add_argument_group("the server")
     s.add_argument("--host", default="127.0.0.1",

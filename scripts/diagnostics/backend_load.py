@@ -99,7 +99,7 @@ def main(argv=None):
             filled[m] = full(backends[m], lines)
         start = time.perf_counter()
         static = [o for i in range(0, len(lines), args.max_batch)
-                  for o in backends["greedy"].translator.translate_batch(lines[i:i + args.max_batch])]
+                  for o in backends["greedy"].translator.translate_static(lines[i:i + args.max_batch])]
         static_rate = len(lines) / (time.perf_counter() - start)
     for b in backends.values():
         b.close()

@@ -16,7 +16,7 @@ import sys
 
 
 def main(argv=None):
-    from fairseq_aggressive.serving.cli import add_decoding_arguments, decoding_settings
+    from fairseq_aggressive.streaming.options import add_decoding_arguments, decoding_settings
     from fairseq_aggressive.translator import Translator
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

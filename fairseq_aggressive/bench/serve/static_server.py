@@ -16,5 +16,5 @@ def static_translators(args) -> List[Callable]:
     settings = dict(decoding="iad", max_draft_len=0,
                     native_threads=serving_threads(args.workers) if auto else int(args.native_threads))
     first = Translator.from_pretrained(args.model_dir, **settings)
-    return [first.translate_batch] + [Translator(first.hub, **settings).translate_batch
+    return [first.translate_static] + [Translator(first.hub, **settings).translate_static
                                       for _ in range(args.workers - 1)]

@@ -1,0 +1,104 @@
+"""What a Translator's decoding needs of the engine's running batch
+(:class:`RunningDecoder`): the batch's settings, the engines, and each
+sentence prepared to join (its source ids, copy source and length limit)."""
+from dataclasses import dataclass
+from typing import List, Optional
+
+
+class TooLong(ValueError):
+    """A sentence the model cannot take (after BPE, or beyond its positions)."""
+
+
+@dataclass
+class Prepared:
+    """A sentence ready to join a running batch: its source ids (with EOS), its
+    copy source (target ids) and its length limit."""
+
+    source: List[int]
+    copy: List[int]
+    max_len: int
+
+
+class RunningDecoder:
+    """The running batch of a Translator whose decoding runs there: source-copy
+    drafting (IAD with one branch, greedy with ``max_draft_len=0``) or a native
+    feature drafter's, on the native engine, without a shortlist.  Build it
+    with :meth:`of` (None for any other decoding).  Every sentence's output is
+    its batch-1 output (``Translator.translate``'s), whatever else is in the
+    batch; each has its own length limit."""
+
+    def __init__(self, translator, engine, drafter_engine, drafter, run: dict, max_draft, budget: bool):
+        self.translator, self.hub, self.gen = translator, translator.hub, translator.generator
+        self.engine, self.drafter_engine, self.drafter = engine, drafter_engine, drafter
+        self.run, self.max_draft, self.budget = run, max_draft, budget
+
+    @classmethod
+    def of(cls, translator) -> Optional["RunningDecoder"]:
+        from ..drafters.base import drafts_as
+        from ..drafters.feature_ar import FeatureARDrafter
+        from ..drafters.input_copy import InputCopyDrafter
+        from ..generator import AggressiveGenerator
+        from ..verifiers import NativeVerifier
+
+        gen = translator.generator
+        if not isinstance(gen, AggressiveGenerator) or not isinstance(gen.verifier, NativeVerifier):
+            return None
+        if gen.verifier.shortlist or not gen.engine_loop:
+            return None
+        drafter, r = gen.drafter, gen.verifier.rules
+        run = dict(first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty, temperature=r.temperature,
+                   beta=gen.verifier.beta, tau=gen.verifier.tau)
+        if isinstance(drafter, InputCopyDrafter) and drafter.copy_loop() is not None:
+            run.update(ngram_min=drafter.ngram_min, ngram_max=drafter.ngram_max)
+            return cls(translator, gen.verifier.engine, None, drafter, run, gen.max_draft_len,
+                       bool(getattr(gen.policy, "engine_budget", False)))
+        if (isinstance(drafter, FeatureARDrafter) and drafter.native is not None and drafter.shortlist is None
+                and drafts_as(drafter, FeatureARDrafter, ("propose", "observe_emitted", "update"))):
+            run.update(bos=drafter.bos, k=drafter.k, room=drafter.max_positions - 1, min_prob=drafter.min_prob,
+                       shared_encoder=drafter.caps.encoder_out)
+            return cls(translator, gen.verifier.engine, drafter.native.engine, drafter, run, gen.max_draft_len,
+                       translator.settings.get("draft_cost") != "off")
+        return None
+
+    def engines(self, n: int, threads) -> list:
+        """``n`` (verifier engine, drafter engine or None) pairs on one copy of the weights."""
+        pair = (self.engine, self.drafter_engine)
+        return [pair] + [(self.engine.share(threads), self.drafter_engine and self.drafter_engine.share(threads))
+                         for _ in range(n - 1)]
+
+    def make_batch(self, engine=None, drafter_engine=None):
+        """A new running batch on ``engine`` (default: the Translator's)."""
+        from ..native.running import RunningBatch
+
+        if engine is None:
+            engine, drafter_engine = self.engine, self.drafter_engine
+        return RunningBatch(engine, max_draft=self.max_draft, budget=self.budget, drafter=drafter_engine, **self.run)
+
+    def prepare(self, text: str, max_tokens: Optional[int] = None) -> Prepared:
+        """``text`` ready to join; :class:`TooLong` past ``max_tokens`` (the model's
+        positions at most) after BPE."""
+        limit, what = self.translator._limit, "the model takes at most"
+        if max_tokens is not None and (limit is None or max_tokens < limit):
+            limit, what = max_tokens, "the limit is"
+        tokens = self.hub.encode(text)
+        n = int(tokens.numel())
+        if limit is not None and n > limit:
+            raise TooLong(f"is {n} tokens long after BPE; {what} {limit}")
+        return self.prepared(tokens)
+
+    def prepared(self, tokens) -> Prepared:
+        from ..generator import length_cap
+
+        gen, n = self.gen, int(tokens.numel())
+        max_len = length_cap(gen.max_len_a, gen.max_len_b, n, gen.max_len)
+        if max_len < gen.min_len or not self.engine.can_decode(n, max_len):
+            raise TooLong(f"({n} tokens) does not fit the model's positions")
+        if self.drafter_engine is not None:  # the feature drafter copies nothing
+            return Prepared(tokens.tolist(), [], max_len)
+        d = self.drafter
+        copy = tokens if d.src_to_tgt is None else d.src_to_tgt[tokens]
+        copy = copy[copy != d.pad]
+        return Prepared(tokens.tolist(), copy.tolist(), max_len)
+
+    def finish(self, tokens: List[int]) -> str:
+        return self.hub.decode(tokens)

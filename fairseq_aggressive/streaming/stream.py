@@ -1,0 +1,69 @@
+"""Sentences through a running batch of B rows, outputs in order (:func:`stream`)."""
+from typing import Iterable, Iterator
+
+# passes a run makes before it returns to refill, if no row finished
+MAX_PASSES = 256
+
+
+def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, locked: bool = False) -> Iterator[str]:
+    """The outputs of ``sentences`` (any iterable: read as rows free up), in
+    order, each ``translator.translate(s)``'s.  Where the Translator's decoding
+    runs in the engine's running batch (:class:`~.decoder.RunningDecoder`), the
+    sentences stream through ``rows`` rows: a row that ends is refilled at the
+    next pass boundary, so no sentence waits for a longer one; any other
+    decoding goes in static batches of ``rows``.  A sentence the model cannot
+    take raises ValueError naming it (its index from 0), after the outputs
+    before it.  ``decoder``: the Translator's RunningDecoder (made here if not
+    given); ``locked``: the caller holds the Translator's lock."""
+    from .decoder import RunningDecoder, TooLong
+
+    if rows < 1:
+        raise ValueError(f"rows must be >= 1, got {rows}")
+    dec = decoder if decoder is not None else RunningDecoder.of(translator)
+    if dec is None:
+        yield from _static(translator, sentences, rows, locked)
+        return
+    batch = dec.make_batch()
+    source = iter(sentences)
+    slots, limits, done = {}, {}, {}
+    read = written = 0
+    exhausted, error = False, None
+    while True:
+        fresh = []
+        while not exhausted and len(slots) + len(fresh) < rows:
+            text = next(source, None)
+            if text is None:
+                exhausted = True
+                break
+            try:
+                fresh.append((read, dec.prepare(text)))
+            except TooLong as e:  # the sentences before it are decoded and given first
+                error, exhausted = ValueError(f"sentence {read} {e}"), True
+                break
+            read += 1
+        if fresh:
+            p = [x for _, x in fresh]
+            joined = batch.join([x.source for x in p], [x.copy for x in p], [x.max_len for x in p])
+            for (i, x), slot in zip(fresh, joined):
+                slots[slot], limits[slot] = i, x.max_len
+        if not slots:
+            break
+        for slot in batch.run(MAX_PASSES):
+            tokens, _, _ = batch.take(slot, limits.pop(slot))
+            done[slots.pop(slot)] = dec.finish(tokens)
+        while written in done:
+            yield done.pop(written)
+            written += 1
+    if error is not None:
+        raise error
+
+
+def _static(translator, sentences: Iterable[str], rows: int, locked: bool) -> Iterator[str]:
+    chunk, first = [], 0
+    for s in sentences:
+        chunk.append(s)
+        if len(chunk) == rows:
+            yield from translator.translate_static(chunk, locked=locked, first_index=first)
+            chunk, first = [], first + rows
+    if chunk:
+        yield from translator.translate_static(chunk, locked=locked, first_index=first)

@@ -1,0 +1,102 @@
+"""Whole inputs through the engine's running batch on the shipped 9+3
+(fairseq_aggressive/streaming): every sentence's output equals its batch-1
+output (``Translator.translate``'s, fairseq's greedy) at every row count, in
+float32 and int8, for IAD and greedy; decodings the running batch does not
+run go in static batches; ``fairseq-aggressive-translate`` from a file and
+from standard input, its refusals, and nothing half-written."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import needs_native
+
+pytestmark = needs_native
+
+MODEL = "models/uagec-9x3"
+
+
+@pytest.fixture(scope="module")
+def lines():
+    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
+        return [next(f).strip() for _ in range(120)]
+
+
+@pytest.fixture(scope="module")
+def hub():
+    from fairseq_aggressive.translator import load_hub
+
+    return load_hub(MODEL)
+
+
+@pytest.mark.parametrize("settings", [dict(decoding="iad"), dict(decoding="iad", max_draft_len=0),
+                                      dict(decoding="iad", inference_precision="int8"),
+                                      dict(decoding="iad", draft_cost="off", max_draft_len=4)],
+                         ids=["iad", "greedy", "iad-int8", "iad-fixed"])
+def test_streamed_outputs_are_each_sentences_own(hub, lines, settings):
+    from fairseq_aggressive.streaming import stream
+    from fairseq_aggressive.translator import Translator
+
+    from fairseq_aggressive.translator import load_hub
+
+    int8 = settings.get("inference_precision") == "int8"
+    t = Translator(load_hub(MODEL) if int8 else hub, **settings)  # (int8 quantizes its hub model in place)
+    assert t.running_decoder() is not None
+    alone = [t.translate(s) for s in lines]  # batch 1, the generator's loop
+    if not int8:  # equal to fairseq's own greedy (spot check); int8: its int8 model's greedy
+        fairseq = Translator(hub)
+        assert [fairseq.translate(s) for s in lines[:10]] == alone[:10]
+    for rows in (1, 7, 32, 128):
+        assert list(stream(t, iter(lines), rows)) == alone, rows
+    shuffled = lines[::-1]  # another arrival order
+    assert t.translate_batch(shuffled, rows=16) == alone[::-1]
+
+
+def test_other_decodings_go_in_static_batches(hub, lines):
+    from fairseq_aggressive.streaming import stream
+    from fairseq_aggressive.translator import Translator
+
+    t = Translator(hub)  # fairseq's beam search (beam 1): no running batch
+    assert t.running_decoder() is None
+    got = list(stream(t, lines[:20], rows=8))
+    want = t.translate_static(lines[:8]) + t.translate_static(lines[8:16]) + t.translate_static(lines[16:20])
+    assert got == want
+
+
+def _cli(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "fairseq_aggressive.serving.translate_cli", MODEL, *args], input=stdin,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_translate_command(hub, lines, tmp_path):
+    from fairseq_aggressive.translator import Translator
+
+    t = Translator(hub, decoding="iad")
+    text = lines[:40] + [""] + lines[40:60]
+    want = [t.translate(s) for s in text]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(text) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    proc = _cli("-i", str(src), "-o", str(out), "--rows", "8", "--progress", "on")
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text(encoding="utf-8").split("\n")[:-1] == want
+    assert "sentences" in proc.stderr  # the progress bar
+    piped = _cli("--decoding", "greedy", "--rows", "3", stdin="\n".join(text[:12]) + "\n")
+    assert piped.returncode == 0, piped.stderr
+    greedy = Translator(hub, decoding="iad", max_draft_len=0)
+    assert piped.stdout.split("\n")[:-1] == [greedy.translate(s) for s in text[:12]]
+    assert "sentences" not in piped.stderr  # not a terminal: no bar
+
+
+def test_the_translate_command_refuses_without_writing_half(lines, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines[:5] + [" ".join(["слово"] * 2000)] + lines[5:9]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    proc = _cli("-i", str(src), "-o", str(out))
+    assert proc.returncode == 1 and "line 6 is" in proc.stderr and "tokens long after BPE" in proc.stderr
+    assert not out.exists() and os.listdir(tmp_path) == ["in.txt"]
+    missing = _cli("-i", str(tmp_path / "nowhere.txt"))
+    assert missing.returncode == 2 and "nowhere.txt" in missing.stderr
+    rows = _cli("--rows", "0", stdin="a\n")
+    assert rows.returncode == 2 and "--rows must be >= 1" in rows.stderr
