@@ -5,6 +5,7 @@ checked once by the task)."""
 import logging
 import weakref
 
+from .constants import DEFAULT_MAX_DRAFT_LEN
 from .decoding_options import DecodingOptions
 from .options import check_generation_args, check_single_model, check_temperature
 
@@ -21,8 +22,6 @@ def build_drafter_and_rule(opts: DecodingOptions, task, models):
     return DECODINGS[opts.decoding](opts, task, models)
 
 
-# the longest draft of drafted beam search where --max-draft-len is not given (docs/how-it-works.md)
-BEAM_DRAFT_LEN = 4
 
 
 def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwargs):
@@ -78,7 +77,7 @@ def build_drafted_beam(task, models, args, opts: DecodingOptions):
                          "--engine native or auto, or --decoding beam for fairseq's own beam search")
     fallback = TranslationTask.build_generator(task, models, args)
     drafter, _ = build_drafter_and_rule(opts, task, models)
-    max_draft = BEAM_DRAFT_LEN if opts.max_draft_len is None else opts.max_draft_len
+    max_draft = DEFAULT_MAX_DRAFT_LEN["beam"] if opts.max_draft_len is None else opts.max_draft_len
     drafts = CopyDrafts(drafter.copy_source, max_draft, opts.iad_ngram_min, opts.iad_ngram_max)
     built = choose_engine(opts.engine, lambda: native_beam_from(fallback, models, task.target_dictionary,
                                                                 threads=opts.native_threads, isa=opts.native_isa,

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 from fairseq.dataclass import ChoiceEnum
 
 from .acceptance import build_acceptance, build_blockwise_acceptance
-from .constants import ENGINES, PRECISION_CHOICES, PRECISIONS
+from .constants import DEFAULT_MAX_DRAFT_LEN, ENGINES, PRECISION_CHOICES, PRECISIONS
 from .drafters import DECODINGS
 from .options import (check_block_size, check_confidence, check_draft_cost, check_iad_branches, check_isa,
                       check_max_draft_len, check_positive_int, check_shortlist)
@@ -87,8 +87,10 @@ OPTIONS = (
            "block_nat --feature-ar drafter (--drafter-path) drafts --block-size tokens one after the other "
            "from the verifier's features (greedy-exact)", _decoding),
     Option("max_draft_len", Optional[int], None,
-           "longest draft verified in one pass (Lmax); unset: 8 for IAD under the native engine's draft-length "
-           "policy, 4 with --draft-cost off, unlimited with the torch verifier", check_max_draft_len),
+           f"longest draft verified in one pass (Lmax); unset: {DEFAULT_MAX_DRAFT_LEN['engine']} under the native "
+           f"engine's draft-length policy, {DEFAULT_MAX_DRAFT_LEN['native']} with --draft-cost off, "
+           f"{DEFAULT_MAX_DRAFT_LEN['budget']} with --draft-cost FIXED,PER_POSITION, unlimited with the torch "
+           f"verifier, {DEFAULT_MAX_DRAFT_LEN['beam']} for drafted beam search", check_max_draft_len),
     Option("iad_ngram_min", int, 1, "IAD: shortest output suffix used to re-find the place in the source", int),
     Option("iad_ngram_max", int, 4, "IAD: longest output suffix used to re-find the place in the source", int),
     Option("iad_branches", int, 1,

@@ -16,14 +16,11 @@ import logging
 import time
 from typing import List, Optional
 
+from .constants import DEFAULT_MAX_DRAFT_LEN
 from .draft_budget import DraftBudget, PassCost
 
 logger = logging.getLogger("fairseq_aggressive")
 
-# with a cost-aware budget and no --max-draft-len, the longest branch it may keep
-BUDGET_DRAFT_CAP = 16
-# with the engine's budget and no --max-draft-len, the longest draft a pass may verify
-ENGINE_BUDGET_CAP = 8
 # when the budget skips the drafter, one pass in this many drafts anyway (the cost is learnt from them)
 BUDGET_EXPLORE = 16
 
@@ -65,7 +62,7 @@ class EngineBudget(FixedDrafts):
     engine_budget = True
 
     def default_cap(self, verifier) -> Optional[int]:
-        return ENGINE_BUDGET_CAP
+        return DEFAULT_MAX_DRAFT_LEN["engine"]
 
 
 class BudgetedDrafts(FixedDrafts):
@@ -81,7 +78,7 @@ class BudgetedDrafts(FixedDrafts):
         self._skipped = 0  # passes in a row that skipped the drafter
 
     def default_cap(self, verifier) -> Optional[int]:
-        return BUDGET_DRAFT_CAP
+        return DEFAULT_MAX_DRAFT_LEN["budget"]
 
     def begin(self, verifier, src_tokens, several: bool) -> None:
         if self._measure and several:

@@ -9,7 +9,8 @@ import random
 import pytest
 import torch
 
-from fairseq_aggressive.draft_policy import ENGINE_BUDGET_CAP, EngineBudget
+from fairseq_aggressive.constants import DEFAULT_MAX_DRAFT_LEN
+from fairseq_aggressive.draft_policy import EngineBudget
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import build_generator
 from fairseq_aggressive.stats import COUNTED_POSITIONS
@@ -18,6 +19,8 @@ from fairseq_aggressive.native import c_api
 from fairseq_aggressive.native.c_api import LOOP_POSITIONS
 from helpers import compare, fast_first, greedy, make_dict, make_model, make_sample, make_task, needs_native
 from test_equivalence import batches, random_sources
+
+ENGINE_BUDGET_CAP = DEFAULT_MAX_DRAFT_LEN["engine"]
 
 pytestmark = needs_native
 

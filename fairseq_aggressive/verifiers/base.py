@@ -13,6 +13,8 @@ from typing import List, Optional, Sequence
 
 from torch import Tensor
 
+from ..constants import DEFAULT_MAX_DRAFT_LEN
+
 
 @dataclass(frozen=True)
 class ScoreRules:
@@ -68,7 +70,7 @@ class Verifier:
     #: whether it can verify several branches of a sentence in one pass
     branch_capable = False
     #: the draft cap it prefers for drafters whose drafts have no natural length (None: none)
-    open_draft_cap = None
+    open_draft_cap = DEFAULT_MAX_DRAFT_LEN["torch"]
     #: fairseq's score rules (:class:`ScoreRules`) and the acceptance rule it applies
     rules: ScoreRules
     acceptance = None

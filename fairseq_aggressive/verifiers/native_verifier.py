@@ -4,16 +4,12 @@ rules and the acceptance rule's description itself, and verifies several
 branches of a sentence in one pass.  A batch the engine cannot take (a GPU
 tensor, a length beyond its position tables) goes to a torch verifier."""
 from ..acceptance import AcceptanceRule
+from ..constants import DEFAULT_MAX_DRAFT_LEN
 from ..native import c_api
 from ..runtime.threads import torch_single_threaded
 from .base import PassResult, ScoreRules, Verifier
 from .torch_verifier import TorchVerifier
 
-# the default draft cap (Lmax) of open-ended drafters (IAD drafts the whole rest of
-# the source): the engine's passes cost little more than a greedy step, so positions
-# that are verified but rarely accepted are what a long draft wastes (Lmax 3-5 are
-# best on the shipped model, unlimited drafts are 1.3x slower: docs/results-uagec.md)
-NATIVE_DRAFT_CAP = 4
 
 
 class NativeVerifier(Verifier):
@@ -21,7 +17,7 @@ class NativeVerifier(Verifier):
 
     name = "native"
     branch_capable = True
-    open_draft_cap = NATIVE_DRAFT_CAP
+    open_draft_cap = DEFAULT_MAX_DRAFT_LEN["native"]  # (of open-ended drafters: IAD drafts the rest of the source)
 
     def __init__(self, engine, model, rules: ScoreRules, acceptance: AcceptanceRule, shortlist=None):
         rank = acceptance.params.native
