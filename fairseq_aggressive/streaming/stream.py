@@ -5,7 +5,8 @@ from typing import Iterable, Iterator
 MAX_PASSES = 256
 
 
-def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, locked: bool = False) -> Iterator[str]:
+def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, locked: bool = False,
+           min_ms: float = 1.0) -> Iterator[str]:
     """The outputs of ``sentences`` (any iterable: read as rows free up), in
     order, each ``translator.translate(s)``'s.  Where the Translator's decoding
     runs in the engine's running batch (:class:`~.decoder.RunningDecoder`), the
@@ -28,9 +29,12 @@ def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, l
     slots, limits, done = {}, {}, {}
     read = written = 0
     exhausted, error = False, None
+    # rows are refilled once a quarter of them is free (or none decodes): the sentences that join
+    # together share one encoder pass, which costs per sentence far less in a group than alone
+    refill = max(1, rows // 4)
     while True:
         fresh = []
-        while not exhausted and len(slots) + len(fresh) < rows:
+        while not exhausted and rows - len(slots) >= (refill if slots else 1) and len(slots) + len(fresh) < rows:
             text = next(source, None)
             if text is None:
                 exhausted = True
@@ -48,7 +52,7 @@ def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, l
                 slots[slot], limits[slot] = i, x.max_len
         if not slots:
             break
-        for slot in batch.run(MAX_PASSES):
+        for slot in batch.run(MAX_PASSES, min_ms if len(slots) > 1 else 0.0):
             tokens, _, _ = batch.take(slot, limits.pop(slot))
             done[slots.pop(slot)] = dec.finish(tokens)
         while written in done:
