@@ -118,21 +118,8 @@ def _post(port, body, timeout=60):
 
 
 def test_the_server_from_the_command_line(lines, reference):
-    from fairseq_aggressive.serving.server import free_port
-
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "fairseq_aggressive.serving.cli", MODEL, "--port", str(port),
-                             "--workers", "2", "--native-threads", "1", "--max-input-tokens", "256"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    out = []
+    proc, port, out = _serve("--workers", "2", "--native-threads", "1", "--max-input-tokens", "256")
     try:
-        end = time.time() + 120
-        for line in proc.stdout:
-            out.append(line)
-            if "serving on" in line or time.time() > end:
-                break
-        assert any("serving on" in x for x in out), "".join(out)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
             assert r.status == 200
         assert _post(port, json.dumps({"text": lines[0]}).encode()) == (200, {"text": reference[lines[0]]})
