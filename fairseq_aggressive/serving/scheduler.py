@@ -46,7 +46,13 @@ class EngineFault(RuntimeError):
 class Request:
     """One HTTP request's sentences: its future resolves to their outputs, in
     order, or to an error.  ``cancel(reason)`` (any thread) marks it gone: its
-    sentences are not decoded any further."""
+    sentences are not decoded any further.
+
+    Its end (answered, failed, cancelled) is set once, under its lock, by
+    whichever thread comes first; the others find it done and change nothing.
+    ``gone`` is read without the lock: a stale answer only lets a sentence
+    decode one more pass, or be answered into a request already ended, which
+    ``done`` then ignores."""
 
     def __init__(self, texts: List[str], request_id: str = ""):
         self.texts = texts
@@ -222,7 +228,10 @@ class ContinuousWorker(Worker):
         self.batch = None
         self.slots = {}  # slot -> item
         # the engine's counters: of the batches this worker (and those it replaced) dropped, and of
-        # its batch after its last run (a snapshot the metrics read from another thread)
+        # its batch after its last run.  Another thread (a metrics scrape) reads them: each is
+        # a new object, made whole before one assignment publishes it, and never changed after,
+        # so a reader sees the old snapshot or the new one, never a half-written one (the engine
+        # itself is read by its driving thread only, between runs)
         self.retired: list = []
         self.snapshot = None
 
