@@ -186,7 +186,9 @@ class WorkQueue:
 
 class Worker(threading.Thread):
     """A decoding thread: ``held`` is what it has taken and not answered yet
-    (handed back by the supervisor if it dies); ``died`` the exception it died of."""
+    (handed back by the supervisor if it dies); ``died`` the exception it died of.
+    Only the thread itself changes ``held``; the supervisor reads it once
+    ``is_alive()`` is false, when the thread has returned and writes no more."""
 
     def __init__(self, name: str, source: WorkQueue, max_batch: int, events=None):
         super().__init__(name=name, daemon=True)
