@@ -78,7 +78,7 @@ class BuildNative(build_ext):
             return
         try:
             objects = self.compiler.compile(ext.sources, output_dir=os.path.join(self.build_temp, ext.target.name),
-                                            extra_postargs=cflags)
+                                            include_dirs=[CSRC], extra_postargs=cflags)
             self.compiler.link_shared_object(
                 objects, path, extra_postargs=[f for f in TARGETS.LINK_FLAGS if f != "-shared"] + ext.target.cflags,
                 target_lang="c++")
@@ -154,7 +154,7 @@ setup(
     # the native engine: one library per target (built here), and its sources
     ext_modules=native_libraries(),
     cmdclass={"build_ext": BuildNative},
-    package_data={"fairseq_aggressive.native": ["csrc/*.h", "csrc/*.cpp", "csrc/testing/*.cpp"]},
+    package_data={"fairseq_aggressive.native": ["csrc/*/*.h", "csrc/*/*.cpp"]},
     python_requires=">=3.8",
     install_requires=[
         # fairseq 0.12.2 does not import on Python >= 3.11; fairseq-fixed ships the

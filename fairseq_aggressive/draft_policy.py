@@ -6,7 +6,7 @@ proposer-length policy).
 ``--max-draft-len``); :class:`EngineBudget` hands the choice to the native
 engine's loop, which keeps per pass and per row the positions that pay for
 themselves under the pass cost it measures, against the acceptance it learns
-(``csrc/draft_lengths.h``: a lone sentence drafts long, a full batch falls
+(``csrc/loop/draft_lengths.h``: a lone sentence drafts long, a full batch falls
 back toward greedy); :class:`BudgetedDrafts` keeps, per pass, the positions
 that pay for themselves under a pass cost (``--draft-cost``,
 :mod:`fairseq_aggressive.draft_budget`), may skip the drafter on a pass, and
@@ -55,7 +55,7 @@ class FixedDrafts:
 
 class EngineBudget(FixedDrafts):
     """The lengths each pass of the engine's own loop chooses
-    (:meth:`~fairseq_aggressive.native.NativeBatch.decode_copy` with
+    (:meth:`~fairseq_aggressive.native.NativeBatch.decode` with
     ``budget``); where that loop does not run a batch (a batch the engine
     cannot take goes to torch), the drafts as made."""
 

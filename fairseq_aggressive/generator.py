@@ -10,6 +10,7 @@ exact rules give greedy's hypotheses and scores, in the same output format.
 """
 import logging
 import time
+from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import torch
@@ -48,13 +49,27 @@ def _note_per_pass_loop(drafter) -> None:
                     f"the same")
 
 
+@dataclass(frozen=True)
+class OutputRules:
+    """fairseq ``SequenceGenerator``'s length and score options: an output of
+    at most ``max_len_a`` * source length + ``max_len_b`` tokens (and below
+    ``max_len``, the model's positions when 0), its score divided by
+    length ** ``len_penalty`` where ``normalize_scores``."""
+
+    max_len_a: float = 0
+    max_len_b: int = 200
+    max_len: int = 0
+    normalize_scores: bool = True
+    len_penalty: float = 1.0
+
+
 class AggressiveGenerator(nn.Module):
     """The loop over built parts: ``drafter`` proposes, ``verifier``
     (:func:`~fairseq_aggressive.engines.build_verifier`, which carries the
     acceptance rule and fairseq's score rules) checks, ``draft_policy``
     (:func:`~fairseq_aggressive.draft_policy.build_draft_policy`) says how long
-    drafts are.  The other arguments are ``SequenceGenerator``'s length and
-    score options, plus ``max_draft_len`` (a cap on each draft; None: the
+    drafts are; ``output`` (:class:`OutputRules`) holds ``SequenceGenerator``'s
+    length and score options; ``max_draft_len`` (a cap on each draft; None: the
     policy's default for open-ended drafters) and ``engine_loop`` (where the
     verifier can run the drafter's whole loop in its engine, as the native
     engine does for IAD with one branch, greedy search, the feature drafter
@@ -71,11 +86,7 @@ class AggressiveGenerator(nn.Module):
         drafter: Drafter,
         verifier,
         draft_policy,
-        max_len_a: float = 0,
-        max_len_b: int = 200,
-        max_len: int = 0,
-        normalize_scores: bool = True,
-        len_penalty: float = 1.0,
+        output: Optional["OutputRules"] = None,
         max_draft_len: Optional[int] = None,
         engine_loop: bool = True,
     ):
@@ -85,10 +96,11 @@ class AggressiveGenerator(nn.Module):
         self.model = models[0]
         self.drafter = drafter
         self.eos = tgt_dict.eos()
-        self.max_len_a, self.max_len_b = max_len_a, max_len_b
-        self.max_len = max_len or self.model.max_decoder_positions()
-        self.normalize_scores = normalize_scores
-        self.len_penalty = len_penalty
+        out = output or OutputRules()
+        self.max_len_a, self.max_len_b = out.max_len_a, out.max_len_b
+        self.max_len = out.max_len or self.model.max_decoder_positions()
+        self.normalize_scores = out.normalize_scores
+        self.len_penalty = out.len_penalty
         self.max_draft_len = max_draft_len
         self.engine_loop = engine_loop
         self.stats = DecodingStats()
@@ -278,4 +290,6 @@ def build_generator(models, tgt_dict, drafter: Drafter, acceptance: Optional[Acc
                               wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
                               threads=parse_threads(native_threads), isa=check_isa(native_isa), share=native_share)
     policy = build_draft_policy(draft_cost, verifier, drafter, engine_loop)
-    return AggressiveGenerator(models, tgt_dict, drafter, verifier, policy, engine_loop=engine_loop, **loop_options)
+    max_draft_len = loop_options.pop("max_draft_len", None)
+    return AggressiveGenerator(models, tgt_dict, drafter, verifier, policy, OutputRules(**loop_options),
+                               max_draft_len=max_draft_len, engine_loop=engine_loop)

@@ -4,9 +4,11 @@ draft position), printed in fairseq-generate's summary line and reported by
 the benchmark."""
 from typing import Dict, List
 
-# draft positions whose acceptance is counted one by one (the last counts every later one; the
-# native engine's loop counts as many: kLoopPositions in csrc/copy_loop.h)
-COUNTED_POSITIONS = 32
+from .native.c_api import LOOP_POSITIONS
+
+# draft positions whose acceptance is counted one by one (the last counts every later one), as the
+# native engine counts them (kLoopPositions in csrc/loop/counters.h)
+COUNTED_POSITIONS = LOOP_POSITIONS
 
 
 class DecodingStats:
@@ -52,7 +54,7 @@ class DecodingStats:
         self.position_accepted.extend([0] * (len(self.position_drafted) - len(self.position_accepted)))
 
     def add_loop(self, st) -> None:
-        """Adds the counters of a loop the engine ran itself (a CopyLoopStats)."""
+        """Adds the counters of a loop the engine ran itself (a LoopStats)."""
         self.passes += st.passes
         self.sentence_passes += st.sentence_passes
         self.drafted += st.drafted

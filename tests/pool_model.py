@@ -1,5 +1,5 @@
 """An explicit-state model of the native engine's thread-pool protocol
-(``fairseq_aggressive/native/csrc/parallel.h``) and a checker that runs every
+(``fairseq_aggressive/native/csrc/pool/parallel.h``) and a checker that runs every
 interleaving of its atomic steps for one caller and a few workers over a few
 calls (:func:`explore`).
 

@@ -1,7 +1,7 @@
 """Blockwise parallel decoding on random-weight transformer_blockwise models:
 exact mode equals greedy whatever the heads propose (the top-K and min-block
 rules on crafted scores: test_acceptance.py); merged predict/verify (one invocation per iteration); the
-native engine's heads and its whole loop (fa_decode_blockwise) against the generator's; errors."""
+native engine's heads and its whole loop (fa_decode, the blockwise drafter) against the generator's; errors."""
 import argparse
 import random
 
@@ -186,7 +186,7 @@ def _blockwise_runs(m, d, engine_loop, kw):
                                            dict(unk_penalty=-1.5, temperature=0.7, max_len_b=50)]),
                          ids=["plain", "cap2", "max-len", "unkpen-temperature"])
 def test_engine_loop_equals_the_generators_loop(kw, monkeypatch):
-    """fa_decode_blockwise: one call per batch, the tokens, scores, passes and
+    """fa_decode with the blockwise drafter: one call per batch, the tokens, scores, passes and
     counters of the generator's loop on the native verifier, greedy's output."""
     from fairseq_aggressive.native import NativeBatch
     from test_copy_loop import _bits, _counters

@@ -1,11 +1,12 @@
 """The draft -> verify -> accept loop of source-copy drafting (IAD, one branch)
-and greedy search inside the native engine (fa_decode_copy): with fixed
+and greedy search inside the native engine (fa_decode with the copy and greedy drafters): with fixed
 drafts (``draft_cost="off"``) bit-identical to the generator's own loop over
 the same drafter, statistics and what the drafter learns included; with the
 engine's draft-length budget (IAD's default) bit-identical to greedy in its
 output; and used wherever it applies."""
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -17,6 +18,7 @@ from fairseq_aggressive.stats import COUNTED_POSITIONS
 from fairseq_aggressive.native import NativeBatch
 from fairseq_aggressive.native import c_api
 from fairseq_aggressive.native.c_api import LOOP_POSITIONS
+from fairseq_aggressive.native.running import run_settings
 from helpers import compare, fast_first, greedy, make_dict, make_model, make_sample, make_task, needs_native
 from test_equivalence import batches, random_sources
 
@@ -209,10 +211,10 @@ def test_the_engine_loop_runs_wherever_it_applies(monkeypatch):
     model = make_model(task, seed=1)
     sample = make_sample(random_sources(random.Random(1), 6, len(d), d.eos()), d.pad())
     steps, budgets = [], []
-    real, real_loop = NativeBatch.step, NativeBatch.decode_copy
+    real, real_loop = NativeBatch.step, NativeBatch.decode
     monkeypatch.setattr(NativeBatch, "step", lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
-    monkeypatch.setattr(NativeBatch, "decode_copy",
-                        lambda self, *a, **k: budgets.append(k.get("budget")) or real_loop(self, *a, **k))
+    monkeypatch.setattr(NativeBatch, "decode",
+                        lambda self, s, *a, **k: budgets.append(bool(s.budget)) or real_loop(self, s, *a, **k))
     for kw, python_passes, budget in ((dict(), False, True), (dict(draft_cost="auto"), False, True),
                                       (dict(draft_cost="off"), False, False), (dict(max_draft_len=0), False, True),
                                       (dict(engine_loop=False), True, None), (dict(draft_cost="1,0.1"), True, None)):
@@ -248,18 +250,21 @@ def test_engine_loop_refuses_what_does_not_fit():
     src = torch.tensor([[5, 6, 7, d.eos()], [d.pad(), 8, 9, d.eos()]])
     flat, lens = InputCopyDrafter(d, d).copy_source(make_sample([[5, 6, 7, d.eos()], [8, 9, d.eos()]], d.pad()))
     batch = gen.native.begin(src, 20)
-    args = dict(first=d.eos(), max_draft=4, ngram_min=1, ngram_max=4,
-                rules=c_api.LoopRules(max_len=20, min_len=1, unk_penalty=0.0, temperature=1.0, beta=1, tau=0.0))
-    with pytest.raises(ValueError, match="lengths add up"):
-        batch.decode_copy(flat[:-1], lens, **args)
+    settings = run_settings("copy", d.eos(), 4, ngram_min=1, ngram_max=4)
+    with pytest.raises(ValueError, match="lengths adding up"):
+        batch.decode(settings, 20, flat[:-1], np.append(lens[:-1], lens[-1] + 1))
+    with pytest.raises(ValueError, match="copy sources"):
+        batch.decode(settings, 20, flat[:4], lens[:1])  # one source for two sentences
     with pytest.raises(ValueError, match="does not fit the batch"):
-        batch.decode_copy(flat[:4], lens[:1], **args)  # one source for two sentences
-    with pytest.raises(ValueError, match="does not fit the batch"):
-        batch.decode_copy(flat, lens, **dict(args, ngram_min=0))
-    toks, scores, passes, stats = batch.decode_copy(flat, lens, **args)
+        batch.decode(settings, 0, flat, lens)  # no room for a token
+    with pytest.raises(ValueError, match="suffix lengths"):
+        run_settings("copy", d.eos(), 4, ngram_min=0)
+    with pytest.raises(ValueError, match="no engine drafter named"):
+        run_settings("copies", d.eos(), 4)
+    toks, scores, passes, stats = batch.decode(settings, 20, flat, lens)
     assert len(toks) == 2 and all(t[-1] == d.eos() for t in toks) and stats.sentence_passes == sum(passes)
     with pytest.raises(ValueError, match="decodes once"):  # its sentences are decoded
-        batch.decode_copy(flat, lens, **args)
+        batch.decode(settings, 20, flat, lens)
 
 
 def test_no_cap_is_none():
@@ -275,9 +280,8 @@ def test_no_cap_is_none():
     rows = [[5, 6, 7, 8, 9, 10, d.eos()], [8, 9, 10, 11, d.eos()]]
     sample = make_sample(rows, d.pad())
     flat, lens = InputCopyDrafter(d, d).copy_source(sample)
-    rules = c_api.LoopRules(max_len=20, min_len=1, unk_penalty=0.0, temperature=1.0, beta=1, tau=0.0)
     src = sample["net_input"]["src_tokens"]
-    out = {cap: gen.native.begin(src, 20).decode_copy(flat, lens, d.eos(), cap, 1, 4, rules)
+    out = {cap: gen.native.begin(src, 20).decode(run_settings("copy", d.eos(), cap), 20, flat, lens)
            for cap in (None, 1000, 0)}
     assert out[None][0] == out[1000][0] == out[0][0]
     assert list(out[None][3].position_drafted) == list(out[1000][3].position_drafted)
@@ -295,3 +299,9 @@ def test_no_cap_is_none():
 
 def test_counted_positions_agree():
     assert COUNTED_POSITIONS == LOOP_POSITIONS
+
+
+def test_the_servers_metrics_count_as_many_positions():
+    from fairseq_aggressive.serving.metrics import POSITIONS
+
+    assert POSITIONS == LOOP_POSITIONS

@@ -1,4 +1,4 @@
-"""The draft-length policy's check on whole passes (csrc/draft_lengths.h,
+"""The draft-length policy's check on whole passes (csrc/loop/draft_lengths.h,
 Realized): where passes that drafted went slower than greedy's pass over the
 same rows would have, the engine's loops stop drafting (but one pass in
 kExplore, which keeps measuring), whatever the cost table predicts.

@@ -1,5 +1,5 @@
 """The draft -> verify -> accept loop of the autoregressive feature drafter
-inside the native engine (fa_decode_feature: verifier and drafter in one call
+inside the native engine (fa_decode with the feature drafter: verifier and drafter in one call
 per batch): bit-identical to the generator's own loop over the same native
 drafter and verifier, counters included, equal to fairseq's greedy, and used
 wherever it applies."""
@@ -129,17 +129,17 @@ def test_engine_loop_refuses_what_does_not_fit(tmp_path):
     sample = make_sample(random_rows(d, 2, 3, 9, seed=4), d.pad())
     gen = build_generator([ar], d, FeatureARDrafter(dr, d, 4), engine="native", max_len_b=20)
     verifier, drafter = gen.verifier, gen.drafter
-    args = (d.eos(), d.eos(), 4, -1, 255)
 
-    def loop(batch, rules):  # the feature drafter's loop, as FeatureARDrafter.decode_in_engine hands it over
-        return batch.decode_feature(drafter.native.engine, drafter.native.state, *args, rules)
+    def loop(v):  # the feature drafter's loop, as FeatureARDrafter.decode_in_engine asks for it
+        return v.decode_in_engine("feature", d.eos(), None, drafter=(drafter.native.engine, drafter.native.state),
+                                  bos=d.eos(), k=4, room=255)
 
     verifier.begin(sample, 20)
     drafter.begin(sample, 20, verifier.encoder_out())
-    toks, scores, passes, st = verifier.decode_in_engine(loop)
+    toks, scores, passes, st = loop(verifier)
     assert len(toks) == 2 and all(t[-1] == d.eos() for t in toks) and st.sentence_passes == sum(passes)
     with pytest.raises(ValueError, match="decodes once"):  # its sentences are decoded
-        verifier.decode_in_engine(loop)
+        loop(verifier)
     # the drafter reads 32-wide features; this verifier's are 16 wide
     small = make_model(task, seed=2, encoder_embed_dim=16, decoder_embed_dim=16, encoder_ffn_embed_dim=32,
                        decoder_ffn_embed_dim=32, encoder_attention_heads=2, decoder_attention_heads=2)
@@ -148,8 +148,8 @@ def test_engine_loop_refuses_what_does_not_fit(tmp_path):
     verifier.begin(sample, 20)
     drafter.begin(sample, 20, verifier.encoder_out())
     with pytest.raises(ValueError, match="read this verifier's features"):
-        other.decode_in_engine(loop)
-    toks2, _, _, _ = verifier.decode_in_engine(loop)  # the refused call decoded nothing
+        loop(other)
+    toks2, _, _, _ = loop(verifier)  # the refused call decoded nothing
     assert toks2 == toks
 
 

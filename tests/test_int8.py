@@ -178,7 +178,7 @@ def test_native_int8_prefetching_model_is_bit_exact():
                                      decoder_embed_dim=1024, encoder_ffn_embed_dim=4096,
                                      decoder_ffn_embed_dim=4096, encoder_attention_heads=16,
                                      decoder_attention_heads=16))
-    for part in (model.encoder, model.decoder):  # each beyond kPrefetchModelBytes (csrc/linear.h)
+    for part in (model.encoder, model.decoder):  # each beyond kPrefetchModelBytes (csrc/cpu/linear.h)
         assert sum(m.qweight.numel() for m in part.modules() if isinstance(m, Int8Linear)) >= 8 << 20
     rng = random.Random(24)
     rows = random_sources(rng, 8, len(d), d.eos()) + random_sources(rng, 8, len(d), d.eos(), repeat=True)

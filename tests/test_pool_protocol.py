@@ -1,4 +1,4 @@
-"""Every interleaving of the thread pool's protocol (csrc/parallel.h), as the
+"""Every interleaving of the thread pool's protocol (csrc/pool/parallel.h), as the
 explicit-state model in pool_model.py: one caller and two workers over calls
 of changing item counts lose no item, run none twice and never deadlock; the
 same checker finds the race of a bound stored apart from the job word and the

@@ -1,4 +1,4 @@
-"""Continuous batching on the native engine (csrc/running_batch.h): sentences
+"""Continuous batching on the native engine (csrc/loop/running_batch.h): sentences
 join a running batch between passes on random arrival schedules (1 to 32 at
 once; IAD with the engine's draft-length budget, IAD with fixed drafts, greedy
 search, and the feature drafter with and without the budget; float32 and the

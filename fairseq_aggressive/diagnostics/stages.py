@@ -1,4 +1,4 @@
-"""The native engine's stage times (csrc/stages.h), read from its test library.
+"""The native engine's stage times (csrc/model/stages.h), read from its test library.
 
 Only the test library (:func:`fairseq_aggressive.native.build.test_library`)
 counts them; :func:`use_test_library` makes the engines built afterwards in
@@ -7,7 +7,7 @@ this process load it.
 import ctypes
 from typing import Dict
 
-# csrc/stages.h's Stage, in order
+# csrc/model/stages.h's Stage, in order
 STAGES = ("encoder", "pass", "embed", "self q/k/v", "self attention", "self out", "cross q", "cross attention",
           "cross out", "ffn", "projection", "choose", "emit")
 

@@ -5,8 +5,8 @@ accepted (:meth:`Drafter.update`), as HF's ``get_candidates`` /
 ``update_candidate_strategy``.  What it needs from the generator and the
 verifier is declared once, in :class:`DrafterCaps`.
 """
-from dataclasses import dataclass
-from typing import Any, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 
 @dataclass
@@ -117,17 +117,41 @@ class Drafter:
         pass's lengths chosen by the engine's draft-length policy (only a
         drafter whose :meth:`engine_budget` is true is asked for it).
 
-        A drafter with a loop in the engine hands it to
-        ``verifier.decode_in_engine(loop)`` (where ``verifier.runs_engine_loops``):
-        ``loop(batch, rules)`` calls its ``batch.decode_*``.  Without one (this
+        A drafter the engine has a counterpart of (``csrc/loop/*_drafter.cpp``)
+        names it to ``verifier.decode_in_engine(kind, ...)`` (where
+        ``verifier.runs_engine_loops``) with its settings.  Without one (this
         default), the generator's loop runs the drafter, one engine call per
         pass, and says so once (the same output)."""
+        return None
+
+    def engine_drafter(self, verifier) -> Optional["EngineDrafter"]:
+        """The engine drafter that makes exactly this drafter's drafts for
+        ``verifier``'s engine (an :class:`EngineDrafter`), or None (the default:
+        no engine counterpart).  A running batch of the engine (streaming, the
+        server) drafts with it."""
         return None
 
     def engine_budget(self) -> bool:
         """Whether :meth:`decode_in_engine` can choose each pass's lengths by
         the engine's draft-length policy."""
         return False
+
+
+@dataclass
+class EngineDrafter:
+    """The engine's counterpart of a Python drafter (``csrc/loop/*_drafter.cpp``):
+    its ``kind`` (its name in the engine's table, ``native.c_api.DRAFTERS``), its
+    ``settings`` (:func:`~fairseq_aggressive.native.running.run_settings`' keywords),
+    the ``engine`` of a drafter with a decoder of its own (or None), whether its
+    rows need their sources in target ids (``copies``) and whether it drafts for
+    rows that join a running batch one by one (``joins``; else only for a batch
+    the drafter began itself)."""
+
+    kind: str
+    settings: Dict[str, Any] = field(default_factory=dict)
+    engine: Any = None
+    copies: bool = False
+    joins: bool = True
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import torch
 
-from .base import Branch, Drafter, DrafterCaps, LoopResult, drafts_as, single_drafts
+from .base import Branch, Drafter, DrafterCaps, EngineDrafter, LoopResult, drafts_as, single_drafts
 
 
 class BlockwiseHeadsDrafter(Drafter):
@@ -36,15 +36,20 @@ class BlockwiseHeadsDrafter(Drafter):
     def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
         return single_drafts([self.proposals[s][: max(c, 0)] for s, c in zip(sents, caps)])
 
-    def decode_in_engine(self, verifier, sample, max_len: int, first: int, max_draft) -> Optional[LoopResult]:
-        # the engine's loop proposes with the heads of the model it verifies with, as observe_emitted() here
+    def engine_drafter(self, verifier) -> Optional[EngineDrafter]:
+        # the engine's blockwise drafter proposes with the heads of the model it verifies with, as
+        # observe_emitted() here
         as_here = drafts_as(self, BlockwiseHeadsDrafter, ("propose", "observe_emitted", "update", "begin"))
-        engine = getattr(verifier, "engine", None)
-        if not as_here or not verifier.runs_engine_loops or getattr(engine, "n_heads", 0) != self.model.blockwise_k - 1:
+        if not as_here or getattr(getattr(verifier, "engine", None), "n_heads", 0) != self.model.blockwise_k - 1:
             return None
-        toks, scores, passes, st = verifier.decode_in_engine(
-            lambda batch, rules: batch.decode_blockwise(first, max_draft, rules))
-        return LoopResult(toks, scores, passes, st)
+        return EngineDrafter("blockwise")
+
+    def decode_in_engine(self, verifier, sample, max_len: int, first: int, max_draft) -> Optional[LoopResult]:
+        spec = self.engine_drafter(verifier)
+        if spec is None or not verifier.runs_engine_loops:
+            return None
+        toks, scores, passes, st = verifier.decode_in_engine(spec.kind, first, max_draft, **spec.settings)
+        return LoopResult(toks, scores, passes, st.loop)
 
     @torch.no_grad()
     def observe_emitted(self, sents: List[int], feats, n_emit) -> None:

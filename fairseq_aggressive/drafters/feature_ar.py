@@ -19,7 +19,7 @@ from typing import List, Optional
 import torch
 
 from ..options import check_confidence, check_positive_int
-from .base import Branch, LoopResult, drafts_as, single_drafts
+from .base import Branch, EngineDrafter, LoopResult, drafts_as, single_drafts
 from .nar_block import NARBlockDrafter
 
 
@@ -41,24 +41,31 @@ class FeatureARDrafter(NARBlockDrafter):
 
     def decode_in_engine(self, verifier, sample, max_len: int, first: int,
                          max_draft: Optional[int]) -> Optional[LoopResult]:
-        # the engine's loop makes the drafts of propose() and observe_emitted() as written here
-        as_here = drafts_as(self, FeatureARDrafter, ("propose", "observe_emitted", "update"))
-        if not as_here or self.native is None or not verifier.runs_engine_loops:
+        if self.engine_drafter(verifier) is None or not verifier.runs_engine_loops:
             return None
         t0 = time.perf_counter()
         self.begin(sample, max_len, verifier.encoder_out())
         if self.encoder_out is not None:  # this batch drafts in torch
             return None
         begun = time.perf_counter() - t0
+        spec = self.engine_drafter(verifier)  # (its settings: the batch's drafter begun)
         toks, scores, passes, st = verifier.decode_in_engine(
-            lambda batch, rules: batch.decode_feature(self.native.engine, self.native.state, first, self.bos, self.k,
-                                                      max_draft, self.max_positions - 1, rules, min_prob=self.min_prob))
-        st.draft_ns += int(begun * 1e9)
-        return LoopResult(toks, scores, passes, st)
+            spec.kind, first, max_draft, drafter=(spec.engine, self.native.state), **spec.settings)
+        st.loop.draft_ns += int(begun * 1e9)
+        return LoopResult(toks, scores, passes, st.loop)
+
+    def engine_drafter(self, verifier) -> Optional[EngineDrafter]:
+        # the engine's feature drafter makes the drafts of propose() and observe_emitted() as written here
+        if self.native is None or not drafts_as(self, FeatureARDrafter, ("propose", "observe_emitted", "update")):
+            return None
+        # (a shortlist of the drafter's is set up per batch by begin(): rows that join one by one have none)
+        return EngineDrafter("feature", dict(bos=self.bos, k=self.k, room=self.max_positions - 1,
+                                             min_prob=self.min_prob, shared_encoder=self.caps.encoder_out),
+                             engine=self.native.engine, joins=self.shortlist is None)
 
     @torch.no_grad()
     def propose(self, sents: List[int], outputs: List[List[int]], caps: List[int]) -> List[List[Branch]]:
-        if self.encoder_out is None:  # the native engine drafts this batch (csrc/block_drafter.cpp)
+        if self.encoder_out is None:  # the native engine drafts this batch (csrc/loop/block_drafter.cpp)
             return super().propose(sents, outputs, caps)
         # bos + prefix + drafted tokens must fit the drafter's positions
         ks = [max(0, min(self.k, c, self.max_positions - 1 - len(o))) for c, o in zip(caps, outputs)]

@@ -26,7 +26,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from ..runtime.token_rows import unpadded
-from .base import Branch, Drafter, DrafterCaps, DraftOutcome, LoopResult, drafts_as
+from .base import Branch, Drafter, DrafterCaps, DraftOutcome, EngineDrafter, LoopResult, drafts_as
 
 # alignments tried after an edit: (kind, source tokens replaced minus output tokens emitted since)
 OFFSETS = (("sub", 0), ("ins", -1), ("del", 1), ("ins2", -2), ("del2", 2))
@@ -116,17 +116,23 @@ class InputCopyDrafter(Drafter):
         return None
 
     def decode_in_engine(self, verifier, sample, max_len: int, first: int, max_draft, budget: bool = False):
-        ngrams = self.copy_loop()
-        if ngrams is None or not verifier.runs_engine_loops:
+        spec = self.engine_drafter(verifier)
+        if spec is None or not verifier.runs_engine_loops:
             return None
-        src, src_len = self.copy_source(sample)
-        toks, scores, passes, st = verifier.decode_in_engine(
-            lambda batch, rules: batch.decode_copy(src, src_len, first, max_draft, *ngrams, rules, budget=budget))
-        self.learn_from_loop(st)
+        kind = "greedy" if max_draft == 0 else spec.kind
+        toks, scores, passes, st = verifier.decode_in_engine(kind, first, max_draft, budget=budget,
+                                                             copy=self.copy_source(sample), **spec.settings)
+        self.learn_from_loop(st.copy)
         return LoopResult(toks, scores, passes, st.loop)
 
     def engine_budget(self) -> bool:
         return self.copy_loop() is not None
+
+    def engine_drafter(self, verifier) -> Optional[EngineDrafter]:
+        ngrams = self.copy_loop()
+        if ngrams is None:
+            return None
+        return EngineDrafter("copy", dict(ngram_min=ngrams[0], ngram_max=ngrams[1]), copies=True)
 
     def copy_source(self, sample):
         """Each sentence's copy source (target ids, padding removed), concatenated,
@@ -135,7 +141,7 @@ class InputCopyDrafter(Drafter):
         return flat, lengths
 
     def learn_from_loop(self, stats) -> None:
-        """What a verifier's own loop counted (its CopyLoopStats) goes into the
+        """What a verifier's own loop counted (its RunStats' CopyRates) goes into the
         rates :meth:`update` learns."""
         self.first["copy"].add(stats.copy_hits, stats.copy_trials)
         self.first["sync"].add(stats.sync_hits, stats.sync_trials)

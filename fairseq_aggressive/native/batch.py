@@ -1,8 +1,7 @@
 """One encoded batch in the native engine: its sentences' decoder caches,
-verification passes (:meth:`NativeBatch.step`) and whole decoding loops:
-source-copy drafting and greedy search (:meth:`NativeBatch.decode_copy`), a
-feature drafter's (:meth:`NativeBatch.decode_feature`), blockwise parallel
-decoding's (:meth:`NativeBatch.decode_blockwise`)."""
+verification passes (:meth:`NativeBatch.step`), the whole batch decoded by
+the engine's loop with one of its drafters (:meth:`NativeBatch.decode`) and
+beam search (:meth:`NativeBatch.decode_beam`)."""
 import ctypes
 from typing import List, Optional, Sequence
 
@@ -20,8 +19,8 @@ def _addr(buf) -> Optional[int]:
 
 
 class _LoopBuffers:
-    """Where a loop in the engine writes the tokens, scores and passes of n
-    sentences of up to ``max_len + 1`` tokens (:meth:`output`, a LoopOutput),
+    """Where the engine's loop writes the tokens, scores and passes of n
+    sentences of up to ``max_len + 1`` tokens (:meth:`output`, a StaticOutput),
     and what it wrote (:meth:`results`)."""
 
     def __init__(self, n: int, max_len: int):
@@ -30,8 +29,8 @@ class _LoopBuffers:
         self.scores = np.empty((n, self.cap), dtype=np.float32)
         self.out_len, self.passes = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
 
-    def output(self) -> "c_api.LoopOutput":
-        return c_api.LoopOutput(out_cap=self.cap, out_tokens=_addr(self.tokens), out_scores=_addr(self.scores),
+    def output(self) -> "c_api.StaticOutput":
+        return c_api.StaticOutput(out_cap=self.cap, out_tokens=_addr(self.tokens), out_scores=_addr(self.scores),
                                 out_len=_addr(self.out_len), passes=_addr(self.passes))
 
     def results(self):
@@ -163,83 +162,47 @@ class NativeBatch:
                 self.features = self._feats[torch.from_numpy(idx)]
         return toks, scores, self._n_match[:n], self._done[:n], self._win[:n]
 
-    def decode_copy(self, src: np.ndarray, src_len: np.ndarray, first: int, max_draft: Optional[int], ngram_min: int,
-                    ngram_max: int, rules: "c_api.LoopRules", budget: bool = False):
-        """Decodes the whole batch (just begun) in the engine with source-copy
-        drafts of at most ``max_draft`` tokens (0: greedy search; None: no cap), as
-        :class:`~fairseq_aggressive.drafters.InputCopyDrafter` with one branch
-        drafts: ``src`` holds each sentence's copy source (target ids, padding
-        removed; ``src_len[b]`` tokens each, concatenated), the loop starts from
-        the token ``first``; re-anchoring after a rejection uses output suffixes
-        of ``ngram_min`` .. ``ngram_max`` tokens; ``rules``: the score rules
-        and acceptance of every pass (:meth:`step`'s).  With ``budget``, each pass verifies the lengths (up to
-        ``max_draft``) the engine's draft-length policy chooses for its rows
-        (``csrc/draft_lengths.h``), the same output.  Returns per sentence its
-        tokens, their scores and the passes it took part in, and the loop's
-        counters (:class:`~fairseq_aggressive.native.c_api.CopyLoopStats`)."""
-        n = len(src_len)
-        src = np.ascontiguousarray(src, dtype=np.int32)
-        src_len = np.ascontiguousarray(src_len, dtype=np.int32)
-        if int(src_len.sum()) != len(src):
-            raise ValueError(f"{len(src)} source tokens, the lengths add up to {int(src_len.sum())}")
-        buf = _LoopBuffers(n, rules.max_len)
-        a = c_api.CopyLoopArgs(n=n, src=_addr(src), src_len=_addr(src_len), first=first,
-                               max_draft=c_api.draft_cap(max_draft),
-                               ngram_min=ngram_min, ngram_max=ngram_max, budget=int(bool(budget)),
-                               output=buf.output(), rules=rules)
-        stats = c_api.CopyLoopStats()
-        rc = self.lib.fa_decode_copy(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
-        return self._loop_result(rc, buf, stats, f"the decoding loop does not fit the batch ({n} sources, draft cap "
-                                 f"{max_draft}, suffixes {ngram_min}..{ngram_max}; a batch decodes once, all its "
-                                 "sentences at once)")
-
-    def decode_feature(self, drafter, drafter_state, first: int, bos: int, k: int, max_draft: Optional[int], room: int,
-                       rules: "c_api.LoopRules", min_prob: float = 0.0):
-        """Decodes the whole batch (just begun) in the engine with the drafts of
-        a ``--feature-ar`` drafter (``drafter``: its
-        :class:`~fairseq_aggressive.native.NativeEngine`; ``drafter_state``: its
-        state of these sentences, begun from this batch's encoder output), as
-        :class:`~fairseq_aggressive.drafters.FeatureARDrafter` drafts on the
-        native engine: ``k`` tokens per pass, at most ``max_draft`` (None: no
-        cap), while ``bos``, the output and the draft fit the drafter's ``room``
-        positions, each draft ending after its first token below ``min_prob``
-        (0: off); the loop starts from the token ``first``; ``rules`` as
-        :meth:`decode_copy`'s.  Returns per sentence its tokens, their
-        scores and the passes it took part in, and the loop's counters
-        (:class:`~fairseq_aggressive.native.c_api.LoopStats`)."""
+    def decode(self, settings: "c_api.RunSettings", max_len: int, copy: Optional[np.ndarray] = None,
+               copy_len: Optional[np.ndarray] = None, drafter=None, drafter_state=None):
+        """Decodes the whole batch (just begun) by the engine's loop: a running
+        batch whose sentences all join at once, each with the length limit
+        ``max_len`` (the batch's, as fairseq's), drafted by the engine's drafter
+        ``settings.drafter`` (``settings``: :func:`~fairseq_aggressive.native.running.run_settings`).
+        ``copy``: each sentence's copy source (target ids, padding removed;
+        ``copy_len[b]`` tokens each, concatenated; none: empty); ``drafter``,
+        ``drafter_state``: a feature drafter's
+        :class:`~fairseq_aggressive.native.NativeEngine` and its state of these
+        sentences (begun from this batch's encoder output).  Returns per
+        sentence its tokens, their scores and the passes it took part in, and
+        the loop's counters (a :class:`~fairseq_aggressive.native.c_api.RunStats`).
+        The batch's caches are used up: a batch decodes once."""
         n = len(self.src_keep)
-        buf = _LoopBuffers(n, rules.max_len)
-        a = c_api.FeatureLoopArgs(n=n, first=first, bos=bos, k=k, max_draft=c_api.draft_cap(max_draft), room=room,
-                                  min_prob=min_prob,
-                                  output=buf.output(), rules=rules)
-        stats = c_api.LoopStats()
-        rc = self.lib.fa_decode_feature(self.engine.handle, self.handle, drafter.handle, drafter_state.handle,
-                                        ctypes.byref(a), ctypes.byref(stats))
-        return self._loop_result(rc, buf, stats, f"the feature drafter's loop does not fit the batch ({n} sentences, "
-                                 f"k {k}; the drafter must read this verifier's features, and a batch decodes once)")
-
-    def decode_blockwise(self, first: int, max_draft: Optional[int], rules: "c_api.LoopRules"):
-        """Decodes the whole batch (just begun) in the engine by blockwise
-        parallel decoding with the model's proposal heads, as
-        :class:`~fairseq_aggressive.drafters.BlockwiseHeadsDrafter` drafts:
-        blocks of at most ``max_draft`` tokens (None: no cap); the loop starts
-        from the token ``first``; ``rules`` as :meth:`decode_copy`'s.
-        Returns what :meth:`decode_feature` returns."""
-        n = len(self.src_keep)
-        buf = _LoopBuffers(n, rules.max_len)
-        a = c_api.BlockwiseLoopArgs(n=n, first=first, max_draft=c_api.draft_cap(max_draft), output=buf.output(),
-                                    rules=rules)
-        stats = c_api.LoopStats()
-        rc = self.lib.fa_decode_blockwise(self.engine.handle, self.handle, ctypes.byref(a), ctypes.byref(stats))
-        return self._loop_result(rc, buf, stats, f"blockwise decoding does not fit the batch ({n} sentences; the "
-                                 "model needs proposal heads, and a batch decodes once)")
+        if copy is None:
+            copy, copy_len = np.zeros(1, dtype=np.int32), np.zeros(n, dtype=np.int32)
+        copy = np.ascontiguousarray(copy, dtype=np.int32)
+        copy_len = np.ascontiguousarray(copy_len, dtype=np.int32)
+        if len(copy_len) != n or int(copy_len.sum()) > len(copy):
+            raise ValueError(f"copy sources: {len(copy_len)} lengths adding up to {int(copy_len.sum())} for "
+                             f"{n} sentences and {len(copy)} tokens")
+        buf = _LoopBuffers(n, max_len)
+        out, stats = buf.output(), c_api.RunStats()
+        rc = self.lib.fa_decode(self.engine.handle, self.handle, drafter.handle if drafter is not None else None,
+                                drafter_state.handle if drafter_state is not None else None, ctypes.byref(settings),
+                                _addr(copy), _addr(copy_len), max_len, ctypes.byref(out), ctypes.byref(stats))
+        if rc == -2:
+            raise self.engine.failure("the decoding loop")
+        if rc != 0:
+            raise ValueError(f"native engine: the {settings.drafter.decode()} loop does not fit the batch ({n} "
+                             f"sentences, length limit {max_len}; a batch decodes once, a feature drafter must read "
+                             "this verifier's features, blockwise drafts need proposal heads)")
+        return buf.results() + (stats,)
 
     def decode_beam(self, beam: int, nbest: int, first: int, max_len: int, min_len: int, unk_penalty: float,
                     temperature: float, len_penalty: float = 1.0, normalize: bool = True, no_repeat_ngram: int = 0,
                     src: Optional[np.ndarray] = None, src_len: Optional[np.ndarray] = None, max_draft: int = 0,
                     ngram_min: int = 1, ngram_max: int = 4, draft_hyps: int = 1):
         """Beam search over the whole batch (just begun) in the engine: fairseq's
-        SequenceGenerator with BeamSearch (``csrc/beam_search.h``), ``beam``
+        SequenceGenerator with BeamSearch (``csrc/beam/beam_search.h``), ``beam``
         hypotheses per sentence from the token ``first``, ``max_len`` and
         ``min_len`` as fairseq applies them (``max_len`` the batch's), scores
         divided by (length + 1) ** ``len_penalty`` where ``normalize``;
@@ -291,15 +254,6 @@ class NativeBatch:
                 hyps.append({"tokens": tokens[row, :k], "score": float(score[row]), "positional_scores": positional[row, :k]})
             out.append(hyps)
         return out, counts
-
-    def _loop_result(self, rc: int, buf: "_LoopBuffers", stats, refusal: str):
-        """What a loop in the engine returned: its outputs and counters; its
-        failure (-2, the engine's error) or its refusal (-1: ``refusal``, nothing decoded)."""
-        if rc == -2:
-            raise self.engine.failure("the decoding loop")
-        if rc != 0:
-            raise ValueError(f"native engine: {refusal}")
-        return buf.results() + (stats,)
 
     def heads(self, sents: Sequence[int], feats: torch.Tensor) -> List[List[int]]:
         """The model's proposal heads on feature rows ``feats`` (one float32 row

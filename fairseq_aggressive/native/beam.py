@@ -1,6 +1,6 @@
 """Beam search on the native engine (:class:`NativeBeamGenerator`): fairseq's
 ``SequenceGenerator`` with ``BeamSearch``, step for step, in one engine call
-per batch (``native/csrc/beam_search.h``): the same hypotheses, order and
+per batch (``native/csrc/beam/beam_search.h``): the same hypotheses, order and
 scores (up to the last bits of float32 sums), for ``--beam``, ``--nbest``,
 ``--lenpen``, ``--unkpen``, ``--min-len``, ``--max-len-a/-b``,
 ``--temperature``, ``--unnormalized`` and ``--no-repeat-ngram-size``.

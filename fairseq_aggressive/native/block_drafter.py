@@ -1,5 +1,5 @@
 """A ``block_nat`` drafter in the native engine (``fa_draft``,
-csrc/block_drafter.cpp): one call per drafting pass for all active sentences.
+csrc/loop/block_drafter.cpp): one call per drafting pass for all active sentences.
 
 A ``--block-causal-prefix`` drafter keeps its prefix keys and values cached
 across passes (a pass runs only the tokens emitted since the last one and the

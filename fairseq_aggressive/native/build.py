@@ -182,7 +182,7 @@ def _build(cxx: str, flags: List[str], path: str, units: Optional[List[str]] = N
         objects, cmds = [], []
         for i, src in enumerate(units or targets.units()):
             objects.append(os.path.join(work, f"{i}-{os.path.basename(src)[: -len('.cpp')]}.o"))
-            cmds.append([cxx, *targets.COMPILE_FLAGS, *flags, "-c", src, "-o", objects[-1]])
+            cmds.append([cxx, *targets.COMPILE_FLAGS, *flags, "-I", CSRC, "-c", src, "-o", objects[-1]])
         warnings = [w.strip() for w in _run(cmds) if w.strip()]
         tmp = os.path.join(work, "engine.so")
         _run([[cxx, *targets.LINK_FLAGS, *flags, "-o", tmp, *objects]])

@@ -1,17 +1,17 @@
-"""The Python side of the engine's C API (``csrc/c_api.cpp``): its version,
+"""The Python side of the engine's C API (``csrc/capi/c_api.cpp``): its version,
 the structs it shares with Python (mirrored as :class:`ctypes.Structure`), the
 weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
-# must equal kApiVersion in csrc/c_api.cpp (checked at load)
-API_VERSION = 18
+# must equal kApiVersion in csrc/capi/c_api.cpp (checked at load)
+API_VERSION = 19
 
-# dtype codes of fa_set_weight (fa::DType in csrc/weights.h)
+# dtype codes of fa_set_weight (fa::DType in csrc/model/weights.h)
 F32, F16, I8 = 0, 1, 2
 
 
 class Config(ctypes.Structure):
-    """fa::Config (csrc/weights.h): the model's shape and fairseq options."""
+    """fa::Config (csrc/model/weights.h): the model's shape and fairseq options."""
 
     _fields_ = [(n, ctypes.c_int32) for n in (
         "C", "H", "F", "enc_layers", "dec_layers", "src_vocab", "tgt_vocab",
@@ -21,7 +21,7 @@ class Config(ctypes.Structure):
 
 
 class PassArgs(ctypes.Structure):
-    """fa::PassArgs (csrc/pass.h): one verification pass's inputs and outputs
+    """fa::PassArgs (csrc/model/pass.h): one verification pass's inputs and outputs
     (pointers as addresses, 0 for none)."""
 
     P = ctypes.c_void_p
@@ -33,35 +33,8 @@ class PassArgs(ctypes.Structure):
     del P
 
 
-class LoopRules(ctypes.Structure):
-    """fa::LoopRules (csrc/decode_loop.h): the score rules and acceptance of a loop's passes."""
-
-    I, F = ctypes.c_int32, ctypes.c_float
-    _fields_ = [("max_len", I), ("min_len", I), ("unk_penalty", F), ("temperature", F), ("beta", I), ("tau", F)]
-    del I, F
-
-
-class LoopOutput(ctypes.Structure):
-    """fa::LoopOutput (csrc/decode_loop.h): where a loop writes its sentences' tokens, scores and passes."""
-
-    P = ctypes.c_void_p
-    _fields_ = [("out_cap", ctypes.c_int32), ("out_tokens", P), ("out_scores", P), ("out_len", P), ("passes", P)]
-    del P
-
-
-class CopyLoopArgs(ctypes.Structure):
-    """fa::CopyLoopArgs (csrc/copy_loop.h): the in-engine loop of source-copy
-    drafting (greedy search with max_draft 0) over one batch."""
-
-    P, I = ctypes.c_void_p, ctypes.c_int32
-    _anonymous_ = ("rules", "output")  # their fields read and set as the struct's own
-    _fields_ = [("n", I), ("src", P), ("src_len", P), ("first", I), ("max_draft", I), ("ngram_min", I),
-                ("ngram_max", I), ("budget", I), ("rules", LoopRules), ("output", LoopOutput)]
-    del P, I
-
-
 class DraftArgs(ctypes.Structure):
-    """fa::DraftArgs (csrc/block_drafter.h): one block-drafter pass."""
+    """fa::DraftArgs (csrc/loop/block_drafter.h): one block-drafter pass."""
 
     P, I = ctypes.c_void_p, ctypes.c_int32
     _fields_ = [("n", I), ("sent", P), ("row_len", P), ("tokens", P), ("k", I), ("causal", I), ("out", P),
@@ -69,59 +42,74 @@ class DraftArgs(ctypes.Structure):
     del P, I
 
 
-class FeatureLoopArgs(ctypes.Structure):
-    """fa::FeatureLoopArgs (csrc/feature_loop.h): the in-engine loop of a
-    --feature-ar drafter and its verifier over one batch."""
-
-    I = ctypes.c_int32
-    _anonymous_ = ("rules", "output")
-    _fields_ = [("n", I), ("first", I), ("bos", I), ("k", I), ("max_draft", I), ("room", I),
-                ("min_prob", ctypes.c_float), ("rules", LoopRules),
-                ("output", LoopOutput)]
-    del I
-
-
-class BlockwiseLoopArgs(ctypes.Structure):
-    """fa::BlockwiseLoopArgs (csrc/blockwise_loop.h): the in-engine loop of
-    blockwise parallel decoding over one batch."""
-
-    I = ctypes.c_int32
-    _anonymous_ = ("rules", "output")
-    _fields_ = [("n", I), ("first", I), ("max_draft", I), ("rules", LoopRules), ("output", LoopOutput)]
-    del I
-
-
 # draft positions counted one by one in LoopStats (kLoopPositions; the last counts every later one)
 LOOP_POSITIONS = 32
 
 
 class LoopStats(ctypes.Structure):
-    """fa::LoopStats (csrc/decode_loop.h): the counters of a loop in the engine."""
+    """fa::LoopStats (csrc/loop/counters.h): passes and drafts, by draft position."""
 
     _fields_ = [(n, ctypes.c_int64) for n in ("passes", "sentence_passes", "drafted", "accepted", "draft_ns")] + [
         ("position_drafted", ctypes.c_int64 * LOOP_POSITIONS), ("position_accepted", ctypes.c_int64 * LOOP_POSITIONS)]
 
 
-class CopyLoopStats(ctypes.Structure):
-    """fa::CopyLoopStats (csrc/copy_loop.h): the loop's counters, then the source-copy drafter's."""
+class CopyRates(ctypes.Structure):
+    """fa::CopyRates (csrc/loop/counters.h): what source-copy drafts learnt, per kind of draft."""
 
-    _anonymous_ = ("loop",)  # its counters read as the struct's own (stats.passes)
-    _fields_ = [("loop", LoopStats)] + [(n, ctypes.c_int64) for n in (
+    _fields_ = [(n, ctypes.c_int64) for n in (
         "copy_trials", "copy_hits", "sync_trials", "sync_hits", "cont_trials", "cont_hits")]
 
 
-class RunSettings(ctypes.Structure):
-    """fa::RunSettings (csrc/running_batch.h): what every row of a running batch shares."""
+# passes counted by their rows in RunStats (kRunRowsHist; the last counts 64 rows or more)
+RUN_ROWS_HIST = 65
+
+
+class RunStats(ctypes.Structure):
+    """fa::RunStats (csrc/loop/counters.h): the engine's one record of a
+    running batch's counters: its loop's, its rows', its passes by rows and
+    what source-copy drafts learnt."""
+
+    I64 = ctypes.c_int64
+    _anonymous_ = ("loop",)  # its counters read as the struct's own (stats.passes)
+    _fields_ = [("loop", LoopStats), ("emitted", I64), ("joined", I64), ("left", I64), ("dropped", I64),
+                ("pass_rows", I64 * RUN_ROWS_HIST), ("copy", CopyRates)]
+    del I64
+
+
+class DrafterSettings(ctypes.Structure):
+    """fa::DrafterSettings (csrc/loop/drafter.h): every drafter's settings, each reading its own."""
 
     I, F = ctypes.c_int32, ctypes.c_float
-    _fields_ = [("first", I), ("max_draft", I), ("ngram_min", I), ("ngram_max", I), ("budget", I),
-                ("min_len", I), ("unk_penalty", F), ("temperature", F), ("beta", I), ("tau", F),
-                ("drafter", I), ("bos", I), ("k", I), ("room", I), ("min_prob", F), ("shared_encoder", I)]
+    _fields_ = [("max_draft", I), ("ngram_min", I), ("ngram_max", I), ("bos", I), ("k", I), ("room", I),
+                ("min_prob", F), ("shared_encoder", I)]
     del I, F
 
 
+class RunSettings(ctypes.Structure):
+    """fa::RunSettings (csrc/loop/running_batch.h): what every row of a running
+    batch shares: its drafter (by name: DRAFTERS), the first token, the
+    draft-length policy on or off, the score rules and acceptance."""
+
+    I, F = ctypes.c_int32, ctypes.c_float
+    _fields_ = [("drafter", ctypes.c_char_p), ("first", I), ("budget", I), ("min_len", I), ("unk_penalty", F),
+                ("temperature", F), ("beta", I), ("tau", F), ("draft", DrafterSettings)]
+    del I, F
+
+
+# the engine's drafters, by the names its table (csrc/loop/drafter.cpp) registers them under
+DRAFTERS = ("greedy", "copy", "feature", "blockwise")
+
+
+class StaticOutput(ctypes.Structure):
+    """fa::StaticOutput (csrc/loop/running_batch.h): where a static batch's sentences' tokens, scores and passes go."""
+
+    P = ctypes.c_void_p
+    _fields_ = [("out_cap", ctypes.c_int32), ("out_tokens", P), ("out_scores", P), ("out_len", P), ("passes", P)]
+    del P
+
+
 class BeamArgs(ctypes.Structure):
-    """fa::BeamArgs (csrc/beam_search.h): a beam search's settings and where it writes its hypotheses."""
+    """fa::BeamArgs (csrc/beam/beam_search.h): a beam search's settings and where it writes its hypotheses."""
 
     I, F, P = ctypes.c_int32, ctypes.c_float, ctypes.c_void_p
     _fields_ = [("beam", I), ("nbest", I), ("first", I), ("max_len", I), ("min_len", I), ("unk_penalty", F),
@@ -132,23 +120,11 @@ class BeamArgs(ctypes.Structure):
 
 
 class BeamCounts(ctypes.Structure):
-    """fa::BeamCounts (csrc/beam_search.h): what a beam search did: steps (per
+    """fa::BeamCounts (csrc/beam/beam_search.h): what a beam search did: steps (per
     sentence), of them those drafts served whole, hypotheses read, of them
     those a draft served, decoder passes and their row positions."""
 
     _fields_ = [(name, ctypes.c_int64) for name in ("steps", "replayed", "reads", "drafted", "passes", "positions")]
-
-
-# passes counted by their rows in RunStats (kRunRowsHist; the last counts 64 rows or more)
-RUN_ROWS_HIST = 65
-
-
-class RunStats(ctypes.Structure):
-    """fa::RunStats (csrc/running_batch.h): a running batch's counters since it was made."""
-
-    _anonymous_ = ("loop",)
-    _fields_ = [("loop", LoopStats)] + [(n, ctypes.c_int64) for n in ("emitted", "joined", "left", "dropped")] + [
-        ("pass_rows", ctypes.c_int64 * RUN_ROWS_HIST)]
 
 
 def draft_cap(max_draft) -> int:
@@ -188,20 +164,19 @@ def declare(lib) -> None:
         "fa_shortlist_common": (I, [P, I]),
         "fa_shortlist": (I, [P, P, I, I, P]),
         "fa_pass": (I, [P, P, ctypes.POINTER(PassArgs)]),
-        "fa_decode_copy": (I, [P, P, ctypes.POINTER(CopyLoopArgs), ctypes.POINTER(CopyLoopStats)]),
+        "fa_decode": (I, [P, P, P, P, ctypes.POINTER(RunSettings), P, P, I, ctypes.POINTER(StaticOutput),
+                          ctypes.POINTER(RunStats)]),
         "fa_decode_beam": (I, [P, P, ctypes.POINTER(BeamArgs), ctypes.POINTER(BeamCounts)]),
         "fa_set_mask_embed": (I, [P, P]),
         "fa_set_feature_proj": (I, [P, P, P, I]),
         "fa_set_own_feature_proj": (I, [P, P, P]),
         "fa_draft": (I, [P, P, ctypes.POINTER(DraftArgs)]),
-        "fa_decode_feature": (I, [P, P, P, P, ctypes.POINTER(FeatureLoopArgs), ctypes.POINTER(LoopStats)]),
         "fa_set_heads": (I, [P, P, P, I, P, P, I]),
         "fa_heads": (I, [P, P, I, P, P, P]),
-        "fa_decode_blockwise": (I, [P, P, ctypes.POINTER(BlockwiseLoopArgs), ctypes.POINTER(LoopStats)]),
-        "fa_run_new": (P, [P, ctypes.POINTER(RunSettings)]),
+        "fa_run_new": (P, [P, P, ctypes.POINTER(RunSettings)]),
         "fa_run_free": (None, [P]),
-        "fa_run_join": (I, [P, P, P, I, P, P, P, P, P, P]),
-        "fa_run_step": (I, [P, P, P, I, ctypes.c_double, P, I]),
+        "fa_run_join": (I, [P, P, I, P, P, P, P, P, P]),
+        "fa_run_step": (I, [P, P, I, ctypes.c_double, P, I]),
         "fa_run_take": (I, [P, I, P, P, I, P]),
         "fa_run_drop": (I, [P, I]),
         "fa_run_wake": (None, [P]),
@@ -270,8 +245,8 @@ def mismatch(lib):
         declare(lib)
     except AttributeError as e:  # an entry point added since it was built (a new loop)
         return f"it lacks an entry point this Python code declares ({e})"
-    for struct in (Config, PassArgs, LoopRules, LoopOutput, CopyLoopArgs, LoopStats, CopyLoopStats, DraftArgs,
-                   FeatureLoopArgs, BlockwiseLoopArgs, RunSettings, RunStats, BeamArgs, BeamCounts):
+    for struct in (Config, PassArgs, DraftArgs, LoopStats, CopyRates, RunStats, DrafterSettings, RunSettings,
+                   StaticOutput, BeamArgs, BeamCounts):
         size = lib.fa_sizeof(struct.__name__.encode())
         if size != ctypes.sizeof(struct):
             return f"its {struct.__name__} has {size} bytes, the Python mirror {ctypes.sizeof(struct)}"

@@ -94,7 +94,7 @@ class NativeEngine:
         self.handle = self.lib.fa_model_new(ctypes.byref(cfg))
         if not self.handle:
             raise NativeUnavailable(f"the native engine cannot make this model: {self.lib.fa_new_error().decode()}")
-        # every tensor by its fairseq name (csrc/weights.h lists them); the engine copies it
+        # every tensor by its fairseq name (csrc/model/weights.h lists them); the engine copies it
         self._n_float = self._n_int8 = 0
         sides = (("encoder", enc, src_pos),) if self.own_encoder else ()
         for side, part, pos in sides + (("decoder", dec, tgt_pos),):

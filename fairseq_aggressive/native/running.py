@@ -1,6 +1,6 @@
 """Continuous batching on the native engine: a running batch whose sentences
 join (after their encoder pass) and leave (at EOS or their length limit)
-between passes (``csrc/running_batch.h``).  Each sentence's tokens and scores
+between passes (``csrc/loop/running_batch.h``).  Each sentence's tokens and scores
 are those it gets decoded alone, whatever else is in the batch and whenever it
 joined."""
 import ctypes
@@ -13,6 +13,35 @@ from . import c_api
 
 def _i32(values) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.int32)
+
+
+def drafter_kind(max_draft: Optional[int], drafter=None) -> str:
+    """The engine's drafter for these settings: a feature drafter's where one
+    is given, greedy search's where drafts are capped at 0, else source copies."""
+    if drafter is not None:
+        return "feature"
+    return "greedy" if max_draft == 0 else "copy"
+
+
+def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool = False, min_len: int = 1,
+                 unk_penalty: float = 0.0, temperature: float = 1.0, beta: int = 1, tau: float = 0.0,
+                 ngram_min: int = 1, ngram_max: int = 4, bos: int = 0, k: int = 8, room: int = 1 << 20,
+                 min_prob: float = 0.0, shared_encoder: bool = False) -> "c_api.RunSettings":
+    """The engine's :class:`~fairseq_aggressive.native.c_api.RunSettings`: the
+    drafter ``kind`` (one of ``c_api.DRAFTERS``) with its settings, and the
+    rules every pass shares."""
+    if kind not in c_api.DRAFTERS:
+        raise ValueError(f"no engine drafter named {kind!r} (there are {', '.join(c_api.DRAFTERS)})")
+    if max_draft is not None and max_draft < -1:
+        raise ValueError(f"a draft cap of {max_draft}: 0 or more, or None (or -1) for none")
+    if not 1 <= ngram_min <= ngram_max:
+        raise ValueError(f"re-anchoring suffix lengths {ngram_min}..{ngram_max}: 1 <= ngram_min <= ngram_max")
+    if k < 1 or room < 1 or min_len < 0:
+        raise ValueError(f"k {k} and room {room} must be positive, min_len {min_len} not negative")
+    d = c_api.DrafterSettings(max_draft=c_api.draft_cap(max_draft), ngram_min=ngram_min, ngram_max=ngram_max,
+                              bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=int(bool(shared_encoder)))
+    return c_api.RunSettings(drafter=kind.encode(), first=first, budget=int(bool(budget)), min_len=min_len,
+                             unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau, draft=d)
 
 
 class RunningBatch:
@@ -33,21 +62,24 @@ class RunningBatch:
     sentences start from the verifier's encoder output (else its own encoder's);
     with ``budget`` the policy also chooses how many tokens it drafts.
 
+    ``kind`` names the engine's drafter (``c_api.DRAFTERS``); by default a
+    feature drafter's where ``drafter`` is given, greedy search's where
+    ``max_draft`` is 0, else source copies.
+
     One thread drives it (:meth:`join`, :meth:`run`, :meth:`take`, :meth:`drop`);
     :meth:`wake` may be called from any thread."""
 
     def __init__(self, engine, first: int, max_draft: Optional[int], ngram_min: int = 1, ngram_max: int = 4,
                  budget: bool = True, min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0,
                  beta: int = 1, tau: float = 0.0, drafter=None, bos: int = 0, k: int = 8, room: int = 1 << 20,
-                 min_prob: float = 0.0, shared_encoder: bool = False):
+                 min_prob: float = 0.0, shared_encoder: bool = False, kind: Optional[str] = None):
         self.engine, self.lib = engine, engine.lib
         self.drafter = drafter  # kept alive as long as the batch
-        self._dp = drafter.handle if drafter is not None else None
-        s = c_api.RunSettings(first=first, max_draft=c_api.draft_cap(max_draft), ngram_min=ngram_min, ngram_max=ngram_max,
-                              budget=int(bool(budget)), min_len=min_len, unk_penalty=unk_penalty,
-                              temperature=temperature, beta=beta, tau=tau, drafter=int(drafter is not None),
-                              bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=int(bool(shared_encoder)))
-        handle = self.lib.fa_run_new(engine.handle, ctypes.byref(s))
+        self.kind = kind or drafter_kind(max_draft, drafter)
+        s = run_settings(self.kind, first, max_draft, budget=budget, min_len=min_len, unk_penalty=unk_penalty,
+                         temperature=temperature, beta=beta, tau=tau, ngram_min=ngram_min, ngram_max=ngram_max,
+                         bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=shared_encoder)
+        handle = self.lib.fa_run_new(engine.handle, drafter.handle if drafter is not None else None, ctypes.byref(s))
         if not handle:
             raise engine.failure("making a running batch")
         self.handle = handle
@@ -78,7 +110,7 @@ class RunningBatch:
         flat = _i32([t for s in sources for t in s])
         cflat = _i32([t for c in copies for t in c]) if copy_len.sum() else np.zeros(1, dtype=np.int32)
         lims, slots = _i32(max_lens), np.empty(n, dtype=np.int32)
-        rc = self.lib.fa_run_join(self.engine.handle, self._dp, self.handle, n, flat.ctypes.data, src_len.ctypes.data,
+        rc = self.lib.fa_run_join(self.engine.handle, self.handle, n, flat.ctypes.data, src_len.ctypes.data,
                                   cflat.ctypes.data, copy_len.ctypes.data, lims.ctypes.data, slots.ctypes.data)
         if rc == -2:
             raise self.engine.failure("sentences joining a running batch")
@@ -95,7 +127,7 @@ class RunningBatch:
         if n > self._cap:
             self._cap = max(n, 2 * self._cap)
             self._finished = np.empty(self._cap, dtype=np.int32)
-        k = self.lib.fa_run_step(self.engine.handle, self._dp, self.handle, int(max_passes), float(min_ms),
+        k = self.lib.fa_run_step(self.engine.handle, self.handle, int(max_passes), float(min_ms),
                                  self._finished.ctypes.data,
                                  max(self._cap, 1))
         if k < 0:

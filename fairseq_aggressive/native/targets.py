@@ -1,7 +1,7 @@
 """The native engine's build targets: which instruction sets it is compiled
 for, with which flags, and which CPUs run each.
 
-Every target computes the same bits (csrc/vec.h says how); they differ in
+Every target computes the same bits (csrc/cpu/vec.h says how); they differ in
 speed only.  ``pip wheel .`` compiles every target of the machine's
 architecture into the package (setup.py), and at run time
 :mod:`.build` loads the best one this CPU runs.
@@ -59,7 +59,7 @@ AARCH64 = [Target("neon-dotprod", frozenset({"asimddp"}), ["-DFA_ISA_NEON", "-DF
 # Built only on demand from a source checkout, for the tests: the portable
 # code with the AVX-512 + VNNI layout (16-output panels, int8 in groups of 4),
 # so that layout is checked on CPUs without AVX-512; and that code with the
-# AMX tile kernels on tiles emulated in software (csrc/amx.h), so the AMX
+# AMX tile kernels on tiles emulated in software (csrc/cpu/amx.h), so the AMX
 # target's tiling is checked on CPUs without AMX
 _WIDE = ["-DFA_PANEL=16", "-DFA_Q8_GROUP=4"]
 _AMX_EMULATED = [*_WIDE, "-DFA_AMX", "-DFA_AMX_EMULATE"]
@@ -101,8 +101,11 @@ def source_files(csrc: str = CSRC) -> List[str]:
 
 
 def units(csrc: str = CSRC) -> List[str]:
-    """The translation units (csrc/*.cpp), compiled separately and linked together."""
-    return [p for p in source_files(csrc) if p.endswith(".cpp") and os.path.dirname(p) == csrc]
+    """The translation units (csrc/*/*.cpp but the test library's), compiled
+    separately and linked together; each includes the others' headers by their
+    path under csrc/ (``-I csrc``)."""
+    testing = os.path.join(csrc, "testing")
+    return [p for p in source_files(csrc) if p.endswith(".cpp") and os.path.dirname(p) != testing]
 
 
 def test_units(csrc: str = CSRC) -> List[str]:
@@ -110,7 +113,7 @@ def test_units(csrc: str = CSRC) -> List[str]:
     return [p for p in source_files(csrc) if p.endswith(".cpp") and os.path.dirname(p) == os.path.join(csrc, "testing")]
 
 
-# the test library's define: the engine's test hooks (csrc/parallel.h) and entry points (csrc/testing/)
+# the test library's define: the engine's test hooks (csrc/pool/parallel.h) and entry points (csrc/testing/)
 TEST_DEFINE = "-DFA_TEST_HOOKS"
 
 

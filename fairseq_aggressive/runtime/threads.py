@@ -6,8 +6,8 @@ use: its CPU affinity, within a cgroup CPU quota where one is set (as in
 containers).  An integer, or ``FAIRSEQ_AGGRESSIVE_NATIVE_THREADS``, overrides
 it.  Model size needs no cap here: the engine shares a call among its threads
 only when the call has enough arithmetic (``for_tiles`` and ``for_rows`` in
-``native/csrc/linear.cpp``), so a small model's small calls run on one thread
-anyway, and its pool (``native/csrc/parallel.h``) stops offering work to threads
+``native/csrc/cpu/linear.cpp``), so a small model's small calls run on one thread
+anyway, and its pool (``native/csrc/pool/parallel.h``) stops offering work to threads
 that the machine is not running.  ``docs/threads-and-load.md`` has the
 measurements.
 

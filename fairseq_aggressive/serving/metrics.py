@@ -15,8 +15,9 @@ from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # rows (sentences) in one decoder pass
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
-# draft positions counted one by one, as the engine counts them (LOOP_POSITIONS); later positions are
-# counted with the last
+# draft positions counted one by one, as the engine counts them (native.c_api.LOOP_POSITIONS: this
+# module imports nothing of the package, so that a server without it can load it); later positions
+# are counted with the last
 POSITIONS = 32
 # request bodies from 64 bytes to 4 MiB
 BODY_BUCKETS = tuple(64 * 4 ** k for k in range(9))

@@ -20,23 +20,23 @@ class Prepared:
 
 
 class RunningDecoder:
-    """The running batch of a Translator whose decoding runs there: source-copy
-    drafting (IAD with one branch, greedy with ``max_draft_len=0``) or a native
-    feature drafter's, on the native engine, without a shortlist.  Build it
-    with :meth:`of` (None for any other decoding).  Every sentence's output is
-    its batch-1 output (``Translator.translate``'s), whatever else is in the
-    batch; each has its own length limit."""
+    """The running batch of a Translator whose decoding runs there: a drafter
+    with an engine counterpart that drafts for rows joining one by one
+    (:meth:`~fairseq_aggressive.drafters.base.Drafter.engine_drafter`: source
+    copies, greedy with ``max_draft_len=0``, a native feature drafter, blockwise
+    heads) on the native engine, without a shortlist.  Build it with :meth:`of`
+    (None for any other decoding).  Every sentence's output is its batch-1
+    output (``Translator.translate``'s), whatever else is in the batch; each has
+    its own length limit."""
 
-    def __init__(self, translator, engine, drafter_engine, drafter, run: dict, max_draft, budget: bool):
+    def __init__(self, translator, engine, spec, run: dict, max_draft, budget: bool):
         self.translator, self.hub, self.gen = translator, translator.hub, translator.generator
-        self.engine, self.drafter_engine, self.drafter = engine, drafter_engine, drafter
+        self.engine, self.drafter_engine, self.spec = engine, spec.engine, spec
+        self.drafter = translator.generator.drafter
         self.run, self.max_draft, self.budget = run, max_draft, budget
 
     @classmethod
     def of(cls, translator) -> Optional["RunningDecoder"]:
-        from ..drafters.base import drafts_as
-        from ..drafters.feature_ar import FeatureARDrafter
-        from ..drafters.input_copy import InputCopyDrafter
         from ..generator import AggressiveGenerator
         from ..verifiers import NativeVerifier
 
@@ -45,20 +45,15 @@ class RunningDecoder:
             return None
         if gen.verifier.shortlist or not gen.engine_loop:
             return None
-        drafter, r = gen.drafter, gen.verifier.rules
-        run = dict(first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty, temperature=r.temperature,
-                   beta=gen.verifier.beta, tau=gen.verifier.tau)
-        if isinstance(drafter, InputCopyDrafter) and drafter.copy_loop() is not None:
-            run.update(ngram_min=drafter.ngram_min, ngram_max=drafter.ngram_max)
-            return cls(translator, gen.verifier.engine, None, drafter, run, gen.max_draft_len,
-                       bool(getattr(gen.policy, "engine_budget", False)))
-        if (isinstance(drafter, FeatureARDrafter) and drafter.native is not None and drafter.shortlist is None
-                and drafts_as(drafter, FeatureARDrafter, ("propose", "observe_emitted", "update"))):
-            run.update(bos=drafter.bos, k=drafter.k, room=drafter.max_positions - 1, min_prob=drafter.min_prob,
-                       shared_encoder=drafter.caps.encoder_out)
-            return cls(translator, gen.verifier.engine, drafter.native.engine, drafter, run, gen.max_draft_len,
-                       translator.settings.get("draft_cost") != "off")
-        return None
+        spec = gen.drafter.engine_drafter(gen.verifier)
+        if spec is None or not spec.joins:
+            return None
+        r = gen.verifier.rules
+        kind = "greedy" if gen.max_draft_len == 0 and spec.kind == "copy" else spec.kind
+        run = dict(spec.settings, kind=kind, first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty,
+                   temperature=r.temperature, beta=gen.verifier.beta, tau=gen.verifier.tau)
+        budget = translator.settings.get("draft_cost") in (None, "auto")
+        return cls(translator, gen.verifier.engine, spec, run, gen.max_draft_len, budget)
 
     def engines(self, n: int, threads) -> list:
         """``n`` (verifier engine, drafter engine or None) pairs on one copy of the weights."""
@@ -93,7 +88,7 @@ class RunningDecoder:
         max_len = length_cap(gen.max_len_a, gen.max_len_b, n, gen.max_len)
         if max_len < gen.min_len or not self.engine.can_decode(n, max_len):
             raise TooLong(f"({n} tokens) does not fit the model's positions")
-        if self.drafter_engine is not None:  # the feature drafter copies nothing
+        if not self.spec.copies:  # (a drafter that does not copy the source)
             return Prepared(tokens.tolist(), [], max_len)
         d = self.drafter
         copy = tokens if d.src_to_tgt is None else d.src_to_tgt[tokens]

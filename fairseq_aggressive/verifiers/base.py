@@ -98,17 +98,22 @@ class Verifier:
         loop for the batch begun last (inside the verifier's engine)."""
         return False
 
-    def decode_in_engine(self, loop):
-        """(:attr:`runs_engine_loops`) The batch begun last, decoded by a
-        drafter's loop inside this verifier's engine, one call for the batch:
-        ``loop(batch, rules)`` gets the engine's begun batch (a
-        :class:`~fairseq_aggressive.native.NativeBatch`) and the score rules
-        and acceptance of every pass (a
-        :class:`~fairseq_aggressive.native.c_api.LoopRules`), and returns
-        what the batch's ``decode_*`` returns: per sentence its tokens, their
-        scores and passes, and the loop's counters.  The drafter supplies the
-        loop (:meth:`~fairseq_aggressive.drafters.base.Drafter.decode_in_engine`);
-        the verifier knows none by name."""
+    def decode_in_engine(self, kind: str, first: int, max_draft, budget: bool = False, copy=None, drafter=None,
+                         **settings):
+        """(:attr:`runs_engine_loops`) The batch begun last, decoded whole by
+        the engine's loop inside this verifier with the engine's drafter
+        ``kind`` (``native.c_api.DRAFTERS``), one call for the batch: rows start
+        from the token ``first``; drafts of at most ``max_draft`` tokens (None:
+        no cap), with ``budget`` in the lengths the engine's draft-length policy
+        chooses; ``copy``: (tokens, lengths) of each sentence's copy source in
+        target ids; ``drafter``: (engine, state) of a drafter with a decoder of
+        its own; ``settings``: the drafter's other settings
+        (:func:`~fairseq_aggressive.native.running.run_settings`).  Returns per
+        sentence its tokens, their scores and passes, and the loop's counters
+        (a :class:`~fairseq_aggressive.native.c_api.RunStats`).  The drafter
+        chooses the loop's drafter
+        (:meth:`~fairseq_aggressive.drafters.base.Drafter.decode_in_engine`);
+        the verifier applies its score rules and acceptance."""
         raise NotImplementedError(f"{type(self).__name__} does not run decoding loops itself")
 
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], branches: Optional[Sequence[List[int]]] = None,

@@ -5,7 +5,7 @@ branches of a sentence in one pass.  A batch the engine cannot take (a GPU
 tensor, a length beyond its position tables) goes to a torch verifier."""
 from ..acceptance import AcceptanceRule
 from ..constants import DEFAULT_MAX_DRAFT_LEN
-from ..native import c_api
+from ..native.running import run_settings
 from ..runtime.threads import torch_single_threaded
 from .base import PassResult, ScoreRules, Verifier
 from .torch_verifier import TorchVerifier
@@ -58,10 +58,14 @@ class NativeVerifier(Verifier):
     def runs_engine_loops(self) -> bool:
         return not self._on_torch
 
-    def decode_in_engine(self, loop):
+    def decode_in_engine(self, kind: str, first: int, max_draft, budget: bool = False, copy=None, drafter=None,
+                         **settings):
         r = self.rules
-        return loop(self.batch, c_api.LoopRules(self.max_len, r.min_len, r.unk_penalty, r.temperature, self.beta,
-                                                self.tau))
+        run = run_settings(kind, first, max_draft, budget=budget, min_len=r.min_len, unk_penalty=r.unk_penalty,
+                           temperature=r.temperature, beta=self.beta, tau=self.tau, **settings)
+        copy, copy_len = copy if copy is not None else (None, None)
+        engine, state = drafter if drafter is not None else (None, None)
+        return self.batch.decode(run, self.max_len, copy, copy_len, engine, state)
 
     def step(self, sents, rows, branches=None, emitted_features=False, pass_features=False) -> PassResult:
         if self._on_torch:

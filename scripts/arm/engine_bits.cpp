@@ -2,7 +2,7 @@
 // every output byte (FNV-1a) beside a few values.  Built for each target (the
 // x86 generic one, aarch64's neon and generic) by scripts/arm/check_bits.py,
 // run natively or under qemu-user, and the lines compared: every target must
-// give the same bits (fairseq_aggressive/native/csrc/vec.h).
+// give the same bits (fairseq_aggressive/native/csrc/cpu/vec.h).
 //
 // Checks: the linear layers (float32, float16 weights, int8) by rows 1..13 on
 // 1 and 2 threads; the row reductions (logsumexp, argmax); a small random model
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "copy_loop.h"
-#include "weights.h"
+#include "loop/running_batch.h"
+#include "model/weights.h"
 
 extern "C" {
 const char* fa_isa();
@@ -30,7 +30,8 @@ void fa_model_free(void* mp);
 int fa_set_threads(void* mp, int n);
 void* fa_begin(void* mp, int B, const int32_t* tokens, const int32_t* src_len, int cap);
 void fa_state_free(void* sp);
-int fa_decode_copy(void* mp, void* sp, const fa::CopyLoopArgs* args, fa::CopyLoopStats* stats);
+int fa_decode(void* mp, void* sp, void* dp, void* ds, const fa::RunSettings* s, const int32_t* copy,
+              const int32_t* copy_len, int max_len, const fa::StaticOutput* out, fa::RunStats* stats);
 int fa_test_linear(int threads, int kind, int N, int K, int M, const void* W, const float* scale, const float* bias,
                    const float* x, float* y);
 int fa_test_row_reductions(int n, const float* x, float* lse, int* arg, float* ref_lse, int* ref_arg);
@@ -221,21 +222,23 @@ struct Model {
     if (!st) throw std::string("fa_begin: ") + fa_model_error(h);
     std::vector<int32_t> out_tokens((size_t)B * (max_len + 1)), out_len(B), passes(B);
     std::vector<float> out_scores(out_tokens.size());
-    fa::CopyLoopArgs a{};
-    a.n = B;
-    a.src = cflat.data();
-    a.src_len = clen.data();
+    fa::RunSettings a{};
+    a.drafter = max_draft == 0 ? "greedy" : "copy";
     a.first = cfg.eos;
-    a.max_draft = max_draft;
-    a.ngram_min = 1;
-    a.ngram_max = 4;
     a.budget = 0;
-    a.rules = fa::LoopRules{max_len, 1, 0.f, 1.f, 1, 0.f};
-    a.output = fa::LoopOutput{max_len + 1, out_tokens.data(), out_scores.data(), out_len.data(), passes.data()};
-    fa::CopyLoopStats stats{};
-    const int rc = fa_decode_copy(h, st, &a, &stats);
+    a.min_len = 1;
+    a.unk_penalty = 0.f;
+    a.temperature = 1.f;
+    a.beta = 1;
+    a.tau = 0.f;
+    a.draft.max_draft = max_draft;
+    a.draft.ngram_min = 1;
+    a.draft.ngram_max = 4;
+    const fa::StaticOutput out{max_len + 1, out_tokens.data(), out_scores.data(), out_len.data(), passes.data()};
+    fa::RunStats stats{};
+    const int rc = fa_decode(h, st, nullptr, nullptr, &a, cflat.data(), clen.data(), max_len, &out, &stats);
     fa_state_free(st);
-    if (rc != 0) throw std::string("fa_decode_copy: ") + fa_model_error(h);
+    if (rc != 0) throw std::string("fa_decode: ") + fa_model_error(h);
     toks.assign(B, {});
     scores.assign(B, {});
     for (int b = 0; b < B; ++b) {

@@ -1,4 +1,4 @@
-// The rate of the engine's linear kernels (csrc/linear.cpp) by rows per call,
+// The rate of the engine's linear kernels (csrc/cpu/linear.cpp) by rows per call,
 // beside the rate of independent float32 fused multiply-adds on the same
 // threads: how far a pass over M positions is from the core's arithmetic.
 //
@@ -24,10 +24,10 @@
 #include <thread>
 #include <vector>
 
-#include "amx.h"
-#include "linear.h"
-#include "linear_int8.h"
-#include "vec.h"
+#include "cpu/amx.h"
+#include "cpu/linear.h"
+#include "cpu/linear_int8.h"
+#include "cpu/vec.h"
 
 namespace {
 

@@ -6,7 +6,7 @@ core's own float32 arithmetic.
         [--rows 1,2,4,5,6,8,9,12,16,20] [--threads 1 2] [--precision float32 int8] [--isa TARGET]
         [--load N] [--amx-min-rows R] [--decoder-layers L]
 
-Builds ``linear_rate.cpp`` (beside this script) against ``csrc/linear.cpp`` (with ``linear_pack.cpp``,
+Builds ``linear_rate.cpp`` (beside this script) against ``csrc/cpu/linear.cpp`` (with ``linear_pack.cpp``,
 ``linear_amx.cpp`` and ``ops.cpp``) with the flags of the engine's target for this CPU (or ``--isa``) and times
 ``fa::linear`` on a decoder layer's shapes (self-attention q+k+v, an output
 projection, the feed-forward pair, the vocabulary projection) at each row
@@ -45,7 +45,7 @@ def build(isa, out_dir: str):
     exe = os.path.join(out_dir, f"linear_rate-{target.name}")
     cmd = [_compiler(), "-O3", "-std=c++17", "-pthread", "-ffp-contract=off", "-fno-math-errno", *target.cflags,
            f"-I{CSRC}", os.path.join(HERE, "linear_rate.cpp"),
-           *[os.path.join(CSRC, unit) for unit in ("linear.cpp", "linear_pack.cpp", "linear_amx.cpp", "ops.cpp")],
+           *[os.path.join(CSRC, "cpu", unit) for unit in ("linear.cpp", "linear_pack.cpp", "linear_amx.cpp", "ops.cpp")],
            "-o", exe]
     subprocess.run(cmd, check=True)
     return target.name, exe

@@ -21,7 +21,7 @@ CPU-bound processes.  ``--json F`` writes the run (its command, commit and machi
 median and mean, the stages' ms) as a result ``scripts/results.py add`` stores.
 
 ``--stages`` runs the engine's test library, which times the stages of each
-pass (csrc/stages.h), and adds a table: ms per pass in each stage for each T,
+pass (csrc/model/stages.h), and adds a table: ms per pass in each stage for each T,
 and what each adds to a one-position pass.
 """
 import argparse

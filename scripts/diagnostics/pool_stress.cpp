@@ -1,4 +1,4 @@
-// Stress driver of the engine's thread pool (csrc/parallel.h), built and run
+// Stress driver of the engine's thread pool (csrc/pool/parallel.h), built and run
 // by pool_stress.py beside it, optionally with the pool's test-only switches
 // (-DFA_POOL_FAULTS, -DFA_POOL_SPLIT_BOUND).
 //
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "parallel.h"
+#include "pool/parallel.h"
 
 int main(int argc, char** argv) {
   if (argc != 6) {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Stress the native engine's thread pool (``fairseq_aggressive/native/csrc/parallel.h``).
+"""Stress the native engine's thread pool (``fairseq_aggressive/native/csrc/pool/parallel.h``).
 
     python scripts/diagnostics/pool_stress.py [--variant plain|faults|split-bound]
         [--calls 10000000] [--threads 2 3 8] [--load 0 2] [--max-items 24] [--timeout-ms 2000]

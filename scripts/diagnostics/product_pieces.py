@@ -11,7 +11,7 @@ loops), then the encoder alone.
 Prints ms per sentence of each setting, its ratio to the first, and in how
 many sentences every setting gave the same bits (tokens and positional
 scores; the encoder: its output).  The engine's own builds use one piece per
-thread (csrc/linear_int8.h says why); the test library is slower than them by
+thread (csrc/cpu/linear_int8.h says why); the test library is slower than them by
 its stage timers, alike for every setting.  The same engines serve every
 setting, so host noise that drifts over minutes falls on all of them alike.
 ``--load N`` runs it beside N CPU-bound processes.

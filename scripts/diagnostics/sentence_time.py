@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where a sentence's time goes with the native engine at batch 1: the
 generator's whole call, the engine's encoder call (``fa_begin``) and its
-decoding loop (``fa_decode_copy``), and the Python around them.
+decoding loop (``fa_decode``), and the Python around them.
 
     python scripts/diagnostics/sentence_time.py DATA-BIN --path CKPT [--mode iad|greedy]
         [--sentences 300] [--threads 1] [--precision float32|int8] [--rounds 3] [--stages]
@@ -10,7 +10,7 @@ decoding loop (``fa_decode_copy``), and the Python around them.
 Each round decodes every sentence twice: once plainly (the ``whole`` time) and
 once with the two engine calls timed from Python (``encoder``, ``loop``; the
 rest of that pass is ``python``).  ``--stages`` runs the engine's test
-library and adds its stage timers' totals per sentence (csrc/stages.h; the
+library and adds its stage timers' totals per sentence (csrc/model/stages.h; the
 timers add their own cost).  Run it in two checkouts in turn to compare their
 Python.  Greedy is the engine's loop with drafts of length 0.
 """
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
             gen.generate([model], s)
         return time.perf_counter() - t0
 
-    plain = {"fa_begin": lib.fa_begin, "fa_decode_copy": lib.fa_decode_copy}
+    plain = {"fa_begin": lib.fa_begin, "fa_decode": lib.fa_decode}
     with cpu_load(a.load):
         for s in samples[:30]:  # warm-up
             gen.generate([model], s)
@@ -75,13 +75,13 @@ def main(argv=None) -> int:
             whole = decode_all()
             spent = {"encoder": 0.0, "loop": 0.0}
             lib.fa_begin = _Timed(plain["fa_begin"], spent, "encoder")
-            lib.fa_decode_copy = _Timed(plain["fa_decode_copy"], spent, "loop")
+            lib.fa_decode = _Timed(plain["fa_decode"], spent, "loop")
             if a.stages:
                 stages.read()
             try:
                 timed = decode_all()
             finally:
-                lib.fa_begin, lib.fa_decode_copy = plain["fa_begin"], plain["fa_decode_copy"]
+                lib.fa_begin, lib.fa_decode = plain["fa_begin"], plain["fa_decode"]
             per = {k: 1000 * v / len(samples) for k, v in spent.items()}
             print(f"round {rnd + 1}: whole {1000 * whole / len(samples):.3f} ms per sentence; timed pass "
                   f"{1000 * timed / len(samples):.3f}: encoder {per['encoder']:.3f}, loop {per['loop']:.3f}, "

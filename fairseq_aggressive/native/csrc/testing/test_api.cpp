@@ -16,14 +16,14 @@
 #include <thread>
 #include <vector>
 
-#include "../amx.h"
-#include "../linear.h"
-#include "../linear_int8.h"
-#include "../decoder.h"
-#include "../ops.h"
-#include "../parallel.h"
-#include "../stages.h"
-#include "../weight_hints.h"
+#include "cpu/amx.h"
+#include "cpu/linear.h"
+#include "cpu/linear_int8.h"
+#include "model/decoder.h"
+#include "cpu/ops.h"
+#include "pool/parallel.h"
+#include "model/stages.h"
+#include "cpu/weight_hints.h"
 
 namespace fa {
 extern int beam_mutant;            // beam_search.cpp
@@ -282,7 +282,7 @@ int fa_test_row_reductions(int n, const float* x, float* lse, int* arg, float* r
   return -1;
 }
 
-// The stage times (csrc/stages.h) of this process: for each stage i <
+// The stage times (csrc/model/stages.h) of this process: for each stage i <
 // min(n, stages), ns[2 i] nanoseconds and ns[2 i + 1] entries, then zeroed
 // when reset.  Returns the number of stages.
 int fa_stage_times(int64_t* ns, int n, int reset) {

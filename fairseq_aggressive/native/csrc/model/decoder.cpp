@@ -1,0 +1,371 @@
+// The encoder, the decoder over rows of tokens on top of each sentence's
+// cache, the output projection (with the vocabulary shortlist), and the
+// per-batch state they work on.
+#include "model/decoder.h"
+
+#include <string>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+
+#include "loop/draft_lengths.h"
+#include "cpu/ops.h"
+#include "model/stages.h"
+
+namespace fa {
+
+Decoder::Decoder(const Config& c) : cfg(c), shared(std::make_shared<Weights>(c)), w(*shared) {
+  D = cfg.C / cfg.H;
+  // fairseq: self.scaling = self.head_dim ** -0.5 (a Python float, rounded to fp32 in the product)
+  scaling = (float)std::pow((double)D, -0.5);
+}
+
+Decoder::Decoder(ShareWeightsOf s)
+    : cfg(s.other.cfg), D(s.other.D), scaling(s.other.scaling), shared(s.other.shared), w(*shared) {}
+
+// ------------------------------------------------------------ vocabulary
+int columns(const Decoder& m, const State& st, const Sentence& s) {
+  return st.shortlist ? m.sl_n + (int)s.sl_ids.size() : m.cfg.tgt_vocab;
+}
+
+int token_of_column(const Decoder& m, const State& st, const Sentence& s, int u) {
+  return (st.shortlist && u >= m.sl_n) ? s.sl_ids[u - m.sl_n] : u;
+}
+
+int column_of(const Decoder& m, const State& st, const Sentence& s, int tok) {
+  if (tok < 0 || tok >= m.cfg.tgt_vocab) return -1;
+  if (!st.shortlist || tok < m.sl_n) return tok;
+  auto it = std::lower_bound(s.sl_ids.begin(), s.sl_ids.end(), tok);
+  return it != s.sl_ids.end() && *it == tok ? m.sl_n + (int)(it - s.sl_ids.begin()) : -1;
+}
+
+// A row's logits with a shortlist: the common rows, then its sentence's own rows
+void project(Decoder& m, const State& st, const float* h, int M, const int32_t* sent_of, float* out) {
+  const int C = m.cfg.C, V = m.cfg.tgt_vocab;
+  if (!st.shortlist) {
+    linear(m.pool, m.w.proj, h, C, M, out, V);
+    return;
+  }
+  linear(m.pool, m.sl_common, h, C, M, out, V);
+  for (int k0 = 0; k0 < M;) {  // runs of rows of one sentence
+    int k1 = k0;
+    while (k1 < M && sent_of[k1] == sent_of[k0]) ++k1;
+    const Sentence& s = st.sents[sent_of[k0]];
+    if (!s.sl_ids.empty())
+      linear(m.pool, s.sl_extra, h + (size_t)k0 * C, C, k1 - k0, out + (size_t)k0 * V + m.sl_n, V);
+    k0 = k1;
+  }
+}
+
+int set_common_shortlist(Decoder& m, int n) {
+  if (n == 0) {
+    m.sl_n = 0;
+    m.sl_common = Linear();
+    return 0;
+  }
+  const int V = m.cfg.tgt_vocab;
+  if (n < 0 || n > V || n <= std::max(m.cfg.pad, std::max(m.cfg.unk, m.cfg.eos))) return -1;
+  if (n == m.sl_n) return 0;
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = i;
+  gather_rows(m.w.proj, ids.data(), n, m.sl_common);
+  m.sl_n = n;
+  return 0;
+}
+
+int set_sentence_shortlist(Decoder& m, State& st, int b, int n, const int32_t* ids) {
+  if (m.sl_n == 0 || b < 0 || b >= (int)st.sents.size() || n < 0) return -1;
+  for (int i = 0; i < n; ++i)
+    if (ids[i] < m.sl_n || ids[i] >= m.cfg.tgt_vocab || (i > 0 && ids[i] <= ids[i - 1])) return -1;
+  Sentence& s = st.sents[b];
+  s.sl_ids.assign(ids, ids + n);
+  if (n > 0) gather_rows(m.w.proj, ids, n, s.sl_extra);
+  st.shortlist = true;
+  return 0;
+}
+
+// ------------------------------------------------------------ computation
+void ensure(LineVector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+namespace {
+
+// the scratch buffers of a computation over M rows
+void reserve_rows(Decoder& m, int M) {
+  const int C = m.cfg.C;
+  ensure(m.x, (size_t)M * C);
+  ensure(m.h, (size_t)M * C);
+  ensure(m.q, (size_t)M * C);
+  ensure(m.kv, (size_t)M * 3 * C);
+  ensure(m.a, (size_t)M * C);
+  ensure(m.f, (size_t)M * m.cfg.F);
+}
+
+// f(row, head, scratch) for every head and every row of the groups [first[g],
+// first[g + 1]) (a group: one sentence's rows, which read the same keys and
+// values).  For each head a group's rows run one after another, so the head's
+// keys and values, read from the cache for the group's first row, are still
+// in L1 for the others (a row over all its heads, then the next row, read
+// every row's keys from L2 or beyond again).  Split across the pool by (group,
+// head) when there is enough work; scratch holds max_keys + 16 floats
+// (attend's).  Only the order of the calls changes with the split: each call
+// computes the same values.
+void for_heads(Decoder& m, const std::vector<int>& first, int max_keys, const std::function<void(int, int, float*)>& f) {
+  const int G = (int)first.size() - 1, H = m.cfg.H, tasks = G * H, M = first[G];
+  const int chunks = (m.pool.size() > 1 && (int64_t)M * max_keys * m.cfg.C >= 16384)
+                         ? std::min(tasks, m.pool.size() * 2) : 1;
+  ensure(m.att, (size_t)chunks * (max_keys + 16));
+  float* base = m.att.data();
+  const size_t stride = (size_t)max_keys + 16;
+  m.pool.run(
+      [&](int c) {
+        const int t0 = (int)((int64_t)tasks * c / chunks), t1 = (int)((int64_t)tasks * (c + 1) / chunks);
+        for (int t = t0; t < t1; ++t) {
+          const int g = t / H, hh = t % H;
+          for (int row = first[g]; row < first[g + 1]; ++row) f(row, hh, base + c * stride);
+        }
+      },
+      chunks);
+}
+
+// embeddings of tokens at positions pos (table row index) into m.x, then the embedding layer norm
+void embed(Decoder& m, const int32_t* tok, const int32_t* pos, int M, bool target, const float* add = nullptr) {
+  const std::vector<float>& E = target ? m.w.tgt_embed : m.w.src_embed;
+  const std::vector<float>& P = target ? m.w.tgt_pos : m.w.src_pos;
+  embed_rows(m.x.data(), m.cfg.C, M, tok, pos, E.data(), P.empty() ? nullptr : P.data(),
+             target ? m.cfg.dec_embed_scale : m.cfg.enc_embed_scale, target ? m.w.mask_embed.data() : nullptr, add);
+  const Norm& ln = target ? m.w.dec_ln_embed : m.w.enc_ln_embed;
+  if (ln.on) layer_norm_rows(m.x.data(), m.x.data(), M, m.cfg.C, ln.w, ln.b, m.cfg.ln_eps);
+}
+
+// the feed-forward block of a pre- or post-norm layer on the M rows of m.x
+void ffn(Decoder& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln, bool pre) {
+  const int C = m.cfg.C, F = m.cfg.F;
+  float* x = m.x.data();
+  const float* in = x;
+  if (pre) {
+    layer_norm_rows(x, m.h.data(), M, C, ln.w, ln.b, m.cfg.ln_eps);
+    in = m.h.data();
+  }
+  linear(m.pool, fc1, in, C, M, m.f.data(), F);
+  if (m.cfg.gelu)
+    gelu_rows(m.f.data(), (size_t)M * F);
+  else
+    relu_rows(m.f.data(), (size_t)M * F);
+  linear(m.pool, fc2, m.f.data(), F, M, m.a.data(), C);
+  add_rows(x, m.a.data(), (size_t)M * C);
+  if (!pre) layer_norm_rows(x, x, M, C, ln.w, ln.b, m.cfg.ln_eps);
+}
+
+// A state's sentences from their encoder output x (the rows of the B sentences
+// concatenated): the output kept (fa_encoder_out), encoder-attention keys and
+// values of every decoder layer, empty self-attention caches of cap positions.
+void init_state(Decoder& m, State& st, int B, const int32_t* src_len, const float* x, int cap) {
+  const int C = m.cfg.C, E = m.cfg.enc_width(), H = m.cfg.H, D = m.D;
+  int M = 0;
+  std::vector<int> start(B + 1, 0);
+  for (int b = 0; b < B; ++b) {
+    start[b + 1] = start[b] + src_len[b];
+    M += src_len[b];
+  }
+  st.sents.resize(B);
+  st.enc_out.assign(x, x + (size_t)M * E);
+  const int nl = (int)m.w.dec.size();
+  for (int b = 0; b < B; ++b) {
+    Sentence& s = st.sents[b];
+    s.src_len = src_len[b];
+    s.cap = cap;
+    s.enc_k.resize((size_t)nl * s.src_len * C);
+    s.enc_v.resize((size_t)nl * s.src_len * C);
+    s.self_k.assign((size_t)nl * cap * C, 0.f);
+    s.self_v.assign((size_t)nl * cap * C, 0.f);
+  }
+  ensure(m.kv, (size_t)M * 3 * C);
+  for (int l = 0; l < nl; ++l) {
+    linear(m.pool, m.w.dec[l].ckv, st.enc_out.data(), E, M, m.kv.data(), 2 * C);
+    for (int b = 0; b < B; ++b) {
+      Sentence& s = st.sents[b];
+      for (int t = 0; t < s.src_len; ++t) {
+        const float* r = m.kv.data() + (size_t)(start[b] + t) * 2 * C;
+        for (int hh = 0; hh < H; ++hh) {
+          std::copy(r + hh * D, r + (hh + 1) * D, s.enc_k.begin() + kv_at(l, hh, t, H, s.src_len, D));
+          std::copy(r + C + hh * D, r + C + (hh + 1) * D, s.enc_v.begin() + kv_at(l, hh, t, H, s.src_len, D));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+State* encode(Decoder& m, int B, const int32_t* tokens, const int32_t* src_len, int cap) {
+  StageClock clock(Stage::kEncoder);
+  const int C = m.cfg.C, H = m.cfg.H, D = m.D;
+  if (!m.cfg.has_encoder())
+    throw std::invalid_argument("this decoder has no encoder: it starts from another model's encoder output");
+  State* st = new State();
+  st->sents.resize(B);
+  int M = 0, max_s = 0;
+  for (int b = 0; b < B; ++b) {
+    M += src_len[b];
+    max_s = std::max(max_s, (int)src_len[b]);
+  }
+  reserve_rows(m, M);
+  std::vector<int32_t> pos(M);
+  std::vector<int> start(B + 1, 0);
+  for (int b = 0; b < B; ++b) {
+    start[b + 1] = start[b] + src_len[b];
+    for (int t = 0; t < src_len[b]; ++t) pos[start[b] + t] = t;
+  }
+  embed(m, tokens, pos.data(), M, false);
+  const bool pre = m.cfg.enc_normalize_before;
+  float* x = m.x.data();
+  for (auto& L : m.w.enc) {
+    const float* in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
+    float* qkv = m.kv.data();
+    // keys and values head-major (kv_at's layout, M positions) in m.h and m.a,
+    // free until the output projection: each head's keys contiguous
+    float* keys = m.h.data();
+    float* vals = m.a.data();
+    for (int r = 0; r < M; ++r) {
+      float* q = qkv + (size_t)r * 3 * C;
+      for (int c = 0; c < C; ++c) q[c] *= m.scaling;
+      for (int hh = 0; hh < H; ++hh) {
+        std::copy(q + C + hh * D, q + C + (hh + 1) * D, keys + kv_at(0, hh, r, H, M, D));
+        std::copy(q + 2 * C + hh * D, q + 2 * C + (hh + 1) * D, vals + kv_at(0, hh, r, H, M, D));
+      }
+    }
+    for_heads(m, start, max_s, [&](int row, int hh, float* scratch) {
+      const int b = (int)(std::upper_bound(start.begin(), start.end(), row) - start.begin()) - 1;
+      const size_t at = kv_at(0, hh, start[b], H, M, D);
+      attend(qkv + (size_t)row * 3 * C + hh * D, keys + at, vals + at, D, src_len[b], D,
+             m.q.data() + (size_t)row * C + hh * D, scratch);
+    });
+    linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
+    ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
+  }
+  if (m.w.enc_final.on) layer_norm_rows(x, x, M, C, m.w.enc_final.w, m.w.enc_final.b, m.cfg.ln_eps);
+  init_state(m, *st, B, src_len, x, cap);
+  return st;
+}
+
+State* state_from_encoder_out(Decoder& m, int B, const float* enc_out, const int32_t* src_len, int cap) {
+  State* st = new State();
+  init_state(m, *st, B, src_len, enc_out, cap);
+  return st;
+}
+
+void decoder_rows(Decoder& m, State& st, int n, const int32_t* sent, const int32_t* row_len, const int32_t* tokens,
+                  const std::vector<int>& off, int max_keys, const int32_t* bidir_from, const int32_t* branch_start,
+                  const float* add) {
+  m.panels_backward = !m.panels_backward;  // this pass reads the weights in the other order (linear.h)
+  set_panels_backward(m.panels_backward);
+  const int C = m.cfg.C, H = m.cfg.H, D = m.D;
+  auto keys = [&](int r, int t) {
+    const int len = st.sents[sent[r]].len;
+    if (branch_start != nullptr && t > 0) return len + 1;  // then the branch segment
+    return (bidir_from != nullptr && t >= bidir_from[r]) ? len + row_len[r] : len + t + 1;
+  };
+  const int M = off[n];
+  reserve_rows(m, M);
+  std::vector<int32_t> pos(M);
+  for (int r = 0; r < n; ++r)
+    for (int t = 0; t < row_len[r]; ++t) {
+      const int depth = (branch_start != nullptr && t > 0) ? t - branch_start[off[r] + t] + 1 : t;
+      pos[off[r] + t] = st.sents[sent[r]].len + depth;
+    }
+  {
+    StageClock clock(Stage::kEmbed);
+    embed(m, tokens, pos.data(), M, true, add);
+  }
+  const bool pre = m.cfg.dec_normalize_before;
+  float* x = m.x.data();
+  for (size_t l = 0; l < m.w.dec.size(); ++l) {
+    const DecLayer& L = m.w.dec[l];
+    // self-attention over the cache and the new positions (causal)
+    std::optional<StageClock> clock(Stage::kSelfQKV);
+    const float* in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
+    for (int r = 0; r < n; ++r) {
+      Sentence& s = st.sents[sent[r]];
+      for (int t = 0; t < row_len[r]; ++t) {
+        const float* kvr = m.kv.data() + (size_t)(off[r] + t) * 3 * C;
+        for (int hh = 0; hh < H; ++hh) {
+          const size_t at = kv_at((int)l, hh, s.len + t, H, s.cap, D);
+          std::copy(kvr + C + hh * D, kvr + C + (hh + 1) * D, s.self_k.begin() + at);
+          std::copy(kvr + 2 * C + hh * D, kvr + 2 * C + (hh + 1) * D, s.self_v.begin() + at);
+        }
+      }
+    }
+    clock.emplace(Stage::kSelfAttention);
+    for (int row = 0; row < M; ++row) {
+      float* qr = m.kv.data() + (size_t)row * 3 * C;
+      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+    }
+    for_heads(m, off, max_keys, [&](int row, int hh, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1, t = row - off[r];
+      const Sentence& s = st.sents[sent[r]];
+      const float* ck = s.self_k.data() + kv_at((int)l, hh, 0, H, s.cap, D);
+      const float* cv = s.self_v.data() + kv_at((int)l, hh, 0, H, s.cap, D);
+      const float* qr = m.kv.data() + (size_t)row * 3 * C;
+      const int n1 = keys(r, t);
+      int b0 = 0, n2 = 0;  // a tree row's branch segment: cache slots s.len + b0 .. s.len + t
+      if (branch_start != nullptr && t > 0) {
+        b0 = branch_start[row];
+        n2 = t - b0 + 1;
+      }
+      const size_t seg = (size_t)(s.len + b0) * D;
+      attend(qr + hh * D, ck, cv, D, n1, D, m.q.data() + (size_t)row * C + hh * D, scratch, ck + seg, cv + seg, n2);
+    });
+    clock.emplace(Stage::kSelfOut);
+    linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+    // encoder attention
+    clock.emplace(Stage::kCrossQ);
+    in = x;
+    if (pre) {
+      layer_norm_rows(x, m.h.data(), M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+      in = m.h.data();
+    }
+    linear(m.pool, L.cq, in, C, M, m.kv.data(), C);
+    clock.emplace(Stage::kCrossAttention);
+    for (int row = 0; row < M; ++row) {
+      float* qr = m.kv.data() + (size_t)row * C;
+      for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
+    }
+    for_heads(m, off, max_keys, [&](int row, int hh, float* scratch) {
+      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
+      const Sentence& s = st.sents[sent[r]].enc ? *st.sents[sent[r]].enc : st.sents[sent[r]];
+      const float* ek = s.enc_k.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
+      const float* ev = s.enc_v.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
+      attend(m.kv.data() + (size_t)row * C + hh * D, ek, ev, D, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
+             scratch);
+    });
+    clock.emplace(Stage::kCrossOut);
+    linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);
+    add_rows(x, m.a.data(), (size_t)M * C);
+    if (!pre) layer_norm_rows(x, x, M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+    clock.emplace(Stage::kFFN);
+    ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
+  }
+  StageClock clock(Stage::kProjection);
+  if (m.w.dec_final.on) layer_norm_rows(x, x, M, C, m.w.dec_final.w, m.w.dec_final.b, m.cfg.ln_eps);
+}
+
+}  // namespace fa

@@ -1,0 +1,331 @@
+// The verification pass (see pass.h), in steps: lay out the rows and their
+// branches, run the decoder over them, then in rounds project the positions
+// still on a matching path, choose greedy's token there and accept along each
+// branch; finally per row keep the branch that accepted most, emit its tokens
+// and scores, and commit its keys and values to the cache.
+#include "model/pass.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "cpu/ops.h"
+#include "model/stages.h"
+
+namespace fa {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// fairseq's adjustments of the output scores at an output position: pad is
+// never chosen, unk pays unk_penalty, from max_len on only EOS remains, before
+// min_len EOS is excluded.  Columns of the special symbols are their ids.
+struct ScoreRules {
+  int pad, unk, eos, max_len, min_len;
+  float unk_penalty;
+
+  // the adjusted score of column v of the logits lg at output position out_pos
+  float adjusted(const float* lg, int v, int out_pos) const {
+    if (v == pad || (out_pos >= max_len && v != eos) || (out_pos < min_len && v == eos)) return kNegInf;
+    return v == unk ? lg[v] - unk_penalty : lg[v];
+  }
+
+  // greedy's choice among the W columns of lg: the first maximum of the
+  // adjusted scores.  Below max_len only the special columns differ from the
+  // logits, so they are adjusted in place for the argmax and restored.
+  int choose(float* lg, int W, int out_pos) const {
+    if (out_pos >= max_len) return eos;  // every other column is excluded
+    const int special[3] = {pad, unk, eos};
+    float saved[3], adj[3];
+    for (int i = 0; i < 3; ++i) {
+      saved[i] = lg[special[i]];
+      adj[i] = adjusted(lg, special[i], out_pos);
+    }
+    for (int i = 0; i < 3; ++i) lg[special[i]] = adj[i];
+    const int u = argmax_first(lg, W);  // columns ascend by id: ties go to the lowest id
+    for (int i = 2; i >= 0; --i) lg[special[i]] = saved[i];
+    return u;
+  }
+};
+
+// projection weight bytes beyond which a pass projects a path at once (eager_ below)
+#if defined(FA_TEST_HOOKS)
+size_t eager_projection_bytes(const Decoder& m) { return m.eager_projection_bytes; }
+#else
+constexpr size_t eager_projection_bytes(const Decoder&) { return kEagerProjectionBytes; }
+#endif
+
+class Pass {
+ public:
+  Pass(Decoder& m, State& st, const PassArgs& a)
+      : m_(m), st_(st), a_(a), rules_{m.cfg.pad, m.cfg.unk, m.cfg.eos, a.max_len, a.min_len, a.unk_penalty},
+        eager_((st.shortlist ? m.sl_common.bytes() : m.w.proj.bytes()) > eager_projection_bytes(m)) {}
+
+  int run() {
+    StageClock clock(Stage::kPass);
+    if (!layout()) return -1;
+    decoder_rows(m_, st_, a_.n, a_.sent, a_.row_len, a_.tokens, off_, max_keys_, nullptr,
+                 tree_ ? bstart_.data() : nullptr);
+    std::vector<int> todo;
+    for (int round = 0;; ++round) {
+      next_positions(round, todo);
+      if (todo.empty()) break;
+      {
+        StageClock c(Stage::kProjection);
+        project(todo);
+      }
+      {
+        StageClock c(Stage::kChoose);
+        choose(todo);
+      }
+      accept();
+    }
+    StageClock c(Stage::kEmit);
+    for (int r = 0; r < a_.n; ++r) {
+      const int w = winner(r);
+      commit(r, w, emit(r, w));
+    }
+    return 0;
+  }
+
+ private:
+  Decoder& m_;
+  State& st_;
+  const PassArgs& a_;
+  const ScoreRules rules_;
+  bool tree_ = false;
+  const bool eager_;  // project every position of a path in its first round
+  int max_keys_ = 0, arena_ = 0;
+  // rows: flat positions off[r] .. off[r + 1]; branches first_branch[r] .. first_branch[r + 1]
+  std::vector<int> off_, first_branch_;
+  // branches: their row, first row position, length; per flat position of a
+  // tree row, the row position its branch starts at
+  std::vector<int> row_of_, b_start_, b_len_;
+  std::vector<int32_t> bstart_;
+  // per branch: path positions checked, drafted tokens accepted, still matching
+  std::vector<int> checked_, matched_, open_;
+  // per flat position: its logits row in m.logits (-1: not projected), queued,
+  // greedy's column and token there
+  std::vector<int> at_, queued_, column_;
+  std::vector<int32_t> chosen_;
+
+  Sentence& sentence(int r) { return st_.sents[a_.sent[r]]; }
+  // the score rules of row r (its own max_len where the pass gives one per row)
+  ScoreRules rules(int r) const {
+    ScoreRules rr = rules_;
+    if (a_.row_max_len != nullptr) rr.max_len = a_.row_max_len[r];
+    return rr;
+  }
+  int row_at(int p) const { return (int)(std::upper_bound(off_.begin(), off_.end(), p) - off_.begin()) - 1; }
+  // flat position of path index j of branch i: the last token, then the branch
+  int path(int i, int j) const { return off_[row_of_[i]] + (j == 0 ? 0 : b_start_[i] + j - 1); }
+  // the output position (from the sentence's length) that flat position p of row r predicts
+  int out_step(int r, int p) const {
+    const int t = p - off_[r];
+    return tree_ && t > 0 ? t - bstart_[p] + 1 : t;
+  }
+  float* logits_at(int p) { return m_.logits.data() + (size_t)at_[p] * m_.cfg.tgt_vocab; }
+
+  // Offsets of rows and branches; false if a row does not fit its cache or its branches do not add up
+  bool layout() {
+    const int n = a_.n;
+    off_.assign(n + 1, 0);
+    first_branch_.assign(n + 1, 0);
+    for (int r = 0, k = 0; r < n; ++r) {
+      const Sentence& s = sentence(r);
+      const int len = a_.row_len[r];
+      if (len < 1 || s.len + len > s.cap) return false;
+      const int nb = a_.n_branch ? a_.n_branch[r] : 1;
+      if (nb < 1) return false;
+      tree_ = tree_ || nb > 1;
+      int used = 1;
+      for (int i = 0; i < nb; ++i) {
+        const int L = a_.n_branch ? a_.branch_len[k++] : len - 1;
+        if (L < 0 || (nb > 1 && L < 1)) return false;
+        b_start_.push_back(used);
+        b_len_.push_back(L);
+        row_of_.push_back(r);
+        used += L;
+      }
+      if (used != len) return false;
+      first_branch_[r + 1] = (int)b_start_.size();
+      off_[r + 1] = off_[r] + len;
+      max_keys_ = std::max(max_keys_, std::max(s.len + len, s.src_len));
+    }
+    const int M = off_[n], NB = (int)b_start_.size();
+    if (tree_) {
+      bstart_.assign(M, 0);
+      for (int i = 0; i < NB; ++i)
+        for (int t = 0; t < b_len_[i]; ++t) bstart_[off_[row_of_[i]] + b_start_[i] + t] = b_start_[i];
+    }
+    checked_.assign(NB, 0);
+    matched_.assign(NB, 0);
+    open_.assign(NB, 1);
+    at_.assign(M, -1);
+    queued_.assign(M, 0);
+    column_.assign(M, 0);
+    chosen_.assign(M, 0);
+    return true;
+  }
+
+  // The next chunk of each open branch's path, sorted (grouped by row).  With
+  // projection weights that stay in a core's L2 (small models: at d=128 up to
+  // 8,192 words in int8, 2,048 in float32), its first position (the last token,
+  // which a tree row's branches share), then 8, 16, 32, ... positions: a draft is often
+  // rejected at its first token (after an edit, IAD's copy), a position past a
+  // rejection needs no projection, and there the projection is bound by
+  // arithmetic, so each position skipped is saved.  With larger projection
+  // weights (eager_), the whole path in one round: the weights are read once
+  // for every position, where a second round would read them again from L3 or
+  // memory (on d=512 float32, a pass over 5 positions went from 1.40 to 1.16-1.20
+  // steps).  The 9+3's 8,424 words at d=128 are just beyond in both precisions;
+  // there whole IAD decodes took about the same time either way (2-core Zen 4
+  // guest, 1 thread, 300 sentences, alternating rounds: int8 1.88-2.17 ms per
+  // sentence both ways in 12; float32 in two runs of 8, rounds in chunks faster
+  // in 7 and in 3), where d=512 int8 in chunks was 1-10% slower in 6 rounds of
+  // 8.  Rows are independent in the kernels, so the chunks never change a result.
+  void next_positions(int round, std::vector<int>& todo) {
+    todo.clear();
+    for (int i = 0; i < (int)b_start_.size(); ++i) {
+      if (!open_[i]) continue;
+      const int sz = round == 0 ? (eager_ ? b_len_[i] + 1 : 1) : 8 << std::min(round - 1, 20);
+      for (int j = checked_[i]; j < std::min(b_len_[i] + 1, checked_[i] + sz); ++j) {
+        const int p = path(i, j);
+        if (at_[p] < 0 && !queued_[p]) {
+          queued_[p] = 1;
+          todo.push_back(p);
+        }
+      }
+    }
+    std::sort(todo.begin(), todo.end());
+  }
+
+  // The logits of the positions todo (appended to m.logits)
+  void project(const std::vector<int>& todo) {
+    const int C = m_.cfg.C, cnt = (int)todo.size();
+    const float* x = m_.x.data();
+    ensure(m_.h, (size_t)cnt * C);
+    std::vector<int32_t> sent_of(cnt);
+    for (int k = 0; k < cnt; ++k) {
+      std::copy(x + (size_t)todo[k] * C, x + (size_t)(todo[k] + 1) * C, m_.h.data() + (size_t)k * C);
+      at_[todo[k]] = arena_ + k;
+      sent_of[k] = a_.sent[row_at(todo[k])];
+    }
+    ensure(m_.logits, (size_t)(arena_ + cnt) * m_.cfg.tgt_vocab);
+    fa::project(m_, st_, m_.h.data(), cnt, sent_of.data(), m_.logits.data() + (size_t)arena_ * m_.cfg.tgt_vocab);
+    arena_ += cnt;
+  }
+
+  // greedy's choice at each position of todo (after the temperature)
+  void choose(const std::vector<int>& todo) {
+    for (int p : todo) {
+      const int r = row_at(p);
+      const Sentence& s = sentence(r);
+      const int W = columns(m_, st_, s);
+      float* lg = logits_at(p);
+      if (a_.temperature != 1.f)
+        for (int v = 0; v < W; ++v) lg[v] = lg[v] / a_.temperature;
+      const int u = rules(r).choose(lg, W, s.len + out_step(r, p));
+      column_[p] = u;
+      chosen_[p] = token_of_column(m_, st_, s, u);
+    }
+  }
+
+  // GAD++: whether the drafted token tok passes at flat position p of row r (beta > 1)
+  bool rank_pass(int r, int p, int tok) {
+    const Sentence& s = sentence(r);
+    const int col = column_of(m_, st_, s, tok);
+    if (col < 0) return false;
+    const int W = columns(m_, st_, s), out_pos = s.len + out_step(r, p);
+    const float* lg = logits_at(p);
+    const ScoreRules rr = rules(r);
+    const float a = rr.adjusted(lg, col, out_pos);
+    if (a == kNegInf || a < rr.adjusted(lg, column_[p], out_pos) - a_.tau) return false;
+    int better = 0;
+    for (int v = 0; v < W && better < a_.beta; ++v) better += rr.adjusted(lg, v, out_pos) > a;
+    return better < a_.beta;
+  }
+
+  // walk each open branch as far as its projected positions go
+  void accept() {
+    for (int i = 0; i < (int)b_start_.size(); ++i) {
+      while (open_[i] && checked_[i] <= b_len_[i] && at_[path(i, checked_[i])] >= 0) {
+        const int j = checked_[i]++;
+        const int p = path(i, j), r = row_of_[i];
+        const int drafted = j < b_len_[i] ? a_.tokens[off_[r] + b_start_[i] + j] : -1;
+        if (j < b_len_[i] && (a_.beta > 1 ? rank_pass(r, p, drafted) : chosen_[p] == drafted))
+          matched_[i] = j + 1;
+        else
+          open_[i] = 0;
+      }
+      if (checked_[i] > b_len_[i]) open_[i] = 0;
+    }
+  }
+
+  // the branch of row r that accepted most (the first of equals)
+  int winner(int r) const {
+    int w = first_branch_[r];
+    for (int i = first_branch_[r] + 1; i < first_branch_[r + 1]; ++i)
+      if (matched_[i] > matched_[w]) w = i;
+    return w;
+  }
+
+  // Row r's outputs from branch w: its accepted tokens (the drafted ones,
+  // greedy's choices unless beta > 1) and the choice at the first mismatch,
+  // cut after EOS; their scores and features.  Returns the number emitted.
+  int emit(int r, int w) {
+    const Sentence& s = sentence(r);
+    const int C = m_.cfg.C, o = off_[r];
+    auto emitted = [&](int j) { return j < matched_[w] ? a_.tokens[o + b_start_[w] + j] : chosen_[path(w, j)]; };
+    int ne = matched_[w] + 1, fin = 0;
+    for (int j = 0; j < ne; ++j)
+      if (emitted(j) == m_.cfg.eos) {
+        ne = j + 1;
+        fin = 1;
+        break;
+      }
+    const int W = columns(m_, st_, s);
+    const float* x = m_.x.data();
+    const ScoreRules rr = rules(r);
+    for (int j = 0; j < ne; ++j) {
+      const int p = path(w, j), c = emitted(j);
+      const float* lg = logits_at(p);
+      const float lse = logsumexp(lg, W);
+      const float val = rr.adjusted(lg, c == chosen_[p] ? column_[p] : column_of(m_, st_, s, c), s.len + j);
+      a_.choice[o + j] = c;
+      a_.score[o + j] = val - lse;
+      if (a_.feats != nullptr) std::copy(x + (size_t)p * C, x + (size_t)(p + 1) * C, a_.feats + (size_t)(o + j) * C);
+    }
+    a_.n_emit[r] = ne;
+    a_.n_match[r] = matched_[w];
+    a_.done[r] = fin;
+    if (a_.winner != nullptr) a_.winner[r] = w - first_branch_[r];
+    return ne;
+  }
+
+  // The sentence of row r grows by the ne emitted tokens; branch w's cache
+  // entries move right after the last token (where a single branch already is)
+  void commit(int r, int w, int ne) {
+    Sentence& s = sentence(r);
+    const int H = m_.cfg.H, D = m_.D;
+    if (b_start_[w] != 1)
+      for (int l = 0; l < (int)m_.w.dec.size(); ++l)
+        for (int hh = 0; hh < H; ++hh) {
+          float* ck = s.self_k.data() + kv_at(l, hh, 0, H, s.cap, D);
+          float* cv = s.self_v.data() + kv_at(l, hh, 0, H, s.cap, D);
+          for (int j = 0; j < ne - 1; ++j) {
+            const size_t from = (size_t)(s.len + b_start_[w] + j) * D, to = (size_t)(s.len + 1 + j) * D;
+            std::copy(ck + from, ck + from + D, ck + to);
+            std::copy(cv + from, cv + from + D, cv + to);
+          }
+        }
+    s.len += ne;
+  }
+};
+
+}  // namespace
+
+int verify_pass(Decoder& m, State& st, const PassArgs& a) { return Pass(m, st, a).run(); }
+
+}  // namespace fa

@@ -1,0 +1,61 @@
+// The verification pass: the decoder over [last token, draft(s)] for a batch
+// of rows, greedy's choice at each position, exact acceptance, emission and
+// the cache commit, in one call (fa_pass).
+#pragma once
+
+#include <cstdint>
+
+#include "model/decoder.h"
+
+namespace fa {
+
+// One pass's inputs and outputs (mirrored by PassArgs in c_api.py).
+//
+// Row r: sentence sent[r], row_len[r] tokens (the last emitted token followed
+// by the drafted tokens), rows concatenated in tokens.  Without n_branch a
+// row's draft is one branch; with it, row r holds n_branch[r] drafts one after
+// the other (their lengths in branch_len, all rows' concatenated), each a
+// continuation of the last token (a tree row, see decoder_rows).
+//
+// Greedy's choice follows fairseq's rules (ScoreRules in pass.cpp): pad never,
+// unk_penalty subtracted from unk, only EOS from output position max_len (or
+// the row's row_max_len) on,
+// no EOS before min_len; logits are divided by temperature first.  beta > 1
+// accepts GAD++'s way (Xia et al. 2023): a drafted token passes if fewer than
+// beta tokens score strictly higher than it and its score is within tau of
+// the top one's (adjusted log-probabilities); else a drafted token passes when
+// it is greedy's choice.
+//
+// Outputs per row: n_emit, n_match (accepted drafted tokens), done (EOS
+// emitted), winner (the kept branch, if given); choice and score of the
+// emitted tokens from the row's offset in the concatenation, and (if feats is
+// given) the decoder features (C floats, after the last layer norm) each
+// emitted token was chosen from, at the same offsets.
+struct PassArgs {
+  int32_t n;
+  const int32_t* sent;
+  const int32_t* row_len;
+  const int32_t* tokens;
+  const int32_t* n_branch;    // or null
+  const int32_t* branch_len;  // with n_branch
+  int32_t max_len, min_len;
+  float unk_penalty, temperature;
+  int32_t beta;
+  float tau;
+  int32_t* choice;
+  float* score;
+  int32_t* n_emit;
+  int32_t* n_match;
+  int32_t* done;
+  int32_t* winner;  // or null
+  float* feats;     // or null
+  // per row, its own max_len (a running batch's rows each keep their
+  // sentence's length limit); null: max_len for every row
+  const int32_t* row_max_len;
+};
+
+// 0, or -1 (nothing changed) if a row does not fit its sentence's cache or
+// its branches do not add up to it.
+int verify_pass(Decoder& m, State& st, const PassArgs& a);
+
+}  // namespace fa
