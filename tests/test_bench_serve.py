@@ -157,6 +157,7 @@ def _check_phases(r, n):
     assert point["p50_ms"] <= point["p99_ms"]
 
 
+@pytest.mark.slow
 @needs_native
 def test_bench_serve_ours(tmp_path):
     stdout, res = _bench(tmp_path, "--sentences", "20", "--systems", "iad,greedy,static")

@@ -164,6 +164,7 @@ def test_inference_precision_option_quantizes_for_every_decoding():
     assert mode_overrides("ct2-int8", args) == {}
 
 
+@pytest.mark.slow
 @needs_native
 def test_native_int8_prefetching_model_is_bit_exact():
     """A model whose int8 weights outgrow the caches (Transformer-big's layer

@@ -255,6 +255,7 @@ def test_cli_output_format(tmp_path):
     assert p.stdout.splitlines()[2] == "F_1.0       : 0.5714"
 
 
+@pytest.mark.slow
 def test_cli_errors(tmp_path):
     gold = tmp_path / "gold.m2"
     gold.write_text(TWO, encoding="utf-8")

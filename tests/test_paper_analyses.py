@@ -30,6 +30,7 @@ def test_histogram_table_and_plot(tmp_path, capsys):
         speedup_histogram.main([str(path), "--mode", "gad"])
 
 
+@pytest.mark.slow
 def test_peak_memory_side_by_side():
     """scripts/diagnostics/peak_memory.py (GAD Table 16 on a CPU): each mode in its own
     process, peak and loaded resident memory in a table; an unknown mode refused."""

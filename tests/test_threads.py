@@ -97,6 +97,7 @@ def stress(variant, calls, threads=(2, 3, 8), load=(0, 2), timeout_ms=2000):
     return out.returncode, json.loads(out.stdout.splitlines()[-1])["runs"]
 
 
+@pytest.mark.slow
 @needs_compiler
 @pytest.mark.timeout(300)
 def test_pool_stress_changing_item_counts():
@@ -111,6 +112,7 @@ def test_pool_stress_changing_item_counts():
         assert r["worker_items"] > 0, r
 
 
+@pytest.mark.slow
 @needs_compiler
 @pytest.mark.timeout(300)
 def test_pool_stress_with_widened_windows():
