@@ -78,12 +78,15 @@ def profile(t, lines, alone, rows, stages):
         return b
 
     dec.make_batch = make_batch
-    stages.read(reset=True)
-    t0 = time.perf_counter()
-    with t._lock:
-        outs = list(stream(t, lines, rows, decoder=dec, locked=True))
-    wall = time.perf_counter() - t0
-    st = stages.read(reset=True)
+    try:
+        stages.read(reset=True)
+        t0 = time.perf_counter()
+        with t._lock:
+            outs = list(stream(t, lines, rows, decoder=dec, locked=True))
+        wall = time.perf_counter() - t0
+        st = stages.read(reset=True)
+    finally:
+        dec.make_batch = real_make
     if outs != alone:
         bad = sum(a != b for a, b in zip(outs, alone))
         raise SystemExit(f"rows {rows}: {bad} outputs differ from translate(s)")
