@@ -42,9 +42,9 @@ def stored(result: Dict, label: str, command: Optional[str] = None, commit: Opti
     if commit:
         out["commit"] = commit
     missing = [k for k in ("command", "commit", "machine") if not out.get(k)]
-    if not any(out.get(k) for k in ("modes", "systems", "passes", "slots")):
+    if not any(out.get(k) for k in ("modes", "systems", "passes", "slots", "stages")):
         missing.append("modes (a benchmark's), systems (the server benchmark's), passes (pass_cost.py's, "
-                       "profile_pass.py's) or slots (gad_limits.py's)")
+                       "profile_pass.py's), slots (gad_limits.py's) or stages (stage_profile.py's)")
     if missing:
         raise ResultsError(f"a stored result needs {', '.join(missing)} (a JSON made before the benchmark "
                            "recorded its command and commit: pass --command and --commit)")

@@ -6,7 +6,7 @@ from typing import Callable, Dict, List
 from .decoding import (at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, drafters, edit_spans, gad_limits,
                        http_overhead, hub_latency, serving, targets, torch_pass)
 from .engine import (exactness, loop_in_engine, pass_cost, pass_rows, pass_stages, pass_vs_step, side_by_side,
-                     vs_ct2, workers)
+                     stage_profile, vs_ct2, workers)
 
 TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "at-a-glance": at_a_glance,
@@ -26,6 +26,7 @@ TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "pass-cost": pass_cost,
     "pass-stages": pass_stages,
     "pass-rows": pass_rows,
+    "stage-profile": stage_profile,
     "torch-pass": torch_pass,
     "gad-limits": gad_limits,
     "hub-latency": hub_latency,

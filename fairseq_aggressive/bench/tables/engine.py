@@ -261,3 +261,42 @@ def pass_stages(results: List[Dict]) -> List[str]:
         lines += [f"| total | {total[widths[0]]:.3f} | "
                   + ", ".join(f"{total[T] - total[widths[0]]:+.3f}" for T in widths[1:]) + " |", ""]
     return lines[:-1]
+
+
+# stage_profile.py's parts, in the order of a sentence's decoding
+PROFILE_PARTS = ("encoder", "embed", "self q/k/v", "self attention", "self out", "cross q", "cross attention",
+                 "cross out", "ffn", "projection", "choose", "emit", "pass (rest)", "drafting", "loop (rest)",
+                 "join (rest)", "python")
+
+
+def stage_profile(results: List[Dict]) -> List[str]:
+    """Where a streamed sentence's time goes (``stage_profile.py --json``): per stored run, per
+    row count ms per sentence in each part (its share), the multiply-adds it needs per sentence
+    and the rate it ran at, then the totals."""
+    lines = []
+    for r in results:
+        per = r["stages"]
+        rows = sorted(per, key=int)
+        s = r["shapes"]
+        lines += [f"{r['label']}, {r['decoding']}, {r['sentences']} sentences, "
+                  f"{'quiet' if not r.get('load') else str(r['load']) + ' busy processes beside it'} "
+                  f"(C {s['C']}, FFN {s['F']}, {s['enc_layers']}+{s['dec_layers']} layers, vocabulary {s['vocab']}); "
+                  "ms per sentence (share) and GMAC/s:", "",
+                  "| part | MMAC per sentence | " + " | ".join(f"B={b}" for b in rows) + " |",
+                  "|---|---|" + "---|" * len(rows)]
+        for part in PROFILE_PARTS:
+            cells = []
+            for b in rows:
+                c = per[b]["stages"][part]
+                rate = f", {c['gmacs']:.0f}" if c.get("gmacs") else ""
+                cells.append(f"{c['ms']:.3f} ({100 * c['share']:.0f}%){rate}")
+            need = per[rows[-1]]["stages"][part]["macs"]
+            lines.append(f"| {part} | {need / 1e6:.1f} | " + " | ".join(cells) + " |" if need else
+                         f"| {part} | | " + " | ".join(cells) + " |")
+        lines.append("| total | | " + " | ".join(f"{per[b]['ms_per_sentence']:.3f}, {per[b]['total_gmacs']:.0f}"
+                                                for b in rows) + " |")
+        lines.append("| linear layers, GMAC/s | | " + " | ".join(f"{per[b]['linear_gmacs']:.0f}" for b in rows) + " |")
+        lines.append("| passes per sentence | | " + " | ".join(f"{per[b]['passes_per_sentence']:.1f}" for b in rows)
+                     + " |")
+        lines.append("")
+    return lines[:-1]
