@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from helpers import NATIVE_REASON, ROOT, USER_DIR, generate, run, sample_test_size, tool
+from helpers import NATIVE_REASON, ROOT, USER_DIR, generate, needs_native, run, sample_test_size, tool
 
 # trains a model on the sample (conftest.py's `trained`): minutes
 pytestmark = pytest.mark.slow
@@ -186,3 +186,40 @@ def test_generate_beam_on_the_engine(trained):
                        "--nbest", "1")
     assert set(int8_beam1) == set(int8_greedy)
     assert all(int8_beam1[k][0][1] == int8_greedy[k][0][1] for k in int8_greedy)
+
+
+@needs_native
+def test_bench_stream_modes(trained, tmp_path):
+    """-stream modes: every sentence through --batch-size rows of the engine's running batch,
+    each its greedy output, the passes and counters recorded as the batch modes'."""
+    data, ckpt = trained
+    js = tmp_path / "bench.json"
+    run([tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--gen-subset", "test",
+         "--remove-bpe", "--bench-max-sentences", "40", "--warmup", "2", "--threads", "1", "--batch-size", "8",
+         "--bench-modes", "greedy,greedy-int8,greedy-native,iad,iad-stream,greedy-native-stream,iad-int8-stream,"
+         "greedy-native-int8",
+         "--bench-json", str(js)])
+    res = json.loads(js.read_text())
+    rows = res["per_sentence"]
+    assert len(rows) == 40
+    for r in rows:  # the engine's greedy at batch 8 (each row its own length limit streamed; the same here)
+        assert r["iad-stream"]["tokens"] == r["greedy-native-stream"]["tokens"] == r["iad"]["tokens"]
+        assert r["iad-int8-stream"]["tokens"] == r["greedy-native-int8"]["tokens"]
+    for m in ("iad-stream", "greedy-native-stream", "iad-int8-stream"):
+        assert res["modes"][m]["identical_to_greedy"] >= 39
+        assert res["modes"][m]["mean_ms_per_sentence"] > 0
+    assert res["modes"]["greedy-native-stream"]["mean_passes_per_sentence"] > res["modes"]["iad-stream"]["mean_passes_per_sentence"]
+
+
+def test_bench_stream_needs_the_engines_loop():
+    from fairseq_aggressive.bench.modes import mode_overrides
+
+    class Args:
+        engine = "auto"
+        bench_shortlist = None
+        drafter_path = None
+
+    assert mode_overrides("iad-stream", Args())["bench_stream"] is True
+    for bad in ("greedy-stream", "iad-torch-stream", "iad-pyloop-stream", "beam5-stream"):
+        with pytest.raises(SystemExit, match="-stream applies"):
+            mode_overrides(bad, Args())

@@ -1,6 +1,6 @@
 """The benchmark's mode names: a base (``beam5``, ``greedy``, ``iad[@L][-bN][-cost]``,
 ``gad[++][-bf16][@K]``, ``feature-ar[@K]``, ``blockwise[-topK][-minL]``, a CTranslate2 mode) and
-suffixes (``-native``/``-torch``, ``-int8``, ``-sl``, ``-dsl``, ``-dint8``, ``-pyloop``,
+suffixes (``-native``/``-torch``, ``-int8``, ``-sl``, ``-dsl``, ``-dint8``, ``-pyloop``, ``-stream``,
 ``:TARGET``), each turned into the generation options it stands for
 (:func:`mode_overrides`), and the greedy mode whose outputs another must equal
 (:func:`reference_mode`).  The grammar is described in the command's help
@@ -44,7 +44,9 @@ GRAMMAR = (
     "-int8 decodes an int8 copy of the model (iad-int8, greedy-int8); a final -sl decodes with the vocabulary "
     "shortlist of --bench-shortlist (approximate; greedy-sl is greedy on it); -pyloop after an IAD, feature-ar, "
     "blockwise or greedy-native mode runs the generator's loop in Python (iad-pyloop); :TARGET after a native mode runs that "
-    "build target of the engine (iad:avx2)"
+    "build target of the engine (iad:avx2); a final -stream after a native IAD, greedy-native, feature-ar or "
+    "blockwise mode streams every sentence through --batch-size rows of the engine's running batch, a row that "
+    "ends refilled at the next pass (iad-stream)"
 )
 
 
@@ -63,6 +65,13 @@ def mode_overrides(name: str, args) -> Dict:
             return dict(ov, native_isa=check_isa(isa) or "auto")
         except ValueError as e:
             raise SystemExit(f"benchmark mode {name}: {e}")
+    if name.endswith("-stream"):  # every sentence through --batch-size rows of the engine's running batch
+        ov = mode_overrides(name[: -len("-stream")], args)
+        if ov.get("decoding") not in ("iad", "feature-ar", "blockwise") or ov.get("engine") == "torch" \
+                or ov.get("python_loop"):
+            raise SystemExit(f"benchmark mode {name}: -stream applies to native IAD, greedy-native, feature-ar and "
+                             "blockwise modes")
+        return dict(ov, bench_stream=True)
     if name.endswith("-pyloop"):  # the generator's loop in Python where the engine would run it
         ov = mode_overrides(name[: -len("-pyloop")], args)
         if ov.get("decoding") not in ("iad", "feature-ar", "blockwise") or ov.get("engine") == "torch":
@@ -164,7 +173,7 @@ def verifier_mode(mode: str) -> str:
     """``mode`` without what leaves its verifier's model as it is: the build target, the
     drafter's settings and the loop's (``feature-ar@8-int8-dint8`` -> ``feature-ar@8-int8``)."""
     mode = without_target(mode)
-    drafter_only = ("-pyloop", "-dsl", "-dint8")
+    drafter_only = ("-pyloop", "-dsl", "-dint8", "-stream")
     while mode.endswith(drafter_only):
         mode = mode.rsplit("-", 1)[0]
     return mode

@@ -83,13 +83,23 @@ def run(cfg, bench) -> Dict:
     # modes run in blocks, one engine at a time: the torch modes interleaved batch by batch,
     # then the native-engine modes interleaved (torch's idle OpenMP threads and the native
     # engine's worker would otherwise compete for the cores), then CTranslate2 (own process)
-    blocks = [[m for m in gens if getattr(gens[m][1], "native", None) is None],
-              [m for m in gens if getattr(gens[m][1], "native", None) is not None]]
+    streams = [m for m in gens if overrides.get(m, {}).get("bench_stream")]
+    blocks = [[m for m in gens if getattr(gens[m][1], "native", None) is None and m not in streams],
+              [m for m in gens if getattr(gens[m][1], "native", None) is not None and m not in streams]]
     per_sent = {i: {"id": i} for i in ids}
     totals = {m: 0.0 for m in modes}
     steps = {m: 0 for m in modes}  # batched decoder steps of the stock generators
     with cpu_load(bench.bench_load):
         decode_blocks(blocks, gens, batches, bench, per_sent, totals, steps, tgt_dict, src_dict, bpe)
+        if streams:
+            from .stream import decode_streams
+
+            if not any(blocks):  # (the batch modes record each sentence's source)
+                for sample in batches:
+                    record_sources(sample, per_sent, tgt_dict, src_dict, bpe)
+
+            costs = {m: getattr(gen_args_for(cfg.generation, overrides[m]), "draft_cost", None) for m in streams}
+            decode_streams(streams, gens, costs, batches, bench, per_sent, totals, bsz, src_dict.pad(), tgt_dict, bpe)
         ct2_configs = {m: run_ct2(m, ct2_dir, batches, cfg, model, src_dict, tgt_dict, bench, per_sent, totals,
                                   steps) for m in ct2_modes}
     ties = count_near_ties(modes, per_sent, {m: mdl for m, (mdl, _) in gens.items()}, tgt_dict.eos())

@@ -29,18 +29,27 @@ class RunningDecoder:
     output (``Translator.translate``'s), whatever else is in the batch; each has
     its own length limit."""
 
-    def __init__(self, translator, engine, spec, run: dict, max_draft, budget: bool):
-        self.translator, self.hub, self.gen = translator, translator.hub, translator.generator
-        self.engine, self.drafter_engine, self.spec = engine, spec.engine, spec
-        self.drafter = translator.generator.drafter
-        self.run, self.max_draft, self.budget = run, max_draft, budget
+    def __init__(self, gen, spec, run: dict, budget: bool, translator=None):
+        self.translator, self.gen = translator, gen
+        self.hub = translator.hub if translator is not None else None
+        self.engine, self.drafter_engine, self.spec = gen.verifier.engine, spec.engine, spec
+        self.drafter = gen.drafter
+        self.run, self.max_draft, self.budget = run, gen.max_draft_len, budget
 
     @classmethod
     def of(cls, translator) -> Optional["RunningDecoder"]:
+        """The running batch of ``translator``'s decoding (None where it does not run there)."""
+        return cls.of_generator(translator.generator, translator.settings.get("draft_cost"), translator)
+
+    @classmethod
+    def of_generator(cls, gen, draft_cost: Optional[str] = None, translator=None) -> Optional["RunningDecoder"]:
+        """The running batch of a generator's decoding (None where it does not run
+        there), its draft lengths by the engine's policy unless ``draft_cost`` says
+        otherwise; ``translator``: the Translator of the text methods (:meth:`prepare`,
+        :meth:`finish`), or None (token ids only: :meth:`prepared`)."""
         from ..generator import AggressiveGenerator
         from ..verifiers import NativeVerifier
 
-        gen = translator.generator
         if not isinstance(gen, AggressiveGenerator) or not isinstance(gen.verifier, NativeVerifier):
             return None
         if gen.verifier.shortlist or not gen.engine_loop:
@@ -52,8 +61,7 @@ class RunningDecoder:
         kind = "greedy" if gen.max_draft_len == 0 and spec.kind == "copy" else spec.kind
         run = dict(spec.settings, kind=kind, first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty,
                    temperature=r.temperature, beta=gen.verifier.beta, tau=gen.verifier.tau)
-        budget = translator.settings.get("draft_cost") in (None, "auto")
-        return cls(translator, gen.verifier.engine, spec, run, gen.max_draft_len, budget)
+        return cls(gen, spec, run, draft_cost in (None, "auto"), translator)
 
     def engines(self, n: int, threads) -> list:
         """``n`` (verifier engine, drafter engine or None) pairs on one copy of the weights."""

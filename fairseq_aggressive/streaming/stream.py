@@ -1,5 +1,5 @@
 """Sentences through a running batch of B rows, outputs in order (:func:`stream`)."""
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, List, Tuple
 
 # passes a run makes before it returns to refill, if no row finished
 MAX_PASSES = 256
@@ -16,7 +16,7 @@ def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, l
     take raises ValueError naming it (its index from 0), after the outputs
     before it.  ``decoder``: the Translator's RunningDecoder (made here if not
     given); ``locked``: the caller holds the Translator's lock."""
-    from .decoder import RunningDecoder, TooLong
+    from .decoder import RunningDecoder
 
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
@@ -24,8 +24,20 @@ def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, l
     if dec is None:
         yield from _static(translator, sentences, rows, locked)
         return
-    batch = dec.make_batch()
-    source = iter(sentences)
+    prepared = (dec.prepare(text) for text in sentences)  # (read as rows free up; TooLong where one cannot)
+    for tokens, _ in stream_prepared(dec.make_batch(), prepared, rows, min_ms):
+        yield dec.finish(tokens)
+
+
+def stream_prepared(batch, prepared: Iterable, rows: int, min_ms: float = 1.0) -> Iterator[Tuple[List[int], int]]:
+    """Each prepared sentence's (:class:`~.decoder.Prepared`; ``prepared`` may raise
+    :class:`~.decoder.TooLong` for one) output tokens and passes, in order, streamed
+    through ``rows`` rows of the running batch ``batch``: a row that ends is refilled at
+    the next pass boundary.  A sentence that cannot be prepared raises ValueError naming
+    it (its index from 0), after the outputs before it."""
+    from .decoder import TooLong
+
+    source = iter(prepared)
     slots, limits, done = {}, {}, {}
     read = written = 0
     exhausted, error = False, None
@@ -35,15 +47,15 @@ def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, l
     while True:
         fresh = []
         while not exhausted and rows - len(slots) >= (refill if slots else 1) and len(slots) + len(fresh) < rows:
-            text = next(source, None)
-            if text is None:
-                exhausted = True
-                break
             try:
-                fresh.append((read, dec.prepare(text)))
+                x = next(source, None)
             except TooLong as e:  # the sentences before it are decoded and given first
                 error, exhausted = ValueError(f"sentence {read} {e}"), True
                 break
+            if x is None:
+                exhausted = True
+                break
+            fresh.append((read, x))
             read += 1
         if fresh:
             p = [x for _, x in fresh]
@@ -53,8 +65,8 @@ def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, l
         if not slots:
             break
         for slot in batch.run(MAX_PASSES, min_ms if len(slots) > 1 else 0.0):
-            tokens, _, _ = batch.take(slot, limits.pop(slot))
-            done[slots.pop(slot)] = dec.finish(tokens)
+            tokens, _, passes = batch.take(slot, limits.pop(slot))
+            done[slots.pop(slot)] = (tokens, passes)
         while written in done:
             yield done.pop(written)
             written += 1
