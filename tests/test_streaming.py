@@ -53,6 +53,23 @@ def test_streamed_outputs_are_each_sentences_own(hub, lines, settings):
     assert t.translate_batch(shuffled, rows=16) == alone[::-1]
 
 
+def test_its_encoding_and_decoding_are_the_hubs(hub, lines):
+    """The running decoder's own lookup of source ids and join of output symbols give the
+    hub's encode() and decode() exactly: the sample, odd whitespace, unknown words, <unk> and
+    EOS among the tokens."""
+    import torch
+
+    from fairseq_aggressive.translator import Translator
+
+    dec = Translator(hub, decoding="iad").running_decoder()
+    texts = lines + ["", "  a  b\t c ", "ЙЖ \u2003 x", "<unk> unknownwordxyz Ωmega", "a\u00a0b", "\x1c x \x1f"]
+    for s in texts:
+        ids = hub.encode(s).tolist()
+        assert dec.encode(s).tolist() == ids, s
+        out = ids[:-1] + [hub.tgt_dict.unk(), hub.tgt_dict.eos()]
+        assert dec.finish(out) == hub.decode(torch.tensor(out)), s
+
+
 def test_other_decodings_go_in_static_batches(hub, lines):
     from fairseq_aggressive.streaming import stream
     from fairseq_aggressive.translator import Translator

@@ -83,7 +83,7 @@ class RunningDecoder:
         limit, what = self.translator._limit, "the model takes at most"
         if max_tokens is not None and (limit is None or max_tokens < limit):
             limit, what = max_tokens, "the limit is"
-        tokens = self.hub.encode(text)
+        tokens = self.encode(text)
         n = int(tokens.numel())
         if limit is not None and n > limit:
             raise TooLong(f"is {n} tokens long after BPE; {what} {limit}")
@@ -103,5 +103,19 @@ class RunningDecoder:
         copy = copy[copy != d.pad]
         return Prepared(tokens.tolist(), copy.tolist(), max_len)
 
+    def encode(self, text: str):
+        """The hub's ``encode(text)`` (tokenized, BPE, source ids with EOS), the ids
+        looked up in one pass instead of fairseq's ``encode_line`` (which fills a
+        tensor item by item: most of a short sentence's time outside the engine)."""
+        import torch
+
+        d = self.hub.src_dict
+        line = self.hub.apply_bpe(self.hub.tokenize(text))
+        ix, unk = d.indices, d.unk_index
+        return torch.tensor([ix.get(w, unk) for w in line.split()] + [d.eos_index], dtype=torch.long)
+
     def finish(self, tokens: List[int]) -> str:
-        return self.hub.decode(tokens)
+        """The hub's ``decode(tokens)``: the symbols but EOS joined, then BPE removed and detokenized."""
+        d = self.hub.tgt_dict
+        eos, symbols = d.eos_index, d.symbols
+        return self.hub.detokenize(self.hub.remove_bpe(" ".join(symbols[t] for t in tokens if t != eos)))
