@@ -9,7 +9,7 @@ void fit_slot(const Decoder& m, Sentence& h, int need, int most) {
   if (need <= h.cap) return;
   const int nl = (int)m.w.dec.size(), H = m.cfg.H, D = m.D;
   const int cap = std::min(std::max(need, std::max(16, 2 * h.cap)), most);
-  LineVector<float> k((size_t)nl * H * cap * D), v((size_t)nl * H * cap * D);
+  CacheVector k((size_t)nl * H * cap * D), v((size_t)nl * H * cap * D);  // (unset beyond the copied positions)
   for (int l = 0; l < nl; ++l)
     for (int hh = 0; hh < H; ++hh) {
       const size_t from = kv_at(l, hh, 0, H, h.cap, D), to = kv_at(l, hh, 0, H, cap, D);

@@ -181,8 +181,8 @@ void init_state(Decoder& m, State& st, int B, const int32_t* src_len, const floa
     s.cap = cap;
     s.enc_k.resize((size_t)nl * s.src_len * C);
     s.enc_v.resize((size_t)nl * s.src_len * C);
-    s.self_k.assign((size_t)nl * cap * C, 0.f);
-    s.self_v.assign((size_t)nl * cap * C, 0.f);
+    s.self_k.resize((size_t)nl * cap * C);  // (unset: see CacheAligned)
+    s.self_v.resize((size_t)nl * cap * C);
   }
   ensure(m.kv, (size_t)M * 3 * C);
   for (int l = 0; l < nl; ++l) {

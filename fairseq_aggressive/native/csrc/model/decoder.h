@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/linear.h"
@@ -55,6 +57,33 @@ struct Decoder {
   bool weights_shared() const { return shared.use_count() > 1; }
 };
 
+// Storage of a sentence's caches: line-aligned, and left unset when it grows.
+// A self-attention cache holds cap positions (the sentence's length limit) and
+// a sentence writes the first few dozen: every position a pass reads (the
+// cache up to the sentence's length, then the row's own) was written before,
+// by this pass or an earlier one, so new storage is never read unset, and
+// leaving it unset leaves its pages untouched (zeroing them cost about as much
+// as a sentence's encoder pass's linear layers at a length limit of 200).
+template <typename T>
+struct CacheAligned : LineAligned<T> {
+  CacheAligned() = default;
+  template <typename U>
+  CacheAligned(const CacheAligned<U>&) {}
+  template <typename U>
+  struct rebind {
+    using other = CacheAligned<U>;
+  };
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: a float is left as it is
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+using CacheVector = std::vector<float, CacheAligned<float>>;
+
 // where position p of head h of layer l starts in a cache of `rows` positions per head (see Sentence)
 inline size_t kv_at(int l, int h, int p, int H, int rows, int D) { return (((size_t)l * H + h) * rows + p) * D; }
 
@@ -64,11 +93,11 @@ inline size_t kv_at(int l, int h, int p, int H, int rows, int D) { return (((siz
 // positions lie C floats apart, map to few L1 sets and defeat the prefetchers)
 struct Sentence {
   int src_len = 0, len = 0, cap = 0;
-  LineVector<float> enc_k, enc_v;    // per layer, per head: src_len x D
+  CacheVector enc_k, enc_v;          // per layer, per head: src_len x D
   // where the encoder keys and values are read: null, this sentence's own;
   // else another's (a beam's hypotheses share their sentence's)
   const Sentence* enc = nullptr;
-  LineVector<float> self_k, self_v;  // per layer, per head: cap x D
+  CacheVector self_k, self_v;        // per layer, per head: cap x D (positions >= len unset)
   std::vector<int32_t> sl_ids;  // shortlist rows of this sentence beyond the common ones (ascending)
   Linear sl_extra;
 };
