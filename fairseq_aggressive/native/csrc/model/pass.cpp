@@ -82,6 +82,7 @@ class Pass {
       accept();
     }
     StageClock c(Stage::kEmit);
+    normalizers();
     for (int r = 0; r < a_.n; ++r) {
       const int w = winner(r);
       commit(r, w, emit(r, w));
@@ -109,6 +110,9 @@ class Pass {
   // greedy's column and token there
   std::vector<int> at_, queued_, column_;
   std::vector<int32_t> chosen_;
+  // the positions rows emit from and their log-normalisers (normalizers)
+  std::vector<int> emit_at_;
+  std::vector<float> lse_;
 
   Sentence& sentence(int r) { return st_.sents[a_.sent[r]]; }
   // the score rules of row r (its own max_len where the pass gives one per row)
@@ -271,6 +275,32 @@ class Pass {
     return w;
   }
 
+  // The log-normaliser (logsumexp over the row's columns) of every position a
+  // row emits from (its winner's accepted tokens and the one after, before
+  // EOS cuts them), into lse_[p], computed across the pool: each is one row's
+  // own sum in a fixed order, whichever thread computes it
+  void normalizers() {
+    std::vector<int>& todo = emit_at_;
+    todo.clear();
+    for (int r = 0; r < a_.n; ++r) {
+      const int w = winner(r), o = off_[r];
+      for (int j = 0; j <= matched_[w]; ++j) {
+        todo.push_back(path(w, j));
+        if ((j < matched_[w] ? a_.tokens[o + b_start_[w] + j] : chosen_[path(w, j)]) == m_.cfg.eos) break;
+      }
+    }
+    lse_.assign(off_[a_.n], 0.f);
+    const int n = (int)todo.size(), chunks = std::min(n, m_.pool.size() > 1 && n >= 8 ? m_.pool.size() : 1);
+    m_.pool.run(
+        [&](int c) {
+          for (int k = (int)((int64_t)n * c / chunks); k < (int)((int64_t)n * (c + 1) / chunks); ++k) {
+            const int p = todo[k];
+            lse_[p] = logsumexp(logits_at(p), columns(m_, st_, sentence(row_at(p))));
+          }
+        },
+        chunks);
+  }
+
   // Row r's outputs from branch w: its accepted tokens (the drafted ones,
   // greedy's choices unless beta > 1) and the choice at the first mismatch,
   // cut after EOS; their scores and features.  Returns the number emitted.
@@ -285,13 +315,12 @@ class Pass {
         fin = 1;
         break;
       }
-    const int W = columns(m_, st_, s);
     const float* x = m_.x.data();
     const ScoreRules rr = rules(r);
     for (int j = 0; j < ne; ++j) {
       const int p = path(w, j), c = emitted(j);
       const float* lg = logits_at(p);
-      const float lse = logsumexp(lg, W);
+      const float lse = lse_[p];  // (normalizers)
       const float val = rr.adjusted(lg, c == chosen_[p] ? column_[p] : column_of(m_, st_, s, c), s.len + j);
       a_.choice[o + j] = c;
       a_.score[o + j] = val - lse;
