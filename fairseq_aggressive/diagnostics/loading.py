@@ -18,3 +18,25 @@ def load_model_and_samples(data, path, subset, n, precision="float32", **overrid
 
         model = quantize_int8(model).eval()
     return model, task, [ds.collater([ds[i]]) for i in range(min(n, len(ds)))]
+
+
+def translator_and_lines(model_dir, input_path, n, decoding="iad", int8=False, threads=None):
+    """A :class:`~fairseq_aggressive.translator.Translator` of ``model_dir`` decoding as
+    ``decoding`` (``int8``: its int8 copy; ``threads``: the engine's, else every usable CPU),
+    the first ``n`` non-empty lines of ``input_path``, and each line's own ``translate(s)``
+    (what a streamed or batched output must equal)."""
+    import logging
+
+    from fairseq_aggressive.streaming.options import translator_settings
+    from fairseq_aggressive.translator import Translator
+
+    settings = translator_settings({"decoding": decoding})
+    if int8:
+        settings["inference_precision"] = "int8"
+    if threads:
+        settings["native_threads"] = threads
+    t = Translator.from_pretrained(model_dir, **settings)
+    logging.getLogger("fairseq_aggressive").setLevel(logging.WARNING)
+    with open(input_path, encoding="utf-8") as f:
+        lines = [x.strip() for x in f if x.strip()][:n]
+    return t, lines, [t.translate(s) for s in lines]

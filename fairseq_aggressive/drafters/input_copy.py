@@ -119,8 +119,7 @@ class InputCopyDrafter(Drafter):
         spec = self.engine_drafter(verifier)
         if spec is None or not verifier.runs_engine_loops:
             return None
-        kind = "greedy" if max_draft == 0 else spec.kind
-        toks, scores, passes, st = verifier.decode_in_engine(kind, first, max_draft, budget=budget,
+        toks, scores, passes, st = verifier.decode_in_engine(spec.kind, first, max_draft, budget=budget,
                                                              copy=self.copy_source(sample), **spec.settings)
         self.learn_from_loop(st.copy)
         return LoopResult(toks, scores, passes, st.loop)

@@ -17,10 +17,9 @@ def _i32(values) -> np.ndarray:
 
 def drafter_kind(max_draft: Optional[int], drafter=None) -> str:
     """The engine's drafter for these settings: a feature drafter's where one
-    is given, greedy search's where drafts are capped at 0, else source copies."""
-    if drafter is not None:
-        return "feature"
-    return "greedy" if max_draft == 0 else "copy"
+    is given, else source copies (greedy search's where drafts are capped at 0:
+    :func:`run_settings`)."""
+    return "feature" if drafter is not None else "copy"
 
 
 def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool = False, min_len: int = 1,
@@ -29,7 +28,7 @@ def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool =
                  min_prob: float = 0.0, shared_encoder: bool = False) -> "c_api.RunSettings":
     """The engine's :class:`~fairseq_aggressive.native.c_api.RunSettings`: the
     drafter ``kind`` (one of ``c_api.DRAFTERS``) with its settings, and the
-    rules every pass shares."""
+    rules every pass shares.  Source copies capped at 0 tokens are greedy search."""
     if kind not in c_api.DRAFTERS:
         raise ValueError(f"no engine drafter named {kind!r} (there are {', '.join(c_api.DRAFTERS)})")
     if max_draft is not None and max_draft < -1:
@@ -38,6 +37,8 @@ def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool =
         raise ValueError(f"re-anchoring suffix lengths {ngram_min}..{ngram_max}: 1 <= ngram_min <= ngram_max")
     if k < 1 or room < 1 or min_len < 0:
         raise ValueError(f"k {k} and room {room} must be positive, min_len {min_len} not negative")
+    if kind == "copy" and max_draft == 0:
+        kind = "greedy"
     d = c_api.DrafterSettings(max_draft=c_api.draft_cap(max_draft), ngram_min=ngram_min, ngram_max=ngram_max,
                               bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=int(bool(shared_encoder)))
     return c_api.RunSettings(drafter=kind.encode(), first=first, budget=int(bool(budget)), min_len=min_len,
@@ -75,14 +76,14 @@ class RunningBatch:
                  min_prob: float = 0.0, shared_encoder: bool = False, kind: Optional[str] = None):
         self.engine, self.lib = engine, engine.lib
         self.drafter = drafter  # kept alive as long as the batch
-        self.kind = kind or drafter_kind(max_draft, drafter)
-        s = run_settings(self.kind, first, max_draft, budget=budget, min_len=min_len, unk_penalty=unk_penalty,
+        s = run_settings(kind or drafter_kind(max_draft, drafter), first, max_draft, budget=budget, min_len=min_len, unk_penalty=unk_penalty,
                          temperature=temperature, beta=beta, tau=tau, ngram_min=ngram_min, ngram_max=ngram_max,
                          bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=shared_encoder)
         handle = self.lib.fa_run_new(engine.handle, drafter.handle if drafter is not None else None, ctypes.byref(s))
         if not handle:
             raise engine.failure("making a running batch")
         self.handle = handle
+        self.kind = s.drafter.decode()  # the engine's drafter
         self.first, self.max_draft, self.budget = first, max_draft, bool(budget)
         self._cap = 0
         self._finished = np.empty(0, dtype=np.int32)

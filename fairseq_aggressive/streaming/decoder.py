@@ -58,8 +58,7 @@ class RunningDecoder:
         if spec is None or not spec.joins:
             return None
         r = gen.verifier.rules
-        kind = "greedy" if gen.max_draft_len == 0 and spec.kind == "copy" else spec.kind
-        run = dict(spec.settings, kind=kind, first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty,
+        run = dict(spec.settings, kind=spec.kind, first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty,
                    temperature=r.temperature, beta=gen.verifier.beta, tau=gen.verifier.tau)
         return cls(gen, spec, run, draft_cost in (None, "auto"), translator)
 

@@ -20,8 +20,6 @@ Every output is checked against the sentence's own ``translate(s)``.
 ``--json`` writes a result ``scripts/results.py add`` stores.
 """
 import argparse
-import subprocess
-import sys
 import time
 
 LINEAR = ("self q/k/v", "self out", "cross q", "cross out", "ffn", "projection")
@@ -110,22 +108,14 @@ def main(argv=None):
     import logging
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("fairseq").setLevel(logging.WARNING)
+    from fairseq_aggressive.bench.load import cpu_load
     from fairseq_aggressive.diagnostics import stages
+    from fairseq_aggressive.diagnostics.loading import translator_and_lines
     from fairseq_aggressive.native.machine import describe_machine
-    from fairseq_aggressive.streaming.options import translator_settings
-    from fairseq_aggressive.translator import Translator
 
     stages.use_test_library()
-    settings = translator_settings({"decoding": args.decoding})
-    if args.int8:
-        settings["inference_precision"] = "int8"
-    if args.threads:
-        settings["native_threads"] = args.threads
-    t = Translator.from_pretrained(args.model_dir, **settings)
-    logging.getLogger("fairseq_aggressive").setLevel(logging.WARNING)
-    with open(args.input, encoding="utf-8") as f:
-        lines = [x.strip() for x in f if x.strip()][:args.sentences]
-    alone = [t.translate(s) for s in lines]
+    t, lines, alone = translator_and_lines(args.model_dir, args.input, args.sentences, args.decoding, args.int8,
+                                           args.threads)
     dec = t.running_decoder()
     prepared = [dec.prepare(s) for s in lines]
     outs_len = [len(t.hub.encode(o)) for o in alone]  # tokens each output has (EOS included)
@@ -135,9 +125,8 @@ def main(argv=None):
     self_ctx = sum(n * (n + 1) // 2 for n in outs_len)
     s = shapes(t.hub.models[0])
     rows = [int(r) for r in args.rows.split(",")]
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
     table = {}
-    try:
+    with cpu_load(args.load):
         for b in rows:
             best = min((profile(t, lines, alone, b, stages) for _ in range(args.rounds)), key=lambda r: r[0])
             wall, spent, st, rs = best
@@ -162,9 +151,6 @@ def main(argv=None):
                 "linear_gmacs": sum(need[k] for k in LINEAR) / max(sum(parts[k] for k in LINEAR), 1e-12) / 1e9,
                 "total_gmacs": sum(need.values()) / wall / 1e9,
             }
-    finally:
-        for q in busy:
-            q.kill()
     machine = describe_machine()
     print(f"{args.model_dir}: {len(lines)} sentences, {args.decoding}{' int8' if args.int8 else ''}, "
           f"load {args.load}, {machine}")

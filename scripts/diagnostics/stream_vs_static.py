@@ -11,8 +11,6 @@ Every streamed output is checked against the sentence's own
 """
 import argparse
 import statistics
-import subprocess
-import sys
 import time
 
 
@@ -32,22 +30,13 @@ def main(argv=None):
     import logging
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("fairseq").setLevel(logging.WARNING)
+    from fairseq_aggressive.bench.load import cpu_load
+    from fairseq_aggressive.diagnostics.loading import translator_and_lines
     from fairseq_aggressive.native.machine import describe_machine
-    from fairseq_aggressive.streaming.options import translator_settings
-    from fairseq_aggressive.translator import Translator
 
-    settings = translator_settings({"decoding": args.decoding})
-    if args.int8:
-        settings["inference_precision"] = "int8"
-    if args.threads:
-        settings["native_threads"] = args.threads
-    t = Translator.from_pretrained(args.model_dir, **settings)
-    logging.getLogger("fairseq_aggressive").setLevel(logging.WARNING)
-    with open(args.input, encoding="utf-8") as f:
-        lines = [x.strip() for x in f if x.strip()][:args.sentences]
-    alone = [t.translate(s) for s in lines]
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.load)]
-    try:
+    t, lines, alone = translator_and_lines(args.model_dir, args.input, args.sentences, args.decoding, args.int8,
+                                           args.threads)
+    with cpu_load(args.load):
         print(f"{describe_machine()}; {len(lines)} sentences, {args.decoding}{' int8' if args.int8 else ''}, "
               f"load {args.load}; ms per sentence, the median of {args.rounds} rounds")
         print("| rows | streamed | static batches | static / streamed |")
@@ -66,9 +55,6 @@ def main(argv=None):
                 static.append(time.perf_counter() - t0)
             a, b = statistics.median(streamed), statistics.median(static)
             print(f"| {rows} | {1000 * a / len(lines):.2f} | {1000 * b / len(lines):.2f} | {b / a:.2f}x |")
-    finally:
-        for b in busy:
-            b.kill()
 
 
 if __name__ == "__main__":

@@ -289,7 +289,7 @@ class Pass {
         if ((j < matched_[w] ? a_.tokens[o + b_start_[w] + j] : chosen_[path(w, j)]) == m_.cfg.eos) break;
       }
     }
-    lse_.assign(off_[a_.n], 0.f);
+    lse_.resize(off_[a_.n]);  // (only the positions in todo are read)
     const int n = (int)todo.size(), chunks = std::min(n, m_.pool.size() > 1 && n >= 8 ? m_.pool.size() : 1);
     m_.pool.run(
         [&](int c) {
