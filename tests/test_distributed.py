@@ -26,9 +26,7 @@ SETUPS = {
                       "--label-smoothing", "0.1"], None),
     "block_nat glat": (["--arch", "block_nat", "--criterion", "glat_block_loss", "--block-size", "4",
                         "--glat-anneal-updates", "2"], "--init-encoder-from"),
-    "block_nat shared encoder, causal prefix": (
-        ["--arch", "block_nat", "--criterion", "glat_block_loss", "--block-size", "4", "--shared-encoder",
-         "--block-causal-prefix"], "--init-encoder-from"),
+    # (its options include --shared-encoder and --block-causal-prefix: the drafter that trains no encoder)
     "block_nat verifier features": (
         ["--arch", "block_nat", "--criterion", "glat_block_loss", "--block-size", "4", "--shared-encoder",
          "--block-causal-prefix", "--verifier-features"], "--init-encoder-from"),

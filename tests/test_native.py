@@ -212,7 +212,7 @@ def test_transformer_big_layer_shape():
                        decoder_embed_dim=1024, encoder_ffn_embed_dim=4096, decoder_ffn_embed_dim=4096,
                        encoder_attention_heads=16, decoder_attention_heads=16)
     rng = random.Random(22)
-    rows = random_sources(rng, 8, len(d), d.eos()) + random_sources(rng, 8, len(d), d.eos(), repeat=True)
+    rows = random_sources(rng, 4, len(d), d.eos()) + random_sources(rng, 4, len(d), d.eos(), repeat=True)
     ref, _ = _decode(model, task, rows, 1, max_len_b=20, max_draft_len=0)  # the engine's greedy
     cmp = None
     for bsz in (1, 8):
