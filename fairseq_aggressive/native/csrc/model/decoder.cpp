@@ -105,6 +105,29 @@ void reserve_rows(Decoder& m, int M) {
   ensure(m.f, (size_t)M * m.cfg.F);
 }
 
+// f(r0, r1) over the rows [0, M) of `width` values each: split across the pool
+// where the rows hold enough values to pay for waking it (an encoder's group of
+// sentences, a pass of many rows), else on the calling thread.  Each row is
+// computed alone, so the split never changes a value.
+template <typename F>
+void over_rows(Decoder& m, int M, int width, const F& f) {
+  const int chunks = (m.pool.size() > 1 && (int64_t)M * width >= 32768) ? std::min(M, m.pool.size()) : 1;
+  if (chunks == 1) return f(0, M);
+  m.pool.run([&](int c) { f((int)((int64_t)M * c / chunks), (int)((int64_t)M * (c + 1) / chunks)); }, chunks);
+}
+
+// y = layer_norm(x) and x += y over M rows of C values (y may be x), as over_rows splits them
+void norm_rows(Decoder& m, const float* x, float* y, int M, const Norm& ln) {
+  const int C = m.cfg.C;
+  over_rows(m, M, C, [&](int r0, int r1) {
+    layer_norm_rows(x + (size_t)r0 * C, y + (size_t)r0 * C, r1 - r0, C, ln.w, ln.b, m.cfg.ln_eps);
+  });
+}
+void add_to(Decoder& m, float* x, const float* y, int M) {
+  const int C = m.cfg.C;
+  over_rows(m, M, C, [&](int r0, int r1) { add_rows(x + (size_t)r0 * C, y + (size_t)r0 * C, (size_t)(r1 - r0) * C); });
+}
+
 // f(row, head, scratch) for every head and every row of the groups [first[g],
 // first[g + 1]) (a group: one sentence's rows, which read the same keys and
 // values).  For each head a group's rows run one after another, so the head's
@@ -148,17 +171,20 @@ void ffn(Decoder& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln
   float* x = m.x.data();
   const float* in = x;
   if (pre) {
-    layer_norm_rows(x, m.h.data(), M, C, ln.w, ln.b, m.cfg.ln_eps);
+    norm_rows(m, x, m.h.data(), M, ln);
     in = m.h.data();
   }
   linear(m.pool, fc1, in, C, M, m.f.data(), F);
-  if (m.cfg.gelu)
-    gelu_rows(m.f.data(), (size_t)M * F);
-  else
-    relu_rows(m.f.data(), (size_t)M * F);
+  over_rows(m, M, F, [&](int r0, int r1) {
+    float* f = m.f.data() + (size_t)r0 * F;
+    if (m.cfg.gelu)
+      gelu_rows(f, (size_t)(r1 - r0) * F);
+    else
+      relu_rows(f, (size_t)(r1 - r0) * F);
+  });
   linear(m.pool, fc2, m.f.data(), F, M, m.a.data(), C);
-  add_rows(x, m.a.data(), (size_t)M * C);
-  if (!pre) layer_norm_rows(x, x, M, C, ln.w, ln.b, m.cfg.ln_eps);
+  add_to(m, x, m.a.data(), M);
+  if (!pre) norm_rows(m, x, x, M, ln);
 }
 
 // A state's sentences from their encoder output x (the rows of the B sentences
@@ -227,7 +253,7 @@ State* encode(Decoder& m, int B, const int32_t* tokens, const int32_t* src_len, 
   for (auto& L : m.w.enc) {
     const float* in = x;
     if (pre) {
-      layer_norm_rows(x, m.h.data(), M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
+      norm_rows(m, x, m.h.data(), M, L.ln_attn);
       in = m.h.data();
     }
     linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
@@ -236,14 +262,16 @@ State* encode(Decoder& m, int B, const int32_t* tokens, const int32_t* src_len, 
     // free until the output projection: each head's keys contiguous
     float* keys = m.h.data();
     float* vals = m.a.data();
-    for (int r = 0; r < M; ++r) {
-      float* q = qkv + (size_t)r * 3 * C;
-      for (int c = 0; c < C; ++c) q[c] *= m.scaling;
-      for (int hh = 0; hh < H; ++hh) {
-        std::copy(q + C + hh * D, q + C + (hh + 1) * D, keys + kv_at(0, hh, r, H, M, D));
-        std::copy(q + 2 * C + hh * D, q + 2 * C + (hh + 1) * D, vals + kv_at(0, hh, r, H, M, D));
+    over_rows(m, M, 3 * C, [&](int r0, int r1) {
+      for (int r = r0; r < r1; ++r) {
+        float* q = qkv + (size_t)r * 3 * C;
+        for (int c = 0; c < C; ++c) q[c] *= m.scaling;
+        for (int hh = 0; hh < H; ++hh) {
+          std::copy(q + C + hh * D, q + C + (hh + 1) * D, keys + kv_at(0, hh, r, H, M, D));
+          std::copy(q + 2 * C + hh * D, q + 2 * C + (hh + 1) * D, vals + kv_at(0, hh, r, H, M, D));
+        }
       }
-    }
+    });
     for_heads(m, start, max_s, [&](int row, int hh, float* scratch) {
       const int b = (int)(std::upper_bound(start.begin(), start.end(), row) - start.begin()) - 1;
       const size_t at = kv_at(0, hh, start[b], H, M, D);
@@ -251,11 +279,11 @@ State* encode(Decoder& m, int B, const int32_t* tokens, const int32_t* src_len, 
              m.q.data() + (size_t)row * C + hh * D, scratch);
     });
     linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
-    add_rows(x, m.a.data(), (size_t)M * C);
-    if (!pre) layer_norm_rows(x, x, M, C, L.ln_attn.w, L.ln_attn.b, m.cfg.ln_eps);
+    add_to(m, x, m.a.data(), M);
+    if (!pre) norm_rows(m, x, x, M, L.ln_attn);
     ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
   }
-  if (m.w.enc_final.on) layer_norm_rows(x, x, M, C, m.w.enc_final.w, m.w.enc_final.b, m.cfg.ln_eps);
+  if (m.w.enc_final.on) norm_rows(m, x, x, M, m.w.enc_final);
   init_state(m, *st, B, src_len, x, cap);
   return st;
 }
@@ -297,7 +325,7 @@ void decoder_rows(Decoder& m, State& st, int n, const int32_t* sent, const int32
     std::optional<StageClock> clock(Stage::kSelfQKV);
     const float* in = x;
     if (pre) {
-      layer_norm_rows(x, m.h.data(), M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+      norm_rows(m, x, m.h.data(), M, L.ln_self);
       in = m.h.data();
     }
     linear(m.pool, L.qkv, in, C, M, m.kv.data(), 3 * C);
@@ -334,13 +362,13 @@ void decoder_rows(Decoder& m, State& st, int n, const int32_t* sent, const int32
     });
     clock.emplace(Stage::kSelfOut);
     linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
-    add_rows(x, m.a.data(), (size_t)M * C);
-    if (!pre) layer_norm_rows(x, x, M, C, L.ln_self.w, L.ln_self.b, m.cfg.ln_eps);
+    add_to(m, x, m.a.data(), M);
+    if (!pre) norm_rows(m, x, x, M, L.ln_self);
     // encoder attention
     clock.emplace(Stage::kCrossQ);
     in = x;
     if (pre) {
-      layer_norm_rows(x, m.h.data(), M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+      norm_rows(m, x, m.h.data(), M, L.ln_cross);
       in = m.h.data();
     }
     linear(m.pool, L.cq, in, C, M, m.kv.data(), C);
@@ -359,13 +387,13 @@ void decoder_rows(Decoder& m, State& st, int n, const int32_t* sent, const int32
     });
     clock.emplace(Stage::kCrossOut);
     linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);
-    add_rows(x, m.a.data(), (size_t)M * C);
-    if (!pre) layer_norm_rows(x, x, M, C, L.ln_cross.w, L.ln_cross.b, m.cfg.ln_eps);
+    add_to(m, x, m.a.data(), M);
+    if (!pre) norm_rows(m, x, x, M, L.ln_cross);
     clock.emplace(Stage::kFFN);
     ffn(m, M, L.fc1, L.fc2, L.ln_ffn, pre);
   }
   StageClock clock(Stage::kProjection);
-  if (m.w.dec_final.on) layer_norm_rows(x, x, M, C, m.w.dec_final.w, m.w.dec_final.b, m.cfg.ln_eps);
+  if (m.w.dec_final.on) norm_rows(m, x, x, M, m.w.dec_final);
 }
 
 }  // namespace fa
