@@ -70,6 +70,34 @@ def test_its_encoding_and_decoding_are_the_hubs(hub, lines):
         assert dec.finish(out) == hub.decode(torch.tensor(out)), s
 
 
+def test_a_prepared_sentences_copy_source_is_the_drafters(hub, lines):
+    """prepare() gives the hub's source ids and the copy source the drafter copies from
+    (its source ids in the target dictionary, padding left out), also where the two
+    dictionaries differ (a source-to-target id map)."""
+    import types
+
+    import torch
+
+    from fairseq_aggressive.translator import Translator
+
+    dec = Translator(hub, decoding="iad").running_decoder()
+    pad = dec.drafter.pad
+    for s in lines[:20]:
+        ids = hub.encode(s)
+        p = dec.prepare(s)
+        assert p.source == ids.tolist() and p.copy == [t for t in ids.tolist() if t != pad], s
+    n = len(hub.src_dict)
+    to_tgt = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    to_tgt[5] = pad  # a source word the target dictionary lacks
+    dec.drafter = types.SimpleNamespace(src_to_tgt=to_tgt, pad=pad)
+    for s in lines[:20] + ["a b c"]:
+        ids = hub.encode(s)
+        ids[0] = 5
+        mapped = to_tgt[ids]
+        assert dec.prepared(ids).copy == mapped[mapped != pad].tolist(), s
+        assert dec.prepared(ids.tolist()).copy == mapped[mapped != pad].tolist(), s
+
+
 def test_other_decodings_go_in_static_batches(hub, lines):
     from fairseq_aggressive.streaming import stream
     from fairseq_aggressive.translator import Translator

@@ -35,6 +35,7 @@ class RunningDecoder:
         self.engine, self.drafter_engine, self.spec = gen.verifier.engine, spec.engine, spec
         self.drafter = gen.drafter
         self.run, self.max_draft, self.budget = run, gen.max_draft_len, budget
+        self._to_tgt = None  # (the drafter's source-to-target id map as a list, made on first use)
 
     @classmethod
     def of(cls, translator) -> Optional["RunningDecoder"]:
@@ -82,36 +83,45 @@ class RunningDecoder:
         limit, what = self.translator._limit, "the model takes at most"
         if max_tokens is not None and (limit is None or max_tokens < limit):
             limit, what = max_tokens, "the limit is"
-        tokens = self.encode(text)
-        n = int(tokens.numel())
-        if limit is not None and n > limit:
-            raise TooLong(f"is {n} tokens long after BPE; {what} {limit}")
-        return self.prepared(tokens)
+        ids = self.ids(text)
+        if limit is not None and len(ids) > limit:
+            raise TooLong(f"is {len(ids)} tokens long after BPE; {what} {limit}")
+        return self.prepared(ids)
 
     def prepared(self, tokens) -> Prepared:
+        """Source ids (a list, or a tensor) ready to join."""
         from ..generator import length_cap
 
-        gen, n = self.gen, int(tokens.numel())
+        src = tokens.tolist() if hasattr(tokens, "tolist") else list(tokens)
+        gen, n = self.gen, len(src)
         max_len = length_cap(gen.max_len_a, gen.max_len_b, n, gen.max_len)
         if max_len < gen.min_len or not self.engine.can_decode(n, max_len):
             raise TooLong(f"({n} tokens) does not fit the model's positions")
         if not self.spec.copies:  # (a drafter that does not copy the source)
-            return Prepared(tokens.tolist(), [], max_len)
+            return Prepared(src, [], max_len)
         d = self.drafter
-        copy = tokens if d.src_to_tgt is None else d.src_to_tgt[tokens]
-        copy = copy[copy != d.pad]
-        return Prepared(tokens.tolist(), copy.tolist(), max_len)
+        if d.src_to_tgt is not None:  # the source ids in the target dictionary
+            if self._to_tgt is None:
+                self._to_tgt = d.src_to_tgt.tolist()
+            copy = [self._to_tgt[t] for t in src]
+        else:
+            copy = src
+        return Prepared(src, [t for t in copy if t != d.pad], max_len)
 
-    def encode(self, text: str):
-        """The hub's ``encode(text)`` (tokenized, BPE, source ids with EOS), the ids
-        looked up in one pass instead of fairseq's ``encode_line`` (which fills a
-        tensor item by item: most of a short sentence's time outside the engine)."""
-        import torch
-
+    def ids(self, text: str) -> List[int]:
+        """The hub's ``encode(text)`` as a list (tokenized, BPE, source ids with EOS),
+        the ids looked up in one pass instead of fairseq's ``encode_line`` (which
+        fills a tensor item by item: most of a short sentence's time outside the engine)."""
         d = self.hub.src_dict
         line = self.hub.apply_bpe(self.hub.tokenize(text))
         ix, unk = d.indices, d.unk_index
-        return torch.tensor([ix.get(w, unk) for w in line.split()] + [d.eos_index], dtype=torch.long)
+        return [ix.get(w, unk) for w in line.split()] + [d.eos_index]
+
+    def encode(self, text: str):
+        """The hub's ``encode(text)``: :meth:`ids` as a tensor."""
+        import torch
+
+        return torch.tensor(self.ids(text), dtype=torch.long)
 
     def finish(self, tokens: List[int]) -> str:
         """The hub's ``decode(tokens)``: the symbols but EOS joined, then BPE removed and detokenized."""
