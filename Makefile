@@ -10,7 +10,7 @@ WORK   ?= work
 # make demo LOAD=N: its benchmark runs beside N CPU-bound processes (a machine doing other work)
 LOAD   ?= 0
 
-.PHONY: setup demo demo-train demo-mt serve test test-fast test-pipelines test-soak test-arm ende-cpu clean
+.PHONY: setup demo demo-train demo-mt serve test test-fast test-e2e test-soak test-arm ende-cpu clean
 
 # torch is pinned to the local CPU build: an unpinned torch pulls a multi-GB CUDA build
 $(BIN)/.installed: setup.py
@@ -44,16 +44,16 @@ ende-cpu: setup
 	    --scale cpu --work $(WORK)/ende-cpu
 
 test: setup
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15 -m "not soak and not pipeline" tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15 -m "not soak and not e2e" tests
 
 # everything but the tests that train models or run whole pipelines (a few minutes)
 test-fast: setup
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10 -m "not slow and not soak and not pipeline" tests
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10 -m "not slow and not soak and not e2e" tests
 
-# the experiment pipelines end to end at their ci scale, the GEC and the translation one side by side
-# (tests/test_pipeline.py, tests/test_pipeline_translation.py: a few minutes)
-test-pipelines: setup
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=5 -m pipeline tests
+# whole runs end to end: the GEC and translation pipelines at their ci scale, the two demos,
+# distributed training on CPU processes (tests marked e2e: several minutes)
+test-e2e: setup
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=8 -m e2e tests
 
 # the server soaked for a minute by 32 hostile clients (tests/test_serving_soak.py; FA_SOAK_SECONDS=N)
 test-soak: setup

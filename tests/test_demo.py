@@ -74,6 +74,7 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path, name):
         assert gen.stats.as_dict()["mean_tokens_per_pass"] >= 2.4, gen.stats.summary()
 
 
+@pytest.mark.e2e
 def test_demo_end_to_end(tmp_path):
     proc = subprocess.run([sys.executable, DEMO, "--work", str(tmp_path),
                            "--sentences", "30", "--threads", "1"],
@@ -91,6 +92,7 @@ def test_demo_end_to_end(tmp_path):
                          r"identical to that model's greedy on the engine: 30/30 sentences", out), out[-2000:]
 
 
+@pytest.mark.e2e
 def test_translation_demo_end_to_end(tmp_path):
     """make demo-mt: the shipped en-de student with its drafters on the bundled sample; every
     drafted output is greedy's, and the feature drafter accepts several tokens per pass."""

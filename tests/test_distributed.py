@@ -17,7 +17,7 @@ import torch
 from conftest import COMMON, TINY
 from helpers import USER_DIR, generate, run, tool
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 UPDATES = 4
 # (--arch and --criterion options, needs the AR checkpoint)
@@ -126,7 +126,7 @@ def test_world_size_on_one_machine_spawns_processes(trained, tmp_path, monkeypat
     assert ranks[0]["sha256"] == ranks[1]["sha256"] and ranks[0]["world_size"] == 2, proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("decoding", ["iad", "gad", "blockwise"])
+@pytest.mark.parametrize("decoding", ["iad", "gad"])
 def test_sharded_decoding_covers_every_sentence_once(decoding, trained, trained_drafter, trained_blockwise):
     data, ar = trained
     ckpt, extra = ar, []

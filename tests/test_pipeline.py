@@ -123,7 +123,7 @@ def m2_cli(hyps, gold, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.pipeline
+@pytest.mark.e2e
 @pytest.mark.timeout(1800)
 def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
     """The shortest pipeline, as CI runs it: sample -> BPE/binarize -> 9+3 for a minute ->

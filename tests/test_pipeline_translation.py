@@ -28,7 +28,7 @@ def test_budgets_in_updates_and_no_hidden_bf16(config, scale, tmp_path, monkeypa
 
 
 @pytest.mark.slow
-@pytest.mark.pipeline
+@pytest.mark.e2e
 @pytest.mark.timeout(1800)
 def test_translation_pipeline_ci_scale_end_to_end(tmp_path):
     """Every translation step at toy size on the bundled sample: teacher -> Seq-KD -> block_nat
