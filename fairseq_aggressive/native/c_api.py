@@ -200,8 +200,6 @@ def declare_testing(lib) -> None:
     lib.fa_set_beam_mutant.argtypes = [I]
     lib.fa_set_drafted_pass_delay.restype = None
     lib.fa_set_drafted_pass_delay.argtypes = [I]
-    lib.fa_set_unasked_pass_delay.restype = None
-    lib.fa_set_unasked_pass_delay.argtypes = [I]
     lib.fa_set_run_fault_token.restype = None
     lib.fa_set_run_fault_token.argtypes = [I]
     lib.fa_set_realized_check.restype = None

@@ -42,10 +42,10 @@ void halve_if_old(double& hits, double& trials) {
 }  // namespace
 
 #if defined(FA_TEST_HOOKS)
-// fa_set_drafted_pass_delay, fa_set_unasked_pass_delay, fa_set_realized_check
-// (testing/test_api.cpp): a drafted pass, or one where the model chose no
-// draft, that takes longer than the cost table knows; the check on or off
-int drafted_pass_delay_us = 0, unasked_pass_delay_us = 0;
+// fa_set_drafted_pass_delay, fa_set_realized_check (testing/test_api.cpp): a
+// drafted pass that takes longer than the cost table knows, as on a loaded
+// CPU; the check on or off
+int drafted_pass_delay_us = 0;
 bool realized_check = true;
 #endif
 
@@ -333,21 +333,16 @@ bool draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows,
   return false;
 }
 
-void realized_pass(DraftPolicy* policy, bool asked, int rows, bool drafted, int tokens,
+void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,
                    std::chrono::steady_clock::time_point began) {
   if (policy == nullptr) return;
 #if defined(FA_TEST_HOOKS)
-  const int delay = drafted ? drafted_pass_delay_us : asked ? 0 : unasked_pass_delay_us;
-  if (delay > 0) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(delay);
+  if (drafted && drafted_pass_delay_us > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(drafted_pass_delay_us);
     while (std::chrono::steady_clock::now() < until) {
     }
   }
 #endif
-  // passes where the model chose no draft are another population (rows past
-  // their copy, rows just joined): not what the drafted passes would have cost
-  // without their drafts
-  if (!asked) return;
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
   policy->realized.observe(rows, drafted, tokens, ms, policy->cost.ms(rows));
 }

@@ -143,15 +143,14 @@ class DraftPolicy {
 
 // The lengths each row verifies: the policy's choice, or (no policy) every
 // candidate's cap; with `checked`, none where drafted passes of these rows
-// did not go faster than greedy's by Realized's margin (a drafter that asked
-// it already, as the feature drafter before its own pass, leaves it out)
+// went slower than greedy's (Realized; a drafter that asked it already, as
+// the feature drafter before its own pass, leaves it out)
 // Returns whether the policy's model chose to draft (before the check).
 bool draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
                    bool checked = false);
 // After a pass a policy chose the lengths of: what it tells the policy's
-// check (whether its model chose to draft: only those passes count; rows,
-// whether any drafted, tokens emitted, when drafting began)
-void realized_pass(DraftPolicy* policy, bool asked, int rows, bool drafted, int tokens,
+// check (rows, whether any drafted, tokens emitted, when drafting began)
+void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,
                    std::chrono::steady_clock::time_point began);
 
 // The policies of the decoders that read one copy of the weights, as each

@@ -75,7 +75,6 @@ class FeatureDrafter : public Drafter {
       out.cand[i] = {std::max(c, 0), false, rows.conf[i]};
     }
     int K = 0;
-    out.asked = false;
     if (policy != nullptr) {
       K = policy->steps(out.cand);
       out.asked = K > 0;

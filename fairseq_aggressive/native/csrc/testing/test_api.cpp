@@ -27,7 +27,7 @@
 
 namespace fa {
 extern int beam_mutant;            // beam_search.cpp
-extern int drafted_pass_delay_us, unasked_pass_delay_us;  // draft_lengths.cpp
+extern int drafted_pass_delay_us;  // draft_lengths.cpp
 extern int run_fault_token;        // running_batch.cpp
 extern bool realized_check;
 }
@@ -112,8 +112,6 @@ void fa_set_beam_mutant(int n) { fa::beam_mutant = n; }
 // only the policy's check on whole passes sees it), as drafted passes on a
 // loaded CPU cost more than the table says; and the check on (1) or off (0)
 void fa_set_drafted_pass_delay(int us) { fa::drafted_pass_delay_us = us; }
-// Test hook: the same for every pass whose rows the model chose not to draft for
-void fa_set_unasked_pass_delay(int us) { fa::unasked_pass_delay_us = us; }
 // Test hook: a running batch's pass fails, as an engine error does, while one
 // of its rows' copy sources holds `token` (-1: never), so that a test can pin a
 // fault on one sentence
