@@ -52,7 +52,7 @@ class BlockwiseDrafter : public Drafter {
     out.cand.resize(n);
     for (int i = 0; i < n; ++i)
       out.cand[i] = {std::max(0, std::min(rows.room[i], (int)block_[rows.slot[i]].size())), false, rows.conf[i]};
-    out.asked = draft_lengths(policy, out.cand, out.len, /*checked=*/true);
+    draft_lengths(policy, out.cand, out.len, /*checked=*/true);
     out.tokens.resize(n);
     out.drafted = false;
     for (int i = 0; i < n; ++i) {

@@ -44,7 +44,7 @@ class CopyDrafter : public Drafter {
       const int cap = r.copy.candidate(*rows.out[i], rows.room[i], s_.ngram_min, s_.ngram_max, &start_[i], &resynced);
       out.cand[i] = {cap, resynced, rows.conf[i]};
     }
-    out.asked = draft_lengths(policy, out.cand, out.len, /*checked=*/true);
+    draft_lengths(policy, out.cand, out.len, /*checked=*/true);
     out.tokens.resize(n);
     out.drafted = false;
     for (int i = 0; i < n; ++i) {

@@ -152,7 +152,7 @@ bool Realized::drafts(int rows, bool model_drafts) {
   const int c = rows_class(rows, kClasses);
   if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses)  // both sides measured first
     return passes_[1][c] <= passes_[0][c];
-  const bool better = tokens_[1][c] * time_[0][c] > (1 + kMargin) * tokens_[0][c] * time_[1][c];
+  const bool better = tokens_[1][c] * time_[0][c] > (1 - kSlack) * tokens_[0][c] * time_[1][c];
   if (++turn_[c] >= kExplore) {
     turn_[c] = 0;
     return !better;
@@ -317,20 +317,21 @@ std::vector<double> measure_pass_cost(Decoder& m) {
 
 }  // namespace
 
-bool draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
+void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
                    bool checked) {
   if (policy != nullptr) {
     policy->choose(rows, lengths);
-    const bool any = std::any_of(lengths.begin(), lengths.end(), [](int L) { return L > 0; });
 #if defined(FA_TEST_HOOKS)
     checked = checked && realized_check;
 #endif
-    if (checked && !policy->realized.drafts((int)rows.size(), any)) std::fill(lengths.begin(), lengths.end(), 0);
-    return any;
+    if (checked) {
+      const bool any = std::any_of(lengths.begin(), lengths.end(), [](int L) { return L > 0; });
+      if (!policy->realized.drafts((int)rows.size(), any)) std::fill(lengths.begin(), lengths.end(), 0);
+    }
+    return;
   }
   lengths.resize(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) lengths[i] = rows[i].cap;
-  return false;
 }
 
 void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,

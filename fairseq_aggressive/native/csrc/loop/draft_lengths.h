@@ -87,15 +87,13 @@ class DraftCost {
 
 // The check on the model above: how much faster than greedy's pass over the
 // same rows (the cost table's ms(rows)) passes that drafted went, in tokens
-// per row over time, against the same for passes that the check held back
-// from drafting (whose ratio says how far the table is off now: load from
-// other processes, a longer cache), from the passes timed where the model
-// chose to draft (the loop leaves out the others: passes without candidates
-// are another population, such as rows just joined), by the rows (classes of
-// powers of two), in sums that forget old passes (kKeep per pass).  Where
-// drafted passes did not go faster by more than kMargin, passes do not draft,
-// except one in kExplore, which keeps measuring them; the same keeps the
-// other side measured where drafting wins.  With
+// per row over time, against the same for passes that did not draft (whose
+// ratio says how far the table is off now: load from other processes, a
+// longer cache), from the passes timed, by the rows (classes of powers of two),
+// in sums that forget old passes (kKeep per pass).  Where drafted passes went
+// slower (by more than kSlack), passes do not draft, except one in kExplore,
+// which keeps measuring them; the same keeps the other side measured where
+// drafting wins.  With
 // every drafter's pass timed, drafting that loses to greedy on this machine
 // now (a full batch, a loaded CPU) is seen and stopped, whatever the model
 // predicted.
@@ -103,11 +101,9 @@ class Realized {
  public:
   static constexpr int kClasses = 8, kExplore = 64, kMinPasses = 8;
   static constexpr double kKeep = 1.0 - 1.0 / 64;
-  // drafted passes must go faster than this: the sums' noise on a quiet
-  // machine is about this size, and a pass timed alone leaves out what
-  // drafting costs around it (the drafter's learning from the pass), so
-  // drafting that only breaks even is left off
-  static constexpr double kMargin = 0.02;
+  // drafted passes count as slower beyond this: the sums' noise on a quiet
+  // machine is about this size, and the model's choice stands within it
+  static constexpr double kSlack = 0.02;
   // whether passes of these rows should draft, given that the model says `model_drafts`
   bool drafts(int rows, bool model_drafts);
   // a pass of `rows` rows, drafted or not, emitted `tokens` in `ms`; the table's greedy pass over them: `greedy_ms`
@@ -145,8 +141,7 @@ class DraftPolicy {
 // candidate's cap; with `checked`, none where drafted passes of these rows
 // went slower than greedy's (Realized; a drafter that asked it already, as
 // the feature drafter before its own pass, leaves it out)
-// Returns whether the policy's model chose to draft (before the check).
-bool draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
+void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
                    bool checked = false);
 // After a pass a policy chose the lengths of: what it tells the policy's
 // check (rows, whether any drafted, tokens emitted, when drafting began)

@@ -74,8 +74,6 @@ struct Drafts {
   std::vector<const int32_t*> tokens;
   std::vector<DraftCandidate> cand;
   bool drafted = false;
-  // the policy's model chose to draft (before its check): the passes the check compares
-  bool asked = false;
 };
 
 // A verified pass, per row in the pass's order: its slot, its first position

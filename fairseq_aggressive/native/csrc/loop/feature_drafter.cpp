@@ -77,7 +77,6 @@ class FeatureDrafter : public Drafter {
     int K = 0;
     if (policy != nullptr) {
       K = policy->steps(out.cand);
-      out.asked = K > 0;
       if (!policy->realized.drafts(n, K > 0)) K = 0;
     } else {
       for (const auto& c : out.cand) K = std::max(K, c.cap);

@@ -183,10 +183,7 @@ int RunningBatch::run(Decoder& m, int max_passes, double min_ms, int32_t* finish
         policy->acceptance.observe(drafts_.cand[i].resynced, drafts_.cand[i].conf, drafts_.len[i], n_match_[i]);
         emitted += n_emit_[i];
       }
-      // only the passes where the policy's model chose to draft, drafted or held
-      // back by its check: passes without candidates (rows past their copy, just
-      // joined) are no sample of what drafting's passes would cost without drafts
-      if (drafts_.asked) realized_pass(policy, n, drafts_.drafted, emitted, t0);
+      realized_pass(policy, n, drafts_.drafted, emitted, t0);
     }
     drafter_->learn(m, st_, Verified{n, active_.data(), offset_.data(), drafts_.len.data(), n_match_.data(),
                                       n_emit_.data(), done_.data(), choice_.data(), feats ? feats_.data() : nullptr,
