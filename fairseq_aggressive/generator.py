@@ -45,7 +45,7 @@ def _note_per_pass_loop(drafter) -> None:
         _NOTED.add(name)
         logger.info(f"{name} drafts from Python here (no loop of its own in the engine: "
                     f"Drafter.decode_in_engine): one engine call and a Python round trip per pass, where the "
-                    f"engine's loops (IAD, feature-ar, blockwise) decode a batch in one call; the output is "
+                    f"engine's loops (IAD, GAD, feature-ar, blockwise) decode a batch in one call; the output is "
                     f"the same")
 
 

@@ -29,7 +29,7 @@ linear layers (``--inference-precision int8``); its ``=greedy`` column counts
 outputs identical to ``greedy-int8`` (the same int8 model) when that mode runs,
 and ``=fp32`` those identical to float32 ``greedy`` (the quality change).
 
-``-pyloop`` after an IAD, feature-ar, blockwise or ``greedy-native`` mode (``iad-pyloop``,
+``-pyloop`` after an IAD, GAD, feature-ar, blockwise or ``greedy-native`` mode (``iad-pyloop``,
 ``greedy-native-int8-pyloop``) runs the draft -> verify -> accept loop in
 Python, one engine call per pass (``--python-loop``), where the engine would
 run it in one call per batch: the same output, the cost of the round trips.

@@ -42,9 +42,9 @@ GRAMMAR = (
     "-beamN (2, 3, 4, 5, 6, 8) for CTranslate2's beam search (ct2-best-beam5); "
     "-native / -torch pick the verifier of an aggressive mode (greedy-native: the engine's greedy); a final "
     "-int8 decodes an int8 copy of the model (iad-int8, greedy-int8); a final -sl decodes with the vocabulary "
-    "shortlist of --bench-shortlist (approximate; greedy-sl is greedy on it); -pyloop after an IAD, feature-ar, "
+    "shortlist of --bench-shortlist (approximate; greedy-sl is greedy on it); -pyloop after an IAD, GAD, feature-ar, "
     "blockwise or greedy-native mode runs the generator's loop in Python (iad-pyloop); :TARGET after a native mode runs that "
-    "build target of the engine (iad:avx2); a final -stream after a native IAD, greedy-native, feature-ar or "
+    "build target of the engine (iad:avx2); a final -stream after a native IAD, greedy-native, GAD, feature-ar or "
     "blockwise mode streams every sentence through --batch-size rows of the engine's running batch, a row that "
     "ends refilled at the next pass (iad-stream)"
 )
@@ -67,16 +67,16 @@ def mode_overrides(name: str, args) -> Dict:
             raise SystemExit(f"benchmark mode {name}: {e}")
     if name.endswith("-stream"):  # every sentence through --batch-size rows of the engine's running batch
         ov = mode_overrides(name[: -len("-stream")], args)
-        if ov.get("decoding") not in ("iad", "feature-ar", "blockwise") or ov.get("engine") == "torch" \
+        if ov.get("decoding") not in ("iad", "gad", "feature-ar", "blockwise") or ov.get("engine") == "torch" \
                 or ov.get("python_loop"):
-            raise SystemExit(f"benchmark mode {name}: -stream applies to native IAD, greedy-native, feature-ar and "
-                             "blockwise modes")
+            raise SystemExit(f"benchmark mode {name}: -stream applies to native IAD, greedy-native, GAD, "
+                             "feature-ar and blockwise modes")
         return dict(ov, bench_stream=True)
     if name.endswith("-pyloop"):  # the generator's loop in Python where the engine would run it
         ov = mode_overrides(name[: -len("-pyloop")], args)
-        if ov.get("decoding") not in ("iad", "feature-ar", "blockwise") or ov.get("engine") == "torch":
-            raise SystemExit(f"benchmark mode {name}: -pyloop applies to IAD, feature-ar, blockwise and greedy-native "
-                             "modes")
+        if ov.get("decoding") not in ("iad", "gad", "feature-ar", "blockwise") or ov.get("engine") == "torch":
+            raise SystemExit(f"benchmark mode {name}: -pyloop applies to IAD, GAD, feature-ar, blockwise and "
+                             "greedy-native modes")
         return dict(ov, python_loop=True)
     if name.endswith("-dsl"):  # GAD with the drafter shortlist (proposals only: still exact)
         ov = mode_overrides(name[: -len("-dsl")], args)

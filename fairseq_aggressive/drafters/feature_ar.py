@@ -13,13 +13,12 @@ one-token steps), else in torch (here: the whole row per drafted token).
 With the native verifier too, the engine runs the whole loop, one call per
 batch (:meth:`FeatureARDrafter.decode_in_engine`).
 """
-import time
 from typing import List, Optional
 
 import torch
 
 from ..options import check_confidence, check_positive_int
-from .base import Branch, EngineDrafter, LoopResult, drafts_as, single_drafts
+from .base import Branch, EngineDrafter, drafts_as, single_drafts
 from .nar_block import NARBlockDrafter
 
 
@@ -38,21 +37,6 @@ class FeatureARDrafter(NARBlockDrafter):
         super().__init__(model, tgt_dict, check_positive_int(draft_len, "--block-size"), engine=engine,
                          threads=threads, isa=isa, shortlist=shortlist)
         self.min_prob = check_confidence(min_prob)
-
-    def decode_in_engine(self, verifier, sample, max_len: int, first: int,
-                         max_draft: Optional[int]) -> Optional[LoopResult]:
-        if self.engine_drafter(verifier) is None or not verifier.runs_engine_loops:
-            return None
-        t0 = time.perf_counter()
-        self.begin(sample, max_len, verifier.encoder_out())
-        if self.encoder_out is not None:  # this batch drafts in torch
-            return None
-        begun = time.perf_counter() - t0
-        spec = self.engine_drafter(verifier)  # (its settings: the batch's drafter begun)
-        toks, scores, passes, st = verifier.decode_in_engine(
-            spec.kind, first, max_draft, drafter=(spec.engine, self.native.state), **spec.settings)
-        st.loop.draft_ns += int(begun * 1e9)
-        return LoopResult(toks, scores, passes, st.loop)
 
     def engine_drafter(self, verifier) -> Optional[EngineDrafter]:
         # the engine's feature drafter makes the drafts of propose() and observe_emitted() as written here

@@ -13,13 +13,14 @@ sentence, the verifier's features that chose each emitted token
 (:meth:`observe_emitted`) and reads them at its prefix positions.
 """
 import logging
+import time
 from typing import List, Optional
 
 import torch
 
 from ..options import check_positive_int
 from ..engines import build_block_drafter_engine
-from .base import Branch, Drafter, DrafterCaps, single_drafts
+from .base import Branch, Drafter, DrafterCaps, EngineDrafter, LoopResult, drafts_as, single_drafts
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,31 @@ class NARBlockDrafter(Drafter):
                                   self.shortlist)
                 return
         self._torch_begin(net_input, encoder_out)
+
+    def decode_in_engine(self, verifier, sample, max_len: int, first: int,
+                         max_draft: Optional[int]) -> Optional[LoopResult]:
+        if self.engine_drafter(verifier) is None or not verifier.runs_engine_loops:
+            return None
+        t0 = time.perf_counter()
+        self.begin(sample, max_len, verifier.encoder_out() if self.caps.encoder_out else None)
+        if self.encoder_out is not None:  # this batch drafts in torch
+            return None
+        begun = time.perf_counter() - t0
+        spec = self.engine_drafter(verifier)  # (its settings: the batch's drafter begun)
+        toks, scores, passes, st = verifier.decode_in_engine(
+            spec.kind, first, max_draft, drafter=(spec.engine, self.native.state), **spec.settings)
+        st.loop.draft_ns += int(begun * 1e9)
+        return LoopResult(toks, scores, passes, st.loop)
+
+    def engine_drafter(self, verifier) -> Optional[EngineDrafter]:
+        # the engine's block drafter (csrc/loop/nar_drafter.cpp) makes the drafts of propose() as written here
+        if self.native is None or not drafts_as(self, NARBlockDrafter, ("propose", "observe_emitted", "update")):
+            return None
+        room = min(self.max_positions, self.native.positions()) - 1
+        # (a shortlist of the drafter's is set up per batch by begin(): rows that join one by one have none)
+        return EngineDrafter("nar", dict(bos=self.bos, k=self.k, room=room, shared_encoder=self.caps.encoder_out,
+                                         causal=self.native.causal),
+                             engine=self.native.engine, joins=self.shortlist is None)
 
     def _torch_begin(self, net_input, given) -> None:
         """Encoder output (and the fused path's keys/values) for the torch path."""

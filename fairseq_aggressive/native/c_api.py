@@ -81,8 +81,10 @@ class DrafterSettings(ctypes.Structure):
 
     I, F = ctypes.c_int32, ctypes.c_float
     _fields_ = [("max_draft", I), ("ngram_min", I), ("ngram_max", I), ("bos", I), ("k", I), ("room", I),
-                ("min_prob", F), ("shared_encoder", I)]
+                ("min_prob", F), ("shared_encoder", I), ("causal", I)]
     del I, F
+    #: every field but max_draft, at the value a drafter that does not read it is given
+    DEFAULTS = dict(ngram_min=1, ngram_max=4, bos=0, k=8, room=1 << 20, min_prob=0.0, shared_encoder=0, causal=0)
 
 
 class RunSettings(ctypes.Structure):
@@ -97,7 +99,7 @@ class RunSettings(ctypes.Structure):
 
 
 # the engine's drafters, by the names its table (csrc/loop/drafter.cpp) registers them under
-DRAFTERS = ("greedy", "copy", "feature", "blockwise")
+DRAFTERS = ("greedy", "copy", "feature", "blockwise", "nar")
 
 
 class StaticOutput(ctypes.Structure):

@@ -15,34 +15,41 @@ def _i32(values) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.int32)
 
 
-def drafter_kind(max_draft: Optional[int], drafter=None) -> str:
-    """The engine's drafter for these settings: a feature drafter's where one
-    is given, else source copies (greedy search's where drafts are capped at 0:
-    :func:`run_settings`)."""
+def drafter_kind(drafter=None) -> str:
+    """The engine's drafter where none is named: a feature drafter's where its
+    engine is given, else source copies (greedy search's where drafts are
+    capped at 0: :func:`run_settings`)."""
     return "feature" if drafter is not None else "copy"
 
 
 def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool = False, min_len: int = 1,
                  unk_penalty: float = 0.0, temperature: float = 1.0, beta: int = 1, tau: float = 0.0,
-                 ngram_min: int = 1, ngram_max: int = 4, bos: int = 0, k: int = 8, room: int = 1 << 20,
-                 min_prob: float = 0.0, shared_encoder: bool = False) -> "c_api.RunSettings":
+                 **drafter) -> "c_api.RunSettings":
     """The engine's :class:`~fairseq_aggressive.native.c_api.RunSettings`: the
-    drafter ``kind`` (one of ``c_api.DRAFTERS``) with its settings, and the
-    rules every pass shares.  Source copies capped at 0 tokens are greedy search."""
+    drafter ``kind`` (one of ``c_api.DRAFTERS``) with its settings ``drafter``
+    (fields of :class:`~fairseq_aggressive.native.c_api.DrafterSettings`, the
+    others at their defaults), and the rules every pass shares.  Source copies
+    capped at 0 tokens are greedy search."""
     if kind not in c_api.DRAFTERS:
         raise ValueError(f"no engine drafter named {kind!r} (there are {', '.join(c_api.DRAFTERS)})")
+    unknown = sorted(set(drafter) - set(c_api.DrafterSettings.DEFAULTS))
+    if unknown:
+        raise ValueError(f"no drafter setting named {', '.join(unknown)} "
+                         f"(there are {', '.join(c_api.DrafterSettings.DEFAULTS)})")
     if max_draft is not None and max_draft < -1:
         raise ValueError(f"a draft cap of {max_draft}: 0 or more, or None (or -1) for none")
-    if not 1 <= ngram_min <= ngram_max:
-        raise ValueError(f"re-anchoring suffix lengths {ngram_min}..{ngram_max}: 1 <= ngram_min <= ngram_max")
-    if k < 1 or room < 1 or min_len < 0:
-        raise ValueError(f"k {k} and room {room} must be positive, min_len {min_len} not negative")
+    d = dict(c_api.DrafterSettings.DEFAULTS, **drafter)
+    if not 1 <= d["ngram_min"] <= d["ngram_max"]:
+        raise ValueError(f"re-anchoring suffix lengths {d['ngram_min']}..{d['ngram_max']}: "
+                         f"1 <= ngram_min <= ngram_max")
+    if d["k"] < 1 or d["room"] < 1 or min_len < 0:
+        raise ValueError(f"k {d['k']} and room {d['room']} must be positive, min_len {min_len} not negative")
     if kind == "copy" and max_draft == 0:
         kind = "greedy"
-    d = c_api.DrafterSettings(max_draft=c_api.draft_cap(max_draft), ngram_min=ngram_min, ngram_max=ngram_max,
-                              bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=int(bool(shared_encoder)))
+    d["shared_encoder"], d["causal"] = int(bool(d["shared_encoder"])), int(bool(d["causal"]))
     return c_api.RunSettings(drafter=kind.encode(), first=first, budget=int(bool(budget)), min_len=min_len,
-                             unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau, draft=d)
+                             unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau,
+                             draft=c_api.DrafterSettings(max_draft=c_api.draft_cap(max_draft), **d))
 
 
 class RunningBatch:
@@ -55,13 +62,16 @@ class RunningBatch:
     draft-length policy (else every draft as made); the score rules and
     acceptance (``min_len`` ... ``tau``) as :meth:`NativeBatch.step`'s.
 
-    With ``drafter`` (the engine of a ``--feature-ar`` drafter that reads this
-    verifier's features) the drafts are that drafter's instead of source
-    copies: up to ``k`` tokens per pass (and at most ``max_draft``) while
-    ``bos``, the output and the draft fit its ``room`` positions, each ending
-    after its first token below ``min_prob`` (0: off); ``shared_encoder``: its
-    sentences start from the verifier's encoder output (else its own encoder's);
-    with ``budget`` the policy also chooses how many tokens it drafts.
+    With ``drafter`` (the engine of a drafter with a decoder of its own: a
+    ``--feature-ar`` drafter, or GAD's block drafter with ``kind="nar"``) the
+    drafts are that drafter's instead of source copies: up to ``k`` tokens per
+    pass (and at most ``max_draft``) while ``bos``, the output and the draft fit
+    its ``room`` positions; a feature drafter's end after their first token
+    below ``min_prob`` (0: off); ``shared_encoder``: its sentences start from
+    the verifier's encoder output (else its own encoder's); ``causal``: a
+    block drafter with a causal prefix; with ``budget`` the policy also chooses
+    how many tokens a feature drafter drafts.  ``settings``: these and the
+    others of :class:`~fairseq_aggressive.native.c_api.DrafterSettings`.
 
     ``kind`` names the engine's drafter (``c_api.DRAFTERS``); by default a
     feature drafter's where ``drafter`` is given, greedy search's where
@@ -70,15 +80,13 @@ class RunningBatch:
     One thread drives it (:meth:`join`, :meth:`run`, :meth:`take`, :meth:`drop`);
     :meth:`wake` may be called from any thread."""
 
-    def __init__(self, engine, first: int, max_draft: Optional[int], ngram_min: int = 1, ngram_max: int = 4,
-                 budget: bool = True, min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0,
-                 beta: int = 1, tau: float = 0.0, drafter=None, bos: int = 0, k: int = 8, room: int = 1 << 20,
-                 min_prob: float = 0.0, shared_encoder: bool = False, kind: Optional[str] = None):
+    def __init__(self, engine, first: int, max_draft: Optional[int], budget: bool = True, min_len: int = 1,
+                 unk_penalty: float = 0.0, temperature: float = 1.0, beta: int = 1, tau: float = 0.0,
+                 drafter=None, kind: Optional[str] = None, **settings):
         self.engine, self.lib = engine, engine.lib
         self.drafter = drafter  # kept alive as long as the batch
-        s = run_settings(kind or drafter_kind(max_draft, drafter), first, max_draft, budget=budget, min_len=min_len, unk_penalty=unk_penalty,
-                         temperature=temperature, beta=beta, tau=tau, ngram_min=ngram_min, ngram_max=ngram_max,
-                         bos=bos, k=k, room=room, min_prob=min_prob, shared_encoder=shared_encoder)
+        s = run_settings(kind or drafter_kind(drafter), first, max_draft, budget=budget, min_len=min_len,
+                         unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau, **settings)
         handle = self.lib.fa_run_new(engine.handle, drafter.handle if drafter is not None else None, ctypes.byref(s))
         if not handle:
             raise engine.failure("making a running batch")

@@ -21,6 +21,7 @@ const Registered kDrafters[] = {
     {"copy", make_copy_drafter},
     {"feature", make_feature_drafter},
     {"blockwise", make_blockwise_drafter},
+    {"nar", make_nar_drafter},
 };
 
 class GreedyDrafter : public Drafter {

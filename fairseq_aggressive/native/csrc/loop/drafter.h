@@ -28,14 +28,16 @@ namespace fa {
 struct DrafterSettings {
   int32_t max_draft;             // the longest draft a pass verifies (-1: no cap)
   int32_t ngram_min, ngram_max;  // copy: the output suffixes that re-anchor a copy after a rejection
-  // feature: a --feature-ar drafter (a second decoder) drafting up to k tokens
-  // per pass while bos, the output and the draft fit its room positions, each
-  // draft ending after its first token below min_prob (0: off);
-  // shared_encoder: its rows start from the verifier's encoder output (else
-  // its own encoder's)
+  // feature, nar: a --feature-ar or GAD block drafter (a second decoder)
+  // drafting up to k tokens per pass while bos, the output and the draft fit
+  // its room positions; feature: each draft ending after its first token
+  // below min_prob (0: off); shared_encoder: its rows start from the
+  // verifier's encoder output (else its own encoder's)
   int32_t bos, k, room;
   float min_prob;
   int32_t shared_encoder;
+  // nar: a causal-prefix drafter (its prefix cached across passes; else bidirectional)
+  int32_t causal;
 };
 
 // Rows that join at once: their slots, the verifier's state they were
@@ -113,8 +115,8 @@ class Drafter {
   virtual void learn(Decoder& m, State& st, const Verified& v, RunStats& stats) = 0;
 };
 
-// The drafter registered as `name` ("greedy", "copy", "feature", "blockwise"),
-// with `own` its decoder where it has one (feature); null if no drafter has
+// The drafter registered as `name` ("greedy", "copy", "feature", "blockwise", "nar"),
+// with `own` its decoder where it has one (feature, nar); null if no drafter has
 // that name; throws std::invalid_argument for settings it cannot use
 std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterSettings& s, Decoder* own);
 
@@ -123,6 +125,7 @@ std::unique_ptr<Drafter> make_greedy_drafter(const DrafterSettings& s, Decoder* 
 std::unique_ptr<Drafter> make_copy_drafter(const DrafterSettings& s, Decoder* own);
 std::unique_ptr<Drafter> make_feature_drafter(const DrafterSettings& s, Decoder* own);
 std::unique_ptr<Drafter> make_blockwise_drafter(const DrafterSettings& s, Decoder* own);
+std::unique_ptr<Drafter> make_nar_drafter(const DrafterSettings& s, Decoder* own);
 
 // (blockwise) the proposal heads of a transformer_blockwise model over n
 // sentences sent[r] from their feature rows x (C floats each): m.w.n_heads
