@@ -39,6 +39,10 @@ def args(**kw):
     ("feature-ar@5-torch", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=5, engine="torch")),
     ("feature-ar@8-pyloop", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8, python_loop=True)),
     ("blockwise-pyloop", dict(beam=1, decoding="blockwise", blockwise_topk=1, min_block_size=1, python_loop=True)),
+    ("gad@8-pyloop", dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=8, drafter_bf16="off",
+                          python_loop=True)),
+    ("gad@8-stream", dict(beam=1, decoding="gad", gad_beta=1, gad_tau=0.0, block_size=8, drafter_bf16="off",
+                          bench_stream=True)),
     ("feature-ar@8-dsl", dict(beam=1, decoding="feature-ar", drafter_path="d.pt", block_size=8, drafter_shortlist=1000)),
     ("ct2-best", {}),
     ("ct2-best-beam5", {}),
@@ -54,9 +58,9 @@ def test_mode_names(name, expected):
 
 @pytest.mark.parametrize("name,message", [
     ("iad-cheap", "unknown benchmark mode"),
-    ("beam5-pyloop", "-pyloop applies to IAD, feature-ar, blockwise"),
-    ("iad-torch-pyloop", "-pyloop applies to IAD, feature-ar, blockwise"),
-    ("gad@8-pyloop", "-pyloop applies to IAD, feature-ar, blockwise"),
+    ("beam5-pyloop", "-pyloop applies to IAD, GAD, feature-ar, blockwise"),
+    ("iad-torch-pyloop", "-pyloop applies to IAD, GAD, feature-ar, blockwise"),
+    ("gad@8-torch-pyloop", "-pyloop applies to IAD, GAD, feature-ar, blockwise"),
     ("greedy:avx2", ":TARGET applies to modes on the native engine"),
     ("iad:sse9", "benchmark mode iad:sse9"),
     ("iad-dsl", "-dsl applies to gad and feature-ar modes"),
