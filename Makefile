@@ -17,7 +17,10 @@ $(BIN)/.installed: setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip setuptools wheel
 	$(BIN)/pip install torch==2.13.0
-	$(BIN)/pip install -e ".[data,bench,test,ct2,serve]"
+	$(BIN)/pip install -e ".[data,bench,test,ct2,serve,hf]"
+	# fairseq-fixed pulls in a torchaudio built for another torch, which cannot load (only fairseq's speech
+	# examples import it); without it transformers imports cleanly
+	$(BIN)/pip uninstall -y torchaudio
 	touch $@
 
 setup: $(BIN)/.installed

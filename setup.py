@@ -181,6 +181,8 @@ setup(
         # asyncio's loop without them, slower)
         "serve": ["starlette>=0.37", "uvicorn>=0.29", "prometheus_client>=0.20", "httpx", "httptools>=0.6",
                   "uvloop>=0.19; sys_platform != 'win32'"],
+        # Hugging Face checkpoints imported (fairseq-aggressive-import-hf, docs/hugging-face.md)
+        "hf": ["transformers>=4.40", "sentencepiece>=0.1.99", "safetensors"],
         # CTranslate2 as a benchmark baseline (bench modes ct2, ct2-int8)
         "ct2": ["ctranslate2>=4.0"],
         # ERRANT (BEA-19 evaluation); pulls in spaCy. The English model must be
@@ -196,6 +198,7 @@ setup(
             "fairseq-aggressive-m2 = fairseq_aggressive.evaluation.m2:main",
             "fairseq-aggressive-gleu = fairseq_aggressive.evaluation.gleu:main",
             "fairseq-aggressive-bleu = fairseq_aggressive.evaluation.bleu:main",
+            "fairseq-aggressive-import-hf = fairseq_aggressive.hf.cli:cli_main",
         ]
     },
 )

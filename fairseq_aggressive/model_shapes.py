@@ -118,7 +118,7 @@ def native_problems(model) -> List[str]:
     norms = {l.self_attn_layer_norm.eps for l in layers}
     if len(heads) != 1 or len(ffn) != 1:
         problems.append("layers with different head counts or FFN sizes")
-    if not acts <= {"relu", "gelu"}:
+    if not acts <= {"relu", "gelu", "silu"}:
         problems.append(f"activation {sorted(acts)}")
     if len(norms) != 1:
         problems.append("layer norms with different eps")

@@ -15,9 +15,13 @@ class Config(ctypes.Structure):
 
     _fields_ = [(n, ctypes.c_int32) for n in (
         "C", "H", "F", "enc_layers", "dec_layers", "src_vocab", "tgt_vocab",
-        "enc_normalize_before", "dec_normalize_before", "gelu", "pad", "unk", "eos")] + [
+        "enc_normalize_before", "dec_normalize_before", "act", "pad", "unk", "eos")] + [
         (n, ctypes.c_float) for n in ("enc_embed_scale", "dec_embed_scale", "ln_eps")] + [
         ("enc_dim", ctypes.c_int32)]
+
+
+# Config.act: the activations the engine computes, by their torch function names (fa::Activation)
+ACTIVATIONS = ("relu", "gelu", "silu")
 
 
 class PassArgs(ctypes.Structure):

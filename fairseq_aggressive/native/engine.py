@@ -83,7 +83,7 @@ class NativeEngine:
             src_vocab=enc.embed_tokens.num_embeddings, tgt_vocab=dec.output_projection.out_features,
             enc_normalize_before=int(enc.layers[0].normalize_before),
             dec_normalize_before=int(dec.layers[0].normalize_before),
-            gelu=int(activation(layers[0]) == "gelu"),
+            act=c_api.ACTIVATIONS.index(activation(layers[0])),
             pad=tgt_dict.pad(), unk=tgt_dict.unk(), eos=tgt_dict.eos(),
             enc_embed_scale=float(enc.embed_scale), dec_embed_scale=float(dec.embed_scale),
             ln_eps=float(layers[0].self_attn_layer_norm.eps), enc_dim=E,

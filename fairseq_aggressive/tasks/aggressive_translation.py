@@ -19,6 +19,7 @@ from ..runtime.cpu_features import use_bf16
 from ..decoding import build_aggressive_generator, check_task_options
 from ..decoding_options import DecodingOptions
 from ..drafters import load_block_drafter
+from ..models.hf_transformer import decoder_start
 from ..runtime.fingerprint import model_fingerprint
 from ..runtime.quantization import is_int8, quantize_int8
 from .config import AggressiveTranslationConfig
@@ -70,6 +71,15 @@ class AggressiveTranslationTask(TranslationTask):
         if key is not None:
             self._last.built = (key, generator)
         return generator
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        # an imported model that starts decoding from another token than EOS (models/hf_transformer.py)
+        bos = decoder_start(models[0], self.target_dictionary)
+        if bos is None:
+            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
+        with torch.no_grad():
+            return generator.generate(models, sample, prefix_tokens=prefix_tokens, constraints=constraints,
+                                      bos_token=bos)
 
     def decoding_options(self, args=None) -> DecodingOptions:
         """The decoding options, checked: ``args`` (per-call generation

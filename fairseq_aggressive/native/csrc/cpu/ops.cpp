@@ -175,6 +175,10 @@ void gelu_rows(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = gelu(x[i]);
 }
 
+void swish_rows(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] / (1.f + std::exp(-x[i]));
+}
+
 void relu_rows(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.f ? x[i] : 0.f;
 }

@@ -31,6 +31,8 @@ void layer_norm_rows(const float* x, float* y, int M, int C, const std::vector<f
 void add_rows(float* x, const float* y, size_t n);
 // in place over n values
 void gelu_rows(float* x, size_t n);
+// x * sigmoid(x) (SiLU, transformers' swish)
+void swish_rows(float* x, size_t n);
 void relu_rows(float* x, size_t n);
 
 // Attention of one query row over keys/values [0, n) of one head (rows of

@@ -257,6 +257,7 @@ std::string check_config(const Config& c) {
   for (int s : {c.pad, c.unk, c.eos})
     if (s < 0 || s >= c.tgt_vocab) return bad("a special symbol id (" + std::to_string(s) + ") outside the vocabulary");
   if (!(c.ln_eps > 0.f)) return bad("layer norm epsilon must be positive");
+  if (c.act != kRelu && c.act != kGelu && c.act != kSwish) return bad("activation " + std::to_string(c.act) + " (0 relu, 1 gelu, 2 swish)");
   return "";
 }
 

@@ -49,10 +49,13 @@ struct WeightSet {
   const Tensor* get(const std::string& name, int layer) const;
 };
 
-// The model's shape and fairseq options (mirrored by _Config in engine.py)
+// Config::act: the feed-forward layers' activation (c_api.ACTIVATIONS by index)
+enum Activation : int32_t { kRelu = 0, kGelu = 1, kSwish = 2 };
+
+// The model's shape and fairseq options (mirrored by Config in c_api.py)
 struct Config {
   int32_t C, H, F, enc_layers, dec_layers, src_vocab, tgt_vocab;
-  int32_t enc_normalize_before, dec_normalize_before, gelu, pad, unk, eos;
+  int32_t enc_normalize_before, dec_normalize_before, act, pad, unk, eos;  // act: kRelu, kGelu, kSwish
   float enc_embed_scale, dec_embed_scale, ln_eps;
   // The width of the encoder output the decoder attends to; 0: C.  Another
   // width: a decoder over another model's encoder output (a --shared-encoder

@@ -1,0 +1,59 @@
+"""Transformers imported from Hugging Face checkpoints (``hf_transformer``,
+made by :mod:`fairseq_aggressive.hf`): fairseq's own Transformer with the
+three things some of those checkpoints need beyond it.
+
+- ``--final-logits-bias``: a bias on the output projection (Marian's and
+  BART's ``final_logits_bias``; the converter also puts -inf there for the
+  rows a model must never emit).
+- ``--swish``: SiLU in every layer, as transformers computes it, in place
+  of ``--activation-fn`` (fairseq's options do not offer it).
+- ``--decoder-start bos``: decoding starts from the dictionary's ``<s>``
+  instead of EOS (Marian starts from its pad token's embedding, which the
+  converter puts at ``<s>``); :func:`decoder_start` says which token, and
+  the task passes it to every generator.
+
+Everything else is fairseq's ``transformer``, so every decoding mode, the
+native engine and fairseq's own tools take these models as they are.
+"""
+import torch
+import torch.nn.functional as F
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerModel, base_architecture
+
+
+@register_model("hf_transformer")
+class HFTransformerModel(TransformerModel):
+    @classmethod
+    def add_args(cls, parser):
+        super().add_args(parser)
+        parser.add_argument("--final-logits-bias", action="store_true",
+                            help="a bias on the output projection (imported models)")
+        parser.add_argument("--swish", action="store_true",
+                            help="SiLU (transformers' swish) in every layer in place of --activation-fn")
+        parser.add_argument("--decoder-start", choices=["eos", "bos"], default="eos",
+                            help="the token decoding starts from: EOS (fairseq's) or <s>")
+
+    @classmethod
+    def build_model(cls, args, task):
+        model = super().build_model(args, task)
+        if getattr(args, "final_logits_bias", False):
+            out = model.decoder.output_projection
+            out.bias = torch.nn.Parameter(out.weight.new_zeros(out.out_features))
+        if getattr(args, "swish", False):
+            for layer in list(model.encoder.layers) + list(model.decoder.layers):
+                layer.activation_fn = F.silu
+        model.decoder_start = getattr(args, "decoder_start", "eos")
+        return model
+
+
+def decoder_start(model, tgt_dict):
+    """The token ``model``'s decoding starts from, or None for fairseq's (EOS)."""
+    return tgt_dict.bos() if getattr(model, "decoder_start", "eos") == "bos" else None
+
+
+@register_model_architecture("hf_transformer", "hf_transformer")
+def hf_transformer(args):
+    args.decoder_start = getattr(args, "decoder_start", "eos")
+    args.final_logits_bias = getattr(args, "final_logits_bias", False)
+    args.swish = getattr(args, "swish", False)
+    base_architecture(args)

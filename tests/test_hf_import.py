@@ -1,0 +1,174 @@
+"""Hugging Face checkpoints imported (fairseq_aggressive.hf): small
+random-initialised Marian models shaped like opus-mt-en-de, converted; greedy
+decoding through fairseq's own generator, the native engine and IAD gives
+transformers' own generate(num_beams=1) token ids on every sentence, at batch
+1 and 8; what cannot convert exactly is refused and nothing is written."""
+import argparse
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+from helpers import make_sample
+
+transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
+
+L = 24  # output tokens before EOS is forced (fairseq's max_len_b; transformers' max_new_tokens - 1)
+
+
+def marian_dir(tmp_path, name="hf", seed=0, V=64, **overrides):
+    """A random Marian checkpoint shaped like opus-mt-en-de (post-norm, swish,
+    scaled embeddings, shared vocabulary, pad last), scaled down; with vocab.json."""
+    opts = dict(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=128,
+                pad_token_id=V - 1, eos_token_id=0, decoder_start_token_id=V - 1, forced_eos_token_id=0,
+                activation_function="swish", scale_embedding=True, init_std=0.3)
+    opts.update(overrides)
+    cfg = transformers.MarianConfig(**opts)
+    torch.manual_seed(seed)
+    model = transformers.MarianMTModel(cfg).eval()
+    model.generation_config.bad_words_ids = [[V - 1]]  # as every OPUS-MT checkpoint's: never the pad token
+    with torch.no_grad():  # varied outputs, some ending before the length limit, as a trained model's
+        tables = {id(t.weight): t.weight for t in (model.get_encoder().embed_tokens, model.get_decoder().embed_tokens)}
+        for weight in tables.values():
+            weight.normal_(0, 0.5)
+        model.final_logits_bias.normal_(0, 1.0)
+        model.final_logits_bias[0, 0] += 11.0
+        for n, p in model.named_parameters():
+            if "layer_norm" in n and n.endswith("weight"):
+                p.uniform_(0.5, 2.0)
+    path = tmp_path / name
+    model.save_pretrained(path)
+    vocab = {"</s>": 0, "<unk>": 1, **{f"▁w{i}": i for i in range(2, V - 1)}, "<pad>": V - 1}
+    (path / "vocab.json").write_text(json.dumps(vocab))
+    return path, model
+
+
+def sources(V, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        k = int(torch.randint(1, 30, (1,), generator=g))
+        out.append(torch.randint(2, V - 1, (k,), generator=g).tolist() + [0])  # Marian ids, </s> last
+    return out
+
+
+def hf_greedy(model, rows, pad):
+    """transformers' greedy token ids per sentence (after the start token, up to its EOS)."""
+    n = max(len(r) for r in rows)
+    ids = torch.full((len(rows), n), pad)
+    mask = torch.zeros(len(rows), n, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=L + 1)
+    got = []
+    for row in out.tolist():
+        row = row[1:]
+        got.append(row[: row.index(0) + 1] if 0 in row else row)
+    return got
+
+
+def load(out):
+    from fairseq import checkpoint_utils
+
+    import fairseq_aggressive  # noqa: F401
+
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(out / "model.pt")],
+                                                                    arg_overrides={"data": str(out)})
+    return models[0].eval(), task
+
+
+def decode(model, task, rows, **opts):
+    """The converted model's outputs, in transformers' ids, batch by batch as given."""
+    from fairseq_aggressive.hf import from_hf_ids, to_hf_ids
+
+    # (--min-len 0: transformers' generate may end a sentence at once, fairseq's default does not)
+    gen = task.build_generator([model], argparse.Namespace(beam=1, max_len_a=0, max_len_b=L, min_len=0, **opts))
+    sample = make_sample([from_hf_ids(r) for r in rows], task.target_dictionary.pad())
+    return [to_hf_ids(h[0]["tokens"].tolist()) for h in task.inference_step(gen, [model], sample)], gen
+
+
+MODES = {
+    "fairseq greedy (torch)": dict(),
+    "engine greedy": dict(decoding="iad", engine="native", max_draft_len=0),
+    "engine IAD": dict(decoding="iad", engine="native"),
+    "torch IAD": dict(decoding="iad", engine="torch"),
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_converted_marian_decodes_as_transformers(mode, tmp_path):
+    from fairseq_aggressive.hf import import_hf
+
+    hf, model = marian_dir(tmp_path)
+    meta = import_hf(str(hf), str(tmp_path / "out"))
+    assert meta["arch"] == "hf_transformer" and meta["imported_from"]["model_type"] == "marian"
+    fs, task = load(tmp_path / "out")
+    rows = sources(64, 24, seed=1)
+    ref = [hf_greedy(model, [r], 63)[0] for r in rows]
+    assert len({tuple(r) for r in ref}) > 16  # varied outputs, some ended before the limit
+    assert any(len(r) <= L for r in ref)
+    for bsz in (1, 8):
+        got = []
+        for i in range(0, len(rows), bsz):
+            out, gen = decode(fs, task, rows[i: i + bsz], **MODES[mode])
+            got += out
+        assert got == ref, (mode, bsz)
+    assert hf_greedy(model, rows[:8], 63) == ref[:8]  # transformers' batch of 8 agrees with its batch 1
+    if "engine" in mode:
+        assert type(gen.verifier).__name__ == "NativeVerifier"
+
+
+def test_refused_and_nothing_written(tmp_path):
+    from fairseq_aggressive.hf import ConversionError, import_hf
+
+    hf, _ = marian_dir(tmp_path, activation_function="tanh")
+    with pytest.raises(ConversionError, match="activation 'tanh'"):
+        import_hf(str(hf), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".import")]
+    hf2, _ = marian_dir(tmp_path, name="hf2", share_encoder_decoder_embeddings=False)
+    with pytest.raises(ConversionError, match="separate source and target vocabularies"):
+        import_hf(str(hf2), str(tmp_path / "out"))
+    hf3, model = marian_dir(tmp_path, name="hf3")
+    model.generation_config.bad_words_ids = None
+    model.generation_config.save_pretrained(hf3)
+    with pytest.raises(ConversionError, match="may emit its pad token"):
+        import_hf(str(hf3), str(tmp_path / "out"))
+    good, _ = marian_dir(tmp_path, name="good")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    with pytest.raises(ConversionError, match="not empty"):
+        import_hf(str(good), str(tmp_path / "full"))
+    bart = tmp_path / "bart"
+    transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)).save_pretrained(bart)
+    with pytest.raises(ConversionError, match="model type 'bart'"):
+        import_hf(str(bart), str(tmp_path / "out"))
+    os.remove(good / "vocab.json")
+    with pytest.raises(ConversionError, match="no vocab.json"):
+        import_hf(str(good), str(tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_line(tmp_path, capsys):
+    from fairseq_aggressive.hf.cli import cli_main
+
+    hf, _ = marian_dir(tmp_path)
+    assert cli_main([str(hf), str(tmp_path / "out")]) == 0
+    assert "marian model, 2+2 layers, d=32" in capsys.readouterr().out
+    assert sorted(os.listdir(tmp_path / "out")) == ["MODEL.json", "dict.src.txt", "dict.tgt.txt", "model.pt"]
+    assert cli_main([str(hf), str(tmp_path / "out")]) == 2
+    assert "not empty" in capsys.readouterr().err
+
+
+def test_the_environment_imports_transformers_cleanly():
+    """No torchaudio that cannot load (one built for another torch) is left
+    where transformers would try to import it."""
+    if importlib.util.find_spec("torchaudio") is not None:
+        import torchaudio  # noqa: F401  (must load when present)
+    from transformers import AutoModelForSeq2SeqLM  # noqa: F401
