@@ -178,12 +178,7 @@ void ffn(Decoder& m, int M, const Linear& fc1, const Linear& fc2, const Norm& ln
   over_rows(m, M, F, [&](int r0, int r1) {
     float* f = m.f.data() + (size_t)r0 * F;
     const size_t n = (size_t)(r1 - r0) * F;
-    if (m.cfg.act == kGelu)
-      gelu_rows(f, n);
-    else if (m.cfg.act == kSwish)
-      swish_rows(f, n);
-    else
-      relu_rows(f, n);
+    (m.cfg.act == kGelu ? gelu_rows : m.cfg.act == kSwish ? swish_rows : relu_rows)(f, n);
   });
   linear(m.pool, fc2, m.f.data(), F, M, m.a.data(), C);
   add_to(m, x, m.a.data(), M);
