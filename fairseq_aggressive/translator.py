@@ -144,7 +144,8 @@ def model_languages(model_dir: str):
 def load_hub(model_dir: str, checkpoint_file: str = "model.pt", data_name_or_path: str = None, bpe_codes: str = None,
              source_lang: str = None, target_lang: str = None):
     """The hub model (in eval mode) of a directory as under ``models/``: the checkpoint, its
-    dictionaries, ``bpe.codes`` (subword-nmt) and ``MODEL.json`` (the languages, when not given)."""
+    dictionaries, ``bpe.codes`` (subword-nmt) or ``source.spm`` (SentencePiece, an imported
+    model's) and ``MODEL.json`` (the languages, when not given)."""
     from fairseq.models.transformer import TransformerModel
 
     import fairseq_aggressive  # noqa: F401  (registers the task)
@@ -154,7 +155,9 @@ def load_hub(model_dir: str, checkpoint_file: str = "model.pt", data_name_or_pat
     if not source_lang or not target_lang:
         raise ValueError(f"{model_dir}: no MODEL.json with source_lang and target_lang; pass both")
     codes = bpe_codes or os.path.join(model_dir, "bpe.codes")
-    extra = {"bpe": "subword_nmt", "bpe_codes": codes} if os.path.exists(codes) else {}
+    spm = os.path.join(model_dir, "source.spm")  # an imported Hugging Face model's (docs/hugging-face.md)
+    extra = {"bpe": "subword_nmt", "bpe_codes": codes} if os.path.exists(codes) else \
+        {"bpe": "sentencepiece", "sentencepiece_model": spm} if os.path.exists(spm) else {}
     hub = TransformerModel.from_pretrained(model_dir, checkpoint_file, data_name_or_path or model_dir,
                                            source_lang=source_lang, target_lang=target_lang, **extra)
     return hub.eval()

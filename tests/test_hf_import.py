@@ -172,3 +172,49 @@ def test_the_environment_imports_transformers_cleanly():
     if importlib.util.find_spec("torchaudio") is not None:
         import torchaudio  # noqa: F401  (must load when present)
     from transformers import AutoModelForSeq2SeqLM  # noqa: F401
+
+
+def marian_with_tokenizer(tmp_path):
+    """A random Marian checkpoint with a SentencePiece model trained here on the
+    bundled English sample (one model for both sides, as vocab.json)."""
+    import sentencepiece as spm
+
+    text = (os.path.dirname(__file__) + "/../data/debian-ende-sample/test.tok.en")
+    lines = open(text, encoding="utf-8").read().splitlines()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines[:-40]), model_prefix=str(tmp_path / "sp"),
+                                   vocab_size=200, bos_id=-1, eos_id=0, unk_id=1, pad_id=-1,
+                                   minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "sp.model"))
+    V = sp.get_piece_size() + 1
+    hf, model = marian_dir(tmp_path, V=V)
+    (hf / "vocab.json").write_text(json.dumps({**{sp.id_to_piece(i): i for i in range(V - 1)}, "<pad>": V - 1}))
+    for name in ("source.spm", "target.spm"):
+        (hf / name).write_bytes((tmp_path / "sp.model").read_bytes())
+    return hf, model, lines[-40:]
+
+
+def test_text_through_the_translator_is_transformers(tmp_path):
+    """Sentences through Translator (static and streamed) of the imported
+    directory: transformers' tokenizer ids and greedy outputs, decoded alike."""
+    from fairseq_aggressive.hf import from_hf_ids, import_hf
+    from fairseq_aggressive.translator import Translator
+
+    hf, model, lines = marian_with_tokenizer(tmp_path)
+    import_hf(str(hf), str(tmp_path / "out"))
+    tok = transformers.MarianTokenizer(str(hf / "source.spm"), str(hf / "target.spm"), str(hf / "vocab.json"))
+    V = model.config.vocab_size
+    want = []
+    for line in lines:
+        ids = tok(line)["input_ids"]
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), num_beams=1, do_sample=False, max_new_tokens=L + 1)[0].tolist()
+        want.append((ids, tok.decode(out, skip_special_tokens=True)))
+    for settings in (dict(decoding="iad", engine="native", max_len_a=0, max_len_b=L),
+                     dict(max_len_a=0, max_len_b=L)):  # (fairseq's own greedy)
+        t = Translator.from_pretrained(str(tmp_path / "out"), **settings)
+        assert [t.hub.encode(s).tolist() for s in lines] == [from_hf_ids(ids) for ids, _ in want]
+        assert [t.translate(s) for s in lines] == [text for _, text in want], settings
+        if "decoding" in settings:  # streamed through the engine's running batch
+            assert t.running_decoder() is not None
+            assert t.translate_batch(lines, rows=8) == [text for _, text in want]
+    assert V > 100 and len({text for _, text in want}) > 10

@@ -197,6 +197,7 @@ def import_hf(hf_dir: str, out_dir: str, source_lang: str = "src", target_lang: 
                                        "lr_scheduler_state": {"best": None}, "num_updates": 0}],
                 "extra_state": {}, "last_optimizer_state": {}}
         ckpt["cfg"]["task"]["data"] = "."  # the directory it is loaded from
+        ckpt["cfg"]["generation"]["min_len"] = 0  # transformers' generate may end a sentence at once
         torch.save(ckpt, os.path.join(work, "model.pt"))
         for name in ("source.spm", "target.spm"):
             if os.path.isfile(os.path.join(hf_dir, name)):

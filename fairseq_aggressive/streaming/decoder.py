@@ -59,8 +59,9 @@ class RunningDecoder:
         if spec is None or not spec.joins:
             return None
         r = gen.verifier.rules
-        run = dict(spec.settings, kind=spec.kind, first=gen.eos, min_len=r.min_len, unk_penalty=r.unk_penalty,
-                   temperature=r.temperature, beta=gen.verifier.beta, tau=gen.verifier.tau)
+        start = getattr(gen, "start_token", None)  # (an imported model's own start token)
+        run = dict(spec.settings, kind=spec.kind, first=gen.eos if start is None else start, min_len=r.min_len,
+                   unk_penalty=r.unk_penalty, temperature=r.temperature, beta=gen.verifier.beta, tau=gen.verifier.tau)
         return cls(gen, spec, run, draft_cost in (None, "auto"), translator)
 
     def engines(self, n: int, threads) -> list:

@@ -39,6 +39,10 @@ class AggressiveTranslationTask(TranslationTask):
         self._last = threading.local()  # this thread's last aggressive generator and what it was built from
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
+        generator = self._build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
+        return starting_from(generator, decoder_start(models[0], self.target_dictionary))
+
+    def _build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         given, cfg = _values(args), _values(self.cfg)
         if str(_pick(given, cfg, "inference_precision")) == "int8":
             for model in models:
@@ -71,15 +75,6 @@ class AggressiveTranslationTask(TranslationTask):
         if key is not None:
             self._last.built = (key, generator)
         return generator
-
-    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
-        # an imported model that starts decoding from another token than EOS (models/hf_transformer.py)
-        bos = decoder_start(models[0], self.target_dictionary)
-        if bos is None:
-            return super().inference_step(generator, models, sample, prefix_tokens, constraints)
-        with torch.no_grad():
-            return generator.generate(models, sample, prefix_tokens=prefix_tokens, constraints=constraints,
-                                      bos_token=bos)
 
     def decoding_options(self, args=None) -> DecodingOptions:
         """The decoding options, checked: ``args`` (per-call generation
@@ -172,3 +167,23 @@ def _pick(given: dict, cfg: dict, name: str):
 def _settings(values: dict) -> str:
     """``values`` comparable across calls (a hub call's arguments are a fresh copy)."""
     return repr(sorted(values.items(), key=lambda kv: kv[0]))
+
+
+def starting_from(generator, bos):
+    """``generator``, whose decoding starts from ``bos`` where no call names
+    another start (an imported model's own start token: models/hf_transformer.py;
+    None: fairseq's EOS, the generator as it is); its ``start_token`` says which
+    (the running batch starts its rows there too)."""
+    if bos is None or getattr(generator, "start_token", None) == bos:
+        return generator
+    generate = type(generator).generate.__get__(generator)
+
+    def generate_from_start(models, sample, *args, **kwargs):
+        if kwargs.get("bos_token") is None:
+            kwargs["bos_token"] = bos
+        return generate(models, sample, *args, **kwargs)
+
+    generator.generate = generate_from_start
+    generator.start_token = bos
+    return generator
+
