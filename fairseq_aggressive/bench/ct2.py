@@ -122,6 +122,16 @@ def converted_model(ckpt: str, data_dir: str) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def adds_source_eos(model_dir: str) -> bool:
+    """Whether the CTranslate2 model appends EOS to its sources itself (a fairseq
+    conversion does; a transformers one takes the tokenizer's, EOS included)."""
+    try:
+        with open(os.path.join(model_dir, "config.json")) as f:
+            return bool(json.load(f).get("add_source_eos", True))
+    except (OSError, ValueError):
+        return True
+
+
 def compute_types() -> List[str]:
     """The compute types CTranslate2 supports on this CPU."""
     require()

@@ -10,7 +10,9 @@ by 14-34x when both live in one process).
 ``convert`` writes a CTranslate2 model with CTranslate2's own fairseq
 converter (float32 weights; int8 is chosen at load time with
 ``compute_type``); of a ``transformer_blockwise`` checkpoint, its base
-Transformer (the model its greedy search decodes; the heads are proposals).  ``decode`` reads ``{"compute_type", "threads", "warmup",
+Transformer (the model its greedy search decodes; the heads are proposals);
+of a model imported from transformers, the checkpoint it was imported from
+with CTranslate2's transformers converter.  ``decode`` reads ``{"compute_type", "threads", "warmup",
 "batches": [{"tokens": [[str]], "max_len": int}]}``, decodes every batch
 greedily (beam 1), first ``warmup`` batches untimed, then all batches timed one
 by one, and writes ``{"batches": [{"seconds": float, "hyps": [[str]]}],
@@ -59,11 +61,34 @@ def base_checkpoint(ckpt, tmp_dir):
     return path
 
 
+def imported_from(ckpt):
+    """The transformers checkpoint directory an imported model (docs/hugging-face.md) was
+    converted from, as its MODEL.json records it, or None for a fairseq-trained model."""
+    import os
+
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(ckpt)), "MODEL.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    source = meta.get("imported_from") if meta.get("arch") == "hf_transformer" else None
+    if source is None:
+        return None
+    if not os.path.isfile(os.path.join(source.get("path", ""), "config.json")):
+        raise SystemExit(f"the transformers checkpoint {ckpt} was imported from is not at {source.get('path')}: "
+                         "CTranslate2 converts the imported model from it (ct2-transformers-converter)")
+    return source["path"]
+
+
 def convert(ckpt, data_dir, user_dir, out_dir):
     import shutil
 
-    from ctranslate2.converters import FairseqConverter
+    from ctranslate2.converters import FairseqConverter, TransformersConverter
 
+    hf_dir = imported_from(ckpt)
+    if hf_dir is not None:  # the same checkpoint through CTranslate2's own transformers converter
+        TransformersConverter(hf_dir).convert(out_dir, quantization=None, force=True)
+        return
     tmp = out_dir.rstrip("/") + ".base"
     try:
         # our own checkpoints carry an argparse Namespace: trusted, so unpickled in full
@@ -78,7 +103,7 @@ def translate(translator, batch):
     ``beam``, fairseq's length cap."""
     res = translator.translate_batch(
         batch["tokens"], beam_size=batch.get("beam", 1), max_decoding_length=batch["max_len"],
-        min_decoding_length=1, return_scores=False,
+        min_decoding_length=batch.get("min_len", 1), return_scores=False,
     )
     return [r.hypotheses[0] for r in res]
 

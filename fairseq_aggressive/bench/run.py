@@ -300,11 +300,12 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
     max_pos = model.max_decoder_positions()
     gen = cfg.generation
     requests = []
+    cut = -1 if ct2.adds_source_eos(model_dir) else None  # (else the tokens keep their EOS)
     for sample in batches:
         src = sample["net_input"]["src_tokens"]
         max_len = length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos)
-        toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
-        requests.append({"tokens": toks, "max_len": max_len, "beam": ct2.beam_of(mode)})
+        toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:cut]] for row in src]
+        requests.append({"tokens": toks, "max_len": max_len, "beam": ct2.beam_of(mode), "min_len": gen.min_len})
     compute_type, threads, config = COMPUTE_TYPES[mode], ct2_threads(bench), None
     rounds = max(1, getattr(bench, "bench_rounds", 1))
     try:
