@@ -254,3 +254,25 @@ def test_the_bench_runs_ctranslate2_on_the_same_checkpoint(tmp_path):
     assert res["modes"]["greedy-native"]["identical_to_greedy"] == len(lines)
     assert res["modes"]["ct2"]["identical_to_greedy"] >= len(lines) - 1  # (other kernels: a near tie may flip one)
     assert (out / "model.pt.ct2" / "model.bin").is_file()
+
+
+def test_the_engines_beam_search_is_fairseqs_on_a_converted_model(tmp_path):
+    """Beam search (5) on the engine against fairseq's own on the converted
+    model (transformers' beam search stops and normalizes otherwise:
+    docs/hugging-face.md), the start token and the forbidden rows included."""
+    from fairseq_aggressive.hf import from_hf_ids, import_hf
+
+    hf, model = marian_dir(tmp_path)
+    import_hf(str(hf), str(tmp_path / "out"))
+    fs, task = load(tmp_path / "out")
+    rows = sources(64, 16, seed=3)
+    outs = {}
+    for engine in ("torch", "native"):
+        gen = task.build_generator([fs], argparse.Namespace(beam=5, max_len_a=0, max_len_b=L, min_len=0,
+                                                            engine=engine))
+        sample = make_sample([from_hf_ids(r) for r in rows], task.target_dictionary.pad())
+        outs[engine] = [h[0]["tokens"].tolist() for h in task.inference_step(gen, [fs], sample)]
+        if engine == "native":
+            assert type(gen).__name__ != "SequenceGenerator"
+    assert outs["native"] == outs["torch"]
+    assert all(0 not in t and 1 not in t for t in outs["torch"])  # never <s> or <pad>
