@@ -276,3 +276,21 @@ def test_the_engines_beam_search_is_fairseqs_on_a_converted_model(tmp_path):
             assert type(gen).__name__ != "SequenceGenerator"
     assert outs["native"] == outs["torch"]
     assert all(0 not in t and 1 not in t for t in outs["torch"])  # never <s> or <pad>
+
+
+def test_int8_is_the_int8_models_own_greedy(tmp_path):
+    """--inference-precision int8 on a converted model: the engine's greedy and
+    IAD give the int8 model's greedy in torch (fairseq's generator)."""
+    from fairseq_aggressive.hf import import_hf
+
+    hf, _ = marian_dir(tmp_path)
+    import_hf(str(hf), str(tmp_path / "out"))
+    rows = sources(64, 16, seed=4)
+    outs = {}
+    for name, opts in (("torch", dict(engine="torch")),  # fairseq's own generator, on the int8 model
+                       ("engine greedy", dict(engine="native", decoding="iad", max_draft_len=0)),
+                       ("engine IAD", dict(engine="native", decoding="iad"))):
+        fs, task = load(tmp_path / "out")  # (quantized in place by each generator: a fresh copy each)
+        outs[name] = [t for i in range(0, 16, 8)
+                      for t in decode(fs, task, rows[i: i + 8], inference_precision="int8", **opts)[0]]
+    assert outs["engine greedy"] == outs["torch"] and outs["engine IAD"] == outs["torch"]
