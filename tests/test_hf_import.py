@@ -294,3 +294,33 @@ def test_int8_is_the_int8_models_own_greedy(tmp_path):
         outs[name] = [t for i in range(0, 16, 8)
                       for t in decode(fs, task, rows[i: i + 8], inference_precision="int8", **opts)[0]]
     assert outs["engine greedy"] == outs["torch"] and outs["engine IAD"] == outs["torch"]
+
+
+def test_a_feature_drafter_on_a_converted_model_keeps_transformers_output(tmp_path):
+    """A --feature-ar drafter (random, one layer) reading the converted
+    verifier's encoder output and features: its drafts are checked by the
+    verifier, so the output is still transformers' greedy, on the engine and in torch."""
+    from fairseq_aggressive.drafters import FeatureARDrafter
+    from fairseq_aggressive.generator import build_generator
+    from fairseq_aggressive.hf import from_hf_ids, import_hf, to_hf_ids
+    from helpers import make_model
+
+    hf, model = marian_dir(tmp_path)
+    import_hf(str(hf), str(tmp_path / "out"))
+    fs, task = load(tmp_path / "out")
+    d = task.target_dictionary
+    dr = make_model(task, arch="block_nat", seed=5, shared_encoder=True,
+                    init_encoder_from=str(tmp_path / "out/model.pt"), verifier_features=True, feature_ar=True,
+                    decoder_layers=1, block_causal_prefix=True, encoder_learned_pos=True, max_source_positions=128,
+                    share_all_embeddings=True)
+    rows = sources(64, 16, seed=6)
+    ref = [hf_greedy(model, [r], 63)[0] for r in rows]
+    for engine in ("native", "torch"):
+        drafter = FeatureARDrafter(dr, d, 4, engine=engine)
+        gen = build_generator([fs], d, drafter, engine=engine, max_len_a=0, max_len_b=L, min_len=0)
+        got = []
+        for i in range(0, 16, 8):
+            sample = make_sample([from_hf_ids(r) for r in rows[i: i + 8]], d.pad())
+            got += [to_hf_ids(h[0]["tokens"].tolist()) for h in gen.generate([fs], sample, bos_token=d.bos())]
+        assert got == ref, engine
+        assert gen.stats.drafted > 0

@@ -68,9 +68,10 @@ def _check_marian(cfg) -> None:
         problems.append("an output projection apart from the embeddings (tie_word_embeddings false)")
     if getattr(cfg, "normalize_before", False):
         problems.append("pre-norm layers")
-    if cfg.pad_token_id != cfg.vocab_size - 1 or cfg.eos_token_id != 0 or cfg.decoder_start_token_id != cfg.pad_token_id:
-        problems.append(f"special ids pad {cfg.pad_token_id}, eos {cfg.eos_token_id}, decoder start "
-                        f"{cfg.decoder_start_token_id} (Marian's: pad last, eos 0, decoding from pad)")
+    pad, eos, start = cfg.pad_token_id, cfg.eos_token_id, cfg.decoder_start_token_id
+    if pad != cfg.vocab_size - 1 or eos != 0 or start != pad:
+        problems.append(f"special ids pad {pad}, eos {eos}, decoder start {start} "
+                        "(Marian's: pad last, eos 0, decoding from pad)")
     if cfg.encoder_attention_heads != cfg.decoder_attention_heads or cfg.encoder_ffn_dim != cfg.decoder_ffn_dim:
         problems.append("encoder and decoder with different head counts or FFN sizes")
     if problems:
@@ -129,6 +130,7 @@ def _marian_state(model, cfg) -> Dict[str, torch.Tensor]:
         pos = torch.zeros(table.size(0) + SHIFT, C)
         pos[SHIFT:] = table.detach().float()  # fairseq's learned positions start after the pad index (1)
         out[f"{side}.embed_positions.weight"] = pos
+        out[f"{side}.version"] = torch.Tensor([3])  # (as fairseq saves its encoders and decoders)
     prefix = "model."
     for k, v in hf.items():
         if k.startswith(prefix + "encoder.layers.") or k.startswith(prefix + "decoder.layers."):
@@ -147,11 +149,13 @@ def _model_args(cfg, data: str, source_lang: str, target_lang: str) -> argparse.
             "--task", "aggressive_translation", "-s", source_lang, "-t", target_lang,
             "--arch", "hf_transformer", "--share-all-embeddings",
             "--encoder-embed-dim", str(cfg.d_model), "--decoder-embed-dim", str(cfg.d_model),
-            "--encoder-ffn-embed-dim", str(cfg.encoder_ffn_dim), "--decoder-ffn-embed-dim", str(cfg.decoder_ffn_dim),
+            "--encoder-ffn-embed-dim", str(cfg.encoder_ffn_dim),
+            "--decoder-ffn-embed-dim", str(cfg.decoder_ffn_dim),
             "--encoder-layers", str(cfg.encoder_layers), "--decoder-layers", str(cfg.decoder_layers),
             "--encoder-attention-heads", str(cfg.encoder_attention_heads),
             "--decoder-attention-heads", str(cfg.decoder_attention_heads),
-            "--activation-fn", "relu" if swish else cfg.activation_function, "--encoder-learned-pos", "--decoder-learned-pos",
+            "--activation-fn", "relu" if swish else cfg.activation_function,
+            "--encoder-learned-pos", "--decoder-learned-pos",
             "--max-source-positions", str(cfg.max_position_embeddings),
             "--max-target-positions", str(cfg.max_position_embeddings),
             "--final-logits-bias", "--decoder-start", "bos", "--dropout", "0", "--attention-dropout", "0",
