@@ -193,12 +193,14 @@ def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
     model_dir = ct2.converted_model(cfg.common_eval.path, cfg.task.data)
     gen = cfg.generation
     shards, ids = [], []
+    cut = -1 if ct2.adds_source_eos(model_dir) else None  # (else the tokens keep their EOS)
     for k in range(workers):
         reqs, sids = [], []
         for sample in _shard_batches(dataset, n, k, workers, cfg.dataset.batch_size or 1):
             src = sample["net_input"]["src_tokens"]
-            toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:-1]] for row in src]
-            reqs.append({"tokens": toks, "max_len": length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos)})
+            toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:cut]] for row in src]
+            reqs.append({"tokens": toks, "max_len": length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos),
+                         "min_len": gen.min_len})
             sids.append(sample["id"].tolist())
         shards.append(reqs)
         ids.append(sids)
