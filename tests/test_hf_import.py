@@ -324,3 +324,29 @@ def test_a_feature_drafter_on_a_converted_model_keeps_transformers_output(tmp_pa
             got += [to_hf_ids(h[0]["tokens"].tolist()) for h in gen.generate([fs], sample, bos_token=d.bos())]
         assert got == ref, engine
         assert gen.stats.drafted > 0
+
+
+def test_the_server_answers_with_transformers_outputs(tmp_path):
+    """The server's backend (two continuous-batching workers) on an imported
+    directory: every answer is transformers' decoded greedy output."""
+    from fairseq_aggressive.hf import import_hf
+    from fairseq_aggressive.serving.backend import DecodeBackend
+
+    hf, model, lines = marian_with_tokenizer(tmp_path)
+    import_hf(str(hf), str(tmp_path / "out"))
+    tok = transformers.MarianTokenizer(str(hf / "source.spm"), str(hf / "target.spm"), str(hf / "vocab.json"))
+    want = {}
+    for line in lines[:16]:
+        ids = tok(line)["input_ids"]
+        with torch.no_grad():  # the model's own length rule: 1.2 x source + 10 (the server's default)
+            out = model.generate(torch.tensor([ids]), num_beams=1, do_sample=False,
+                                 max_new_tokens=int(1.2 * len(ids) + 10) + 1)[0].tolist()
+        want[line] = tok.decode(out, skip_special_tokens=True)
+    backend = DecodeBackend(str(tmp_path / "out"), workers=2, native_threads=1, max_len_a=1.2, max_len_b=10)
+    try:
+        assert backend.mode == "continuous"
+        reqs = [backend.submit(lines[i: i + 4]) for i in range(0, 16, 4)]
+        got = [t for r in reqs for t in r.future.result(timeout=120)]
+    finally:
+        assert backend.close() == 0
+    assert got == [want[s] for s in lines[:16]]

@@ -132,7 +132,7 @@ struct Model {
     cfg.dec_layers = 2;
     cfg.src_vocab = cfg.tgt_vocab = 60;
     cfg.enc_normalize_before = cfg.dec_normalize_before = 1;
-    cfg.gelu = 0;
+    cfg.act = fa::kRelu;
     cfg.pad = 1;
     cfg.unk = 3;
     cfg.eos = 2;
