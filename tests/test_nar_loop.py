@@ -8,9 +8,10 @@ import pytest
 from fairseq_aggressive.acceptance import build_acceptance
 from fairseq_aggressive.drafters import NARBlockDrafter
 from fairseq_aggressive.generator import build_generator
-from helpers import compare, fast_first, greedy, make_model, make_sample, make_task, needs_native, random_rows
+from helpers import fast_first, make_model, make_sample, make_task, needs_native, random_rows
 from test_copy_loop import _bits, _counters
-from test_feature_loop import BATCHES, _counting_steps
+from test_feature_loop import _assert_greedy, _counting_steps
+from test_feature_loop import _decode as _feature_decode
 from test_gad_shared_drafter import shared_drafter
 from test_gad_verifier_features import verifier_and_drafter
 
@@ -39,14 +40,8 @@ VARIANTS = ["own encoder", "own encoder, causal prefix, pre-norm", "shared encod
 
 
 def _decode(ar, dr, d, k, engine_loop, gen_kw, acceptance=None):
-    gen = build_generator([ar], d, NARBlockDrafter(dr, d, k, engine="native"), acceptance=acceptance,
-                          engine="native", engine_loop=engine_loop, **gen_kw)
-    outs, passes = [], []
-    for bsz, (lo, hi), seed in BATCHES:
-        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
-        outs += gen.generate([ar], sample)
-        passes += list(gen.last_sentence_passes)
-    return outs, passes, gen.stats
+    """(outputs, passes per sentence, counters) of BATCHES, test_feature_loop's way, with GAD's drafter."""
+    return _feature_decode(ar, dr, d, k, engine_loop, dict(gen_kw, acceptance=acceptance), cls=NARBlockDrafter)
 
 
 @pytest.mark.parametrize("variant", fast_first(VARIANTS, 2))
@@ -69,13 +64,7 @@ def test_engine_loop_equals_the_generators_loop(variant, k, gen_kw, tmp_path, mo
     assert a[1] == b[1]  # passes per sentence
     assert _counters(a[2]) == _counters(b[2])
     assert a[2].drafted > a[2].accepted and a[2].draft_seconds > 0
-    cmp, o = None, 0
-    ref_kw = {key: v for key, v in gen_kw.items() if key != "max_draft_len"}
-    for bsz, (lo, hi), seed in BATCHES:
-        sample = make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad())
-        cmp = compare(ar, sample, greedy(ar, d, sample, **ref_kw), a[0][o: o + bsz], cmp)
-        o += bsz
-    assert cmp.ok() and cmp.identical == cmp.total == 15, cmp
+    _assert_greedy(ar, d, a[0], **{key: v for key, v in gen_kw.items() if key != "max_draft_len"})
 
 
 def test_gad_plus_plus_in_the_engine_equals_the_generators_loop(tmp_path, monkeypatch):

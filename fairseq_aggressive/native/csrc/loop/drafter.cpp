@@ -44,6 +44,26 @@ std::unique_ptr<Drafter> make_greedy_drafter(const DrafterSettings&, Decoder*) {
   return std::make_unique<GreedyDrafter>();
 }
 
+void join_own_decoder(Decoder& dm, State& st, const Joining& j, int extra, bool shared_encoder) {
+  std::unique_ptr<State> made;
+  State* from = j.given;
+  if (from == nullptr) {
+    const int cap = j.cap + extra;
+    made.reset(shared_encoder || j.tokens == nullptr
+                   ? state_from_encoder_out(dm, j.n, j.enc.enc_out.data(), j.src_len, cap)
+                   : encode(dm, j.n, j.tokens, j.src_len, cap));
+    from = made.get();
+  } else {
+    st.shortlist = from->shortlist;
+  }
+  for (int i = 0; i < j.n; ++i) {
+    const int slot = j.slot[i];
+    if (slot >= (int)st.sents.size()) st.sents.resize(slot + 1);
+    st.sents[slot] = std::move(from->sents[i]);
+    from->sents[i] = Sentence();  // (cap 0: used up)
+  }
+}
+
 std::unique_ptr<Drafter> make_drafter(const std::string& name, const DrafterSettings& s, Decoder* own) {
   if (s.max_draft < -1) throw std::invalid_argument("drafter: max_draft below -1");
   for (const Registered& r : kDrafters)

@@ -127,6 +127,13 @@ std::unique_ptr<Drafter> make_feature_drafter(const DrafterSettings& s, Decoder*
 std::unique_ptr<Drafter> make_blockwise_drafter(const DrafterSettings& s, Decoder* own);
 std::unique_ptr<Drafter> make_nar_drafter(const DrafterSettings& s, Decoder* own);
 
+// (a drafter with a decoder of its own: feature, nar) the joining rows' slots
+// in its state st (grown to hold them): moved from the drafter state the
+// caller began for them (j.given), else made here from its own encoder, or
+// from the verifier's encoder output where shared_encoder (or no source ids
+// were given), with `extra` cache positions beyond the verifier's
+void join_own_decoder(Decoder& dm, State& st, const Joining& j, int extra, bool shared_encoder);
+
 // (blockwise) the proposal heads of a transformer_blockwise model over n
 // sentences sent[r] from their feature rows x (C floats each): m.w.n_heads
 // tokens each at out[r * n_heads + j] (each the argmax of its logits over the

@@ -36,27 +36,11 @@ class FeatureDrafter : public Drafter {
   }
 
   void join(Decoder& m, const Joining& j) override {
-    std::unique_ptr<State> made;
-    State* from = j.given;
-    if (from == nullptr) {  // the drafter's caches hold max_len + k + 2 positions
-      const int dcap = j.cap + s_.k;
-      made.reset(s_.shared_encoder || j.tokens == nullptr
-                     ? state_from_encoder_out(*dm_, j.n, j.enc.enc_out.data(), j.src_len, dcap)
-                     : encode(*dm_, j.n, j.tokens, j.src_len, dcap));
-      from = made.get();
-    } else {
-      st_.shortlist = from->shortlist;
-    }
+    join_own_decoder(*dm_, st_, j, s_.k, s_.shared_encoder);
+    if (rows_.size() < st_.sents.size()) rows_.resize(st_.sents.size());
     for (int i = 0; i < j.n; ++i) {
-      const int slot = j.slot[i];
-      if (slot >= (int)rows_.size()) {
-        rows_.resize(slot + 1);
-        st_.sents.resize(slot + 1);
-      }
-      st_.sents[slot] = std::move(from->sents[i]);
-      from->sents[i] = Sentence();  // (cap 0: used up)
-      rows_[slot].fresh.assign(1, s_.bos);
-      rows_[slot].fresh_feats.assign(m.cfg.C, 0.f);
+      rows_[j.slot[i]].fresh.assign(1, s_.bos);
+      rows_[j.slot[i]].fresh_feats.assign(m.cfg.C, 0.f);
     }
   }
 

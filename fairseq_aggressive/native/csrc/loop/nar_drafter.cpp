@@ -41,27 +41,11 @@ class NarDrafter : public Drafter {
   }
 
   void join(Decoder& m, const Joining& j) override {
-    std::unique_ptr<State> made;
-    State* from = j.given;
-    if (from == nullptr) {  // the drafter's caches hold max_len + k + 2 positions
-      const int dcap = j.cap + s_.k;
-      made.reset(s_.shared_encoder || j.tokens == nullptr
-                     ? state_from_encoder_out(*dm_, j.n, j.enc.enc_out.data(), j.src_len, dcap)
-                     : encode(*dm_, j.n, j.tokens, j.src_len, dcap));
-      from = made.get();
-    } else {
-      st_.shortlist = from->shortlist;
-    }
+    join_own_decoder(*dm_, st_, j, s_.k, s_.shared_encoder);
+    if (rows_.size() < st_.sents.size()) rows_.resize(st_.sents.size());
     feat_width_ = reads_features() ? m.cfg.C : 0;
     for (int i = 0; i < j.n; ++i) {
-      const int slot = j.slot[i];
-      if (slot >= (int)rows_.size()) {
-        rows_.resize(slot + 1);
-        st_.sents.resize(slot + 1);
-      }
-      st_.sents[slot] = std::move(from->sents[i]);
-      from->sents[i] = Sentence();  // (cap 0: used up)
-      Row& r = rows_[slot];
+      Row& r = rows_[j.slot[i]];
       r.tokens.assign(1, s_.bos);
       r.feats.assign(feat_width_, 0.f);
       r.cached = 0;
@@ -84,7 +68,7 @@ class NarDrafter : public Drafter {
       K = std::max(K, c);
     }
     if (policy != nullptr && !policy->realized.drafts(n, K > 0)) K = 0;
-    if (K > 0) draft(rows, K, policy);
+    if (K > 0) draft(rows, out.cand, K, policy);
     out.tokens.resize(n);
     for (int i = 0; i < n; ++i) {
       DraftCandidate& c = out.cand[i];
@@ -126,7 +110,7 @@ class NarDrafter : public Drafter {
   // One drafter pass of K slots over the rows that may draft (a row with no
   // room takes no slots: it would pass the drafter's positions); at_[i]: row
   // i's place among the rows drafted
-  void draft(const PassRows& rows, int K, DraftPolicy* policy) {
+  void draft(const PassRows& rows, const std::vector<DraftCandidate>& cand, int K, DraftPolicy* policy) {
     const int n = rows.n;
     at_.assign(n, 0);
     sent_.clear();
@@ -135,8 +119,7 @@ class NarDrafter : public Drafter {
     feats_.clear();
     const bool causal = s_.causal != 0;
     for (int i = 0; i < n; ++i) {
-      const int have = (int)rows.out[i]->size();
-      if (std::max(std::min({rows.room[i], (int)s_.k, (int)s_.room - have}), 0) == 0) continue;
+      if (cand[i].cap == 0) continue;
       Row& r = rows_[rows.slot[i]];
       const int from = causal ? r.cached : 0;
       at_[i] = (int)sent_.size();
