@@ -9,6 +9,7 @@ patch_checkpoint_loading()
 patch_cpu_distributed()  # fairseq's distributed training on CPU processes (GPU runs untouched)
 
 from . import criterions, models, tasks  # noqa: E402,F401  (register components)
+from .hf import bpe as _hf_bpe  # noqa: E402,F401  (--bpe hf_sentencepiece)
 from .translator import Translator  # noqa: E402,F401
 
 __version__ = "0.1.0"

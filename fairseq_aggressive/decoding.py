@@ -6,6 +6,7 @@ import logging
 import weakref
 
 from .constants import DEFAULT_MAX_DRAFT_LEN
+from .models.hf_transformer import forced_first
 from .decoding_options import DecodingOptions
 from .options import check_generation_args, check_single_model, check_temperature
 
@@ -50,7 +51,7 @@ def build_aggressive_generator(task, models, args, opts: DecodingOptions, **kwar
         max_len_b=getattr(args, "max_len_b", 200),
         normalize_scores=not getattr(args, "unnormalized", False),
         len_penalty=getattr(args, "lenpen", 1),
-        max_draft_len=opts.max_draft_len,
+        max_draft_len=opts.max_draft_len, forced_first=forced_first(models[0]),
     )
     # its summary once it is gone or at exit (a reference held to the end would keep
     # every generator of a hub model's translate() calls, with its engine and threads)

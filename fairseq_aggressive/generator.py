@@ -266,11 +266,13 @@ class AggressiveGenerator(nn.Module):
 def build_generator(models, tgt_dict, drafter: Drafter, acceptance: Optional[AcceptanceRule] = None,
                     min_len: int = 1, unk_penalty: float = 0.0, temperature: float = 1.0, engine: str = "auto",
                     shortlist=None, draft_cost: Optional[str] = None, native_threads=None, native_isa=None,
-                    native_share=None, engine_loop: bool = True, **loop_options) -> AggressiveGenerator:
+                    native_share=None, engine_loop: bool = True, forced_first: Optional[int] = None,
+                    **loop_options) -> AggressiveGenerator:
     """An :class:`AggressiveGenerator` with its parts built here: the verifier of
     ``engine`` (:func:`~fairseq_aggressive.engines.build_verifier`) under
     ``acceptance`` (exact by default) and fairseq's score rules (``min_len``,
-    ``unk_penalty``, ``temperature``), with ``shortlist`` (a
+    ``unk_penalty``, ``temperature``, ``forced_first``: the token every output
+    starts with, as an imported model's target language token), with ``shortlist`` (a
     :class:`~fairseq_aggressive.shortlist.VocabShortlist`), ``native_threads``
     (``auto`` or a count), ``native_isa`` (the engine's build target: ``auto``
     or a name, :mod:`~fairseq_aggressive.native.targets`) and ``native_share``
@@ -285,7 +287,11 @@ def build_generator(models, tgt_dict, drafter: Drafter, acceptance: Optional[Acc
     acceptance = acceptance or ExactAcceptance()
     if not isinstance(acceptance, AcceptanceRule):
         raise TypeError(f"acceptance must be an AcceptanceRule, got {type(acceptance).__name__}")
-    rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature)
+    if forced_first is not None and shortlist is not None:
+        raise ValueError("a vocabulary shortlist with a forced first token (an imported model's language token) "
+                         "is not supported")
+    rules = ScoreRules(tgt_dict.pad(), tgt_dict.unk(), tgt_dict.eos(), min_len, unk_penalty, temperature,
+                       forced_first)
     verifier = build_verifier(engine, models[0], tgt_dict, acceptance, rules,
                               wants_pass_features=drafter.caps.pass_features, shortlist=shortlist,
                               threads=parse_threads(native_threads), isa=check_isa(native_isa), share=native_share)

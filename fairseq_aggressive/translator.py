@@ -141,6 +141,18 @@ def model_languages(model_dir: str):
     return langs.get("source_lang"), langs.get("target_lang")
 
 
+def model_text(model_dir: str) -> dict:
+    """The subword settings (``--bpe hf_sentencepiece`` and its options) that an
+    imported model's ``MODEL.json`` gives (``text``); fairseq's SentencePiece BPE
+    where it gives none."""
+    path = os.path.join(model_dir, "MODEL.json")
+    text = None
+    if os.path.isfile(path):
+        with open(path) as f:
+            text = json.load(f).get("text")
+    return dict(text) if text else {"bpe": "sentencepiece"}
+
+
 def load_hub(model_dir: str, checkpoint_file: str = "model.pt", data_name_or_path: str = None, bpe_codes: str = None,
              source_lang: str = None, target_lang: str = None):
     """The hub model (in eval mode) of a directory as under ``models/``: the checkpoint, its
@@ -157,7 +169,7 @@ def load_hub(model_dir: str, checkpoint_file: str = "model.pt", data_name_or_pat
     codes = bpe_codes or os.path.join(model_dir, "bpe.codes")
     spm = os.path.join(model_dir, "source.spm")  # an imported Hugging Face model's (docs/hugging-face.md)
     extra = {"bpe": "subword_nmt", "bpe_codes": codes} if os.path.exists(codes) else \
-        {"bpe": "sentencepiece", "sentencepiece_model": spm} if os.path.exists(spm) else {}
+        dict(model_text(model_dir), sentencepiece_model=spm) if os.path.exists(spm) else {}
     hub = TransformerModel.from_pretrained(model_dir, checkpoint_file, data_name_or_path or model_dir,
                                            source_lang=source_lang, target_lang=target_lang, **extra)
     return hub.eval()

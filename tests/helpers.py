@@ -94,9 +94,9 @@ def make_sample(src_rows, pad, left_pad=True):
     return {"id": torch.arange(len(src_rows)), "net_input": {"src_tokens": toks, "src_lengths": lengths}}
 
 
-def greedy(model, tgt_dict, sample, **kw):
+def greedy(model, tgt_dict, sample, prefix_tokens=None, **kw):
     gen = SequenceGenerator([model], tgt_dict, beam_size=1, **kw)
-    return gen.generate([model], sample)
+    return gen.generate([model], sample, prefix_tokens=prefix_tokens)
 
 
 def aggressive(model, task, sample, drafter=None, **kw):

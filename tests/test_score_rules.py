@@ -1,6 +1,6 @@
 """fairseq's score rules, one table both verifiers must satisfy: pad is never
 chosen, the unk penalty, the minimum length, EOS forced at the length cap and
-the temperature.  Each case makes one token dominate the model's output (so
+the temperature, a forced first token.  Each case makes one token dominate the model's output (so
 the rule decides what is emitted), steps the verifier through its
 :class:`~fairseq_aggressive.verifiers.Verifier` interface (one token per pass,
 then greedy's own output as drafts, several positions per pass), and checks
@@ -38,6 +38,9 @@ CASES = [
     ("minimum length", "eos", {"min_len": 4}, 12, lambda d, o: o.index(d.eos()) == 4 and len(o) == 5),
     ("EOS forced at the cap", "word", {}, 5, lambda d, o: len(o) == 6 and o[-1] == d.eos() and o[0] == 10),
     ("temperature", "word", {"temperature": 3.0}, 8, lambda d, o: o[0] == 10),
+    # fairseq's prefix token (transformers' forced_bos_token_id): scored by its log-probability
+    ("forced first token", "word", {"forced": 20}, 8, lambda d, o: o[0] == 20 and o[1] == 10),
+    ("forced first token, unk", "word", {"forced": 3, "unk_penalty": 2.0}, 8, lambda d, o: o[0] == 3 and o[1] == 10),
 ]
 
 
@@ -70,17 +73,20 @@ def test_score_rules_table(engine, name, token, fields, max_len, shows):
     dominant(model, {"pad": d.pad(), "unk": d.unk(), "eos": d.eos(), "word": 10}[token])
     rules = ScoreRules(d.pad(), d.unk(), d.eos(), **fields)
     sample = make_sample(random_rows(d, 3, 4, 9, seed=5), d.pad())
+    prefix = None if rules.forced is None else torch.full((sample["net_input"]["src_tokens"].size(0), 1),
+                                                           rules.forced)
     ref = greedy(model, d, sample, max_len_a=0, max_len_b=max_len, min_len=rules.min_len,
-                 unk_penalty=rules.unk_penalty, temperature=rules.temperature)
+                 unk_penalty=rules.unk_penalty, temperature=rules.temperature, prefix_tokens=prefix)
     ref_tokens = [r[0]["tokens"].tolist() for r in ref]
     ref_scores = [r[0]["positional_scores"] for r in ref]
     verifier = build_verifier(engine, model, d, ExactAcceptance(), rules)
     assert verifier.name == engine
-    for drafts in (None, ref_tokens):
+    wrong = [[10] * len(r) for r in ref_tokens]  # the dominant token everywhere: rejected where a rule decides
+    for drafts in (None, wrong, ref_tokens):
         outs, scores, passes = verify(verifier, sample, max_len, drafts)
         assert outs == ref_tokens, (name, engine, drafts is not None)
         for s, r in zip(scores, ref_scores):
             assert torch.allclose(torch.tensor(s), r, atol=1e-4), (name, engine)
-        if drafts is not None:  # several positions per pass: fewer passes than tokens
+        if drafts is ref_tokens:  # several positions per pass: fewer passes than tokens
             assert passes < max(len(o) for o in outs)
     assert all(shows(d, o) for o in outs), (name, outs)

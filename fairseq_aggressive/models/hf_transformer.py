@@ -1,6 +1,6 @@
 """Transformers imported from Hugging Face checkpoints (``hf_transformer``,
 made by :mod:`fairseq_aggressive.hf`): fairseq's own Transformer with the
-three things some of those checkpoints need beyond it.
+four things some of those checkpoints need beyond it.
 
 - ``--final-logits-bias``: a bias on the output projection (Marian's and
   BART's ``final_logits_bias``; the converter also puts -inf there for the
@@ -11,6 +11,10 @@ three things some of those checkpoints need beyond it.
   instead of EOS (Marian starts from its pad token's embedding, which the
   converter puts at ``<s>``); :func:`decoder_start` says which token, and
   the task passes it to every generator.
+- ``--forced-first INDEX``: every output starts with that token
+  (transformers' ``forced_bos_token_id``: M2M100's and NLLB's target
+  language, BART's ``<s>``); :func:`forced_first` says which, and the task
+  gives it to every generator (fairseq's as a prefix token).
 
 Everything else is fairseq's ``transformer``, so every decoding mode, the
 native engine and fairseq's own tools take these models as they are.
@@ -32,6 +36,9 @@ class HFTransformerModel(TransformerModel):
                             help="SiLU (transformers' swish) in every layer in place of --activation-fn")
         parser.add_argument("--decoder-start", choices=["eos", "bos"], default="eos",
                             help="the token decoding starts from: EOS (fairseq's) or <s>")
+        parser.add_argument("--forced-first", type=int, default=-1, metavar="INDEX",
+                            help="the target dictionary index every output starts with (transformers' "
+                                 "forced_bos_token_id: a target language token, BART's <s>); -1: none")
 
     @classmethod
     def build_model(cls, args, task):
@@ -43,6 +50,10 @@ class HFTransformerModel(TransformerModel):
             for layer in list(model.encoder.layers) + list(model.decoder.layers):
                 layer.activation_fn = F.silu
         model.decoder_start = getattr(args, "decoder_start", "eos")
+        model.forced_first = getattr(args, "forced_first", -1)
+        if not -1 <= model.forced_first < len(task.target_dictionary):
+            raise ValueError(f"--forced-first {model.forced_first}: an index of the target dictionary "
+                             f"({len(task.target_dictionary)} types) or -1")
         return model
 
 
@@ -51,9 +62,16 @@ def decoder_start(model, tgt_dict):
     return tgt_dict.bos() if getattr(model, "decoder_start", "eos") == "bos" else None
 
 
+def forced_first(model):
+    """The token every output of ``model`` starts with, or None (fairseq's models)."""
+    f = getattr(model, "forced_first", -1)
+    return None if f < 0 else f
+
+
 @register_model_architecture("hf_transformer", "hf_transformer")
 def hf_transformer(args):
     args.decoder_start = getattr(args, "decoder_start", "eos")
+    args.forced_first = getattr(args, "forced_first", -1)
     args.final_logits_bias = getattr(args, "final_logits_bias", False)
     args.swish = getattr(args, "swish", False)
     base_architecture(args)

@@ -102,7 +102,7 @@ class NativeBatch:
 
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], max_len: int, min_len: int,
              unk_penalty: float, temperature: float, branches: Optional[Sequence[List[int]]] = None,
-             features: bool = False, beta: int = 1, tau: float = 0.0):
+             features: bool = False, beta: int = 1, tau: float = 0.0, forced: Optional[int] = None):
         """One pass; ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.
         With ``branches``, ``branches[i]`` lists the lengths of the drafts that
         follow the last token in ``rows[i]`` one after the other (each is a
@@ -114,7 +114,9 @@ class NativeBatch:
         emitted tokens one after the other (sum of n_emit x C).  ``beta`` > 1
         accepts GAD++'s way (:class:`~fairseq_aggressive.acceptance.RankAcceptance`:
         a drafted token among the top ``beta`` within ``tau`` of the top one's
-        log-probability) instead of greedy's."""
+        log-probability) instead of greedy's.  ``forced``: the token every
+        output starts with (at output position 0 nothing else is chosen or
+        accepted; its score is its log-probability), or None."""
         n = len(rows)
         lens = [len(r) for r in rows]
         flat = rows[0] if n == 1 else [t for r in rows for t in r]
@@ -138,6 +140,7 @@ class NativeBatch:
         a = self._args
         a.n, a.max_len, a.min_len = n, max_len, min_len
         a.unk_penalty, a.temperature, a.beta, a.tau = unk_penalty, temperature, beta, tau
+        a.has_forced, a.forced = int(forced is not None), forced or 0
         a.sent, a.row_len, a.tokens = _addr(self._sent), _addr(self._lens), _addr(self._tok)
         a.n_branch, a.branch_len = _addr(nb), _addr(blen)
         a.choice, a.score, a.feats = _addr(self._choice), _addr(self._score), fptr
@@ -146,7 +149,8 @@ class NativeBatch:
         if rc == -2:
             raise self.engine.failure("a verification pass")
         if rc != 0:
-            raise RuntimeError("native engine: a row does not fit its sentence's cache")
+            raise RuntimeError("native engine: a row does not fit its sentence's cache (or the forced first "
+                               "token is outside the vocabulary or comes with a shortlist)")
         n_emit = self._n_emit[:n]
         toks, scores, o = [], [], 0
         for k, ne in zip(lens, n_emit):

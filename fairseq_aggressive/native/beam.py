@@ -103,8 +103,10 @@ class NativeBeamGenerator:
 
     @torch.no_grad()
     def generate(self, models, sample: Dict, **kwargs) -> List[List[Dict[str, torch.Tensor]]]:
-        if kwargs.get("prefix_tokens") is not None or kwargs.get("constraints") is not None:
-            raise ValueError("prefix tokens and constraints are not supported by beam search on the engine")
+        if kwargs.get("constraints") is not None:
+            raise ValueError("constraints are not supported by beam search on the engine")
+        if kwargs.get("prefix_tokens") is not None:  # (an imported model's forced first token): fairseq's own
+            return self.fallback.generate(models, sample, **kwargs)
         src_tokens = sample["net_input"]["src_tokens"]
         max_len = self.batch_max_len(src_tokens.size(1))
         if self.min_len > max_len:

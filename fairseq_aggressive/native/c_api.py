@@ -33,7 +33,8 @@ class PassArgs(ctypes.Structure):
                 ("branch_len", P), ("max_len", ctypes.c_int32), ("min_len", ctypes.c_int32),
                 ("unk_penalty", ctypes.c_float), ("temperature", ctypes.c_float), ("beta", ctypes.c_int32),
                 ("tau", ctypes.c_float), ("choice", P), ("score", P), ("n_emit", P), ("n_match", P), ("done", P),
-                ("winner", P), ("feats", P), ("row_max_len", P)]
+                ("winner", P), ("feats", P), ("row_max_len", P), ("has_forced", ctypes.c_int32),
+                ("forced", ctypes.c_int32)]
     del P
 
 
@@ -94,11 +95,13 @@ class DrafterSettings(ctypes.Structure):
 class RunSettings(ctypes.Structure):
     """fa::RunSettings (csrc/loop/running_batch.h): what every row of a running
     batch shares: its drafter (by name: DRAFTERS), the first token, the
-    draft-length policy on or off, the score rules and acceptance."""
+    draft-length policy on or off, the score rules (with the forced first
+    output token, if any) and acceptance."""
 
     I, F = ctypes.c_int32, ctypes.c_float
     _fields_ = [("drafter", ctypes.c_char_p), ("first", I), ("budget", I), ("min_len", I), ("unk_penalty", F),
-                ("temperature", F), ("beta", I), ("tau", F), ("draft", DrafterSettings)]
+                ("temperature", F), ("beta", I), ("tau", F), ("has_forced", I), ("forced", I),
+                ("draft", DrafterSettings)]
     del I, F
 
 

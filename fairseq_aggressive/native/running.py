@@ -24,12 +24,13 @@ def drafter_kind(drafter=None) -> str:
 
 def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool = False, min_len: int = 1,
                  unk_penalty: float = 0.0, temperature: float = 1.0, beta: int = 1, tau: float = 0.0,
-                 **drafter) -> "c_api.RunSettings":
+                 forced: Optional[int] = None, **drafter) -> "c_api.RunSettings":
     """The engine's :class:`~fairseq_aggressive.native.c_api.RunSettings`: the
     drafter ``kind`` (one of ``c_api.DRAFTERS``) with its settings ``drafter``
     (fields of :class:`~fairseq_aggressive.native.c_api.DrafterSettings`, the
-    others at their defaults), and the rules every pass shares.  Source copies
-    capped at 0 tokens are greedy search."""
+    others at their defaults), and the rules every pass shares (``forced``:
+    the token every output starts with, or None).  Source copies capped at 0
+    tokens are greedy search."""
     if kind not in c_api.DRAFTERS:
         raise ValueError(f"no engine drafter named {kind!r} (there are {', '.join(c_api.DRAFTERS)})")
     unknown = sorted(set(drafter) - set(c_api.DrafterSettings.DEFAULTS))
@@ -47,8 +48,11 @@ def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool =
     if kind == "copy" and max_draft == 0:
         kind = "greedy"
     d["shared_encoder"], d["causal"] = int(bool(d["shared_encoder"])), int(bool(d["causal"]))
+    if forced is not None and forced < 0:
+        raise ValueError(f"a forced first token of id {forced}")
     return c_api.RunSettings(drafter=kind.encode(), first=first, budget=int(bool(budget)), min_len=min_len,
                              unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau,
+                             has_forced=int(forced is not None), forced=forced or 0,
                              draft=c_api.DrafterSettings(max_draft=c_api.draft_cap(max_draft), **d))
 
 
@@ -60,7 +64,7 @@ class RunningBatch:
     no cap); ``ngram_min`` .. ``ngram_max``: the suffixes that re-anchor a copy
     after a rejection; ``budget``: each pass's lengths chosen by the engine's
     draft-length policy (else every draft as made); the score rules and
-    acceptance (``min_len`` ... ``tau``) as :meth:`NativeBatch.step`'s.
+    acceptance (``min_len`` ... ``forced``) as :meth:`NativeBatch.step`'s.
 
     With ``drafter`` (the engine of a drafter with a decoder of its own: a
     ``--feature-ar`` drafter, or GAD's block drafter with ``kind="nar"``) the
@@ -82,11 +86,12 @@ class RunningBatch:
 
     def __init__(self, engine, first: int, max_draft: Optional[int], budget: bool = True, min_len: int = 1,
                  unk_penalty: float = 0.0, temperature: float = 1.0, beta: int = 1, tau: float = 0.0,
-                 drafter=None, kind: Optional[str] = None, **settings):
+                 forced: Optional[int] = None, drafter=None, kind: Optional[str] = None, **settings):
         self.engine, self.lib = engine, engine.lib
         self.drafter = drafter  # kept alive as long as the batch
         s = run_settings(kind or drafter_kind(drafter), first, max_draft, budget=budget, min_len=min_len,
-                         unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau, **settings)
+                         unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau, forced=forced,
+                         **settings)
         handle = self.lib.fa_run_new(engine.handle, drafter.handle if drafter is not None else None, ctypes.byref(s))
         if not handle:
             raise engine.failure("making a running batch")
@@ -125,7 +130,8 @@ class RunningBatch:
             raise self.engine.failure("sentences joining a running batch")
         if rc != 0:
             raise ValueError("native engine: a sentence cannot join (an empty source, a length limit below "
-                             "1 or below min_len, or a drafter that does not read this verifier's features)")
+                             "1 or below min_len, a forced first token outside the vocabulary, or a drafter "
+                             "that does not read this verifier's features)")
         return slots.tolist()
 
     def run(self, max_passes: int = 1 << 30, min_ms: float = 0.0) -> List[int]:

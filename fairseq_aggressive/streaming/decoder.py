@@ -61,7 +61,8 @@ class RunningDecoder:
         r = gen.verifier.rules
         start = getattr(gen, "start_token", None)  # (an imported model's own start token)
         run = dict(spec.settings, kind=spec.kind, first=gen.eos if start is None else start, min_len=r.min_len,
-                   unk_penalty=r.unk_penalty, temperature=r.temperature, beta=gen.verifier.beta, tau=gen.verifier.tau)
+                   unk_penalty=r.unk_penalty, temperature=r.temperature, beta=gen.verifier.beta, tau=gen.verifier.tau,
+                   forced=r.forced)
         return cls(gen, spec, run, draft_cost in (None, "auto"), translator)
 
     def engines(self, n: int, threads) -> list:

@@ -19,7 +19,7 @@ from ..runtime.cpu_features import use_bf16
 from ..decoding import build_aggressive_generator, check_task_options
 from ..decoding_options import DecodingOptions
 from ..drafters import load_block_drafter
-from ..models.hf_transformer import decoder_start
+from ..models.hf_transformer import decoder_start, forced_first
 from ..runtime.fingerprint import model_fingerprint
 from ..runtime.quantization import is_int8, quantize_int8
 from .config import AggressiveTranslationConfig
@@ -40,7 +40,7 @@ class AggressiveTranslationTask(TranslationTask):
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         generator = self._build_generator(models, args, seq_gen_cls, extra_gen_cls_kwargs, **kwargs)
-        return starting_from(generator, decoder_start(models[0], self.target_dictionary))
+        return starting_from(generator, decoder_start(models[0], self.target_dictionary), forced_first(models[0]))
 
     def _build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, **kwargs):
         given, cfg = _values(args), _values(self.cfg)
@@ -169,21 +169,29 @@ def _settings(values: dict) -> str:
     return repr(sorted(values.items(), key=lambda kv: kv[0]))
 
 
-def starting_from(generator, bos):
+def starting_from(generator, bos, forced=None):
     """``generator``, whose decoding starts from ``bos`` where no call names
     another start (an imported model's own start token: models/hf_transformer.py;
-    None: fairseq's EOS, the generator as it is); its ``start_token`` says which
-    (the running batch starts its rows there too)."""
-    if bos is None or getattr(generator, "start_token", None) == bos:
+    None: fairseq's EOS) and whose outputs start with ``forced`` (an imported
+    model's forced first token, or None); its ``start_token`` says which (the
+    running batch starts its rows there too).  An aggressive generator's
+    verifier applies ``forced`` itself (its score rules); fairseq's generators
+    and the engine's beam search get it as the prefix token of calls that
+    name none."""
+    prefix = forced is not None and not hasattr(generator, "verifier")
+    if (bos is None or getattr(generator, "start_token", None) == bos) and not prefix:
         return generator
     generate = type(generator).generate.__get__(generator)
 
     def generate_from_start(models, sample, *args, **kwargs):
-        if kwargs.get("bos_token") is None:
+        if bos is not None and kwargs.get("bos_token") is None:
             kwargs["bos_token"] = bos
+        if prefix and kwargs.get("prefix_tokens") is None:
+            src = sample["net_input"]["src_tokens"]
+            kwargs["prefix_tokens"] = src.new_full((src.size(0), 1), forced)
         return generate(models, sample, *args, **kwargs)
 
     generator.generate = generate_from_start
-    generator.start_token = bos
+    if bos is not None:
+        generator.start_token = bos
     return generator
-

@@ -21,8 +21,11 @@ class ScoreRules:
     """fairseq's ``SequenceGenerator`` score rules at ``--beam 1``, which every
     engine applies before choosing a token: pad is never chosen, ``unk`` loses
     ``unk_penalty``, only EOS may follow at the length cap, EOS may not come
-    before ``min_len`` tokens; logits are divided by ``temperature``.  The
-    reported score is the log-probability under the unadjusted distribution."""
+    before ``min_len`` tokens; logits are divided by ``temperature``; where
+    ``forced`` is a token, every output starts with it (fairseq's prefix token,
+    transformers' ``forced_bos_token_id``: at output position 0 nothing else is
+    chosen or accepted).  The reported score is the log-probability under the
+    unadjusted distribution."""
 
     pad: int
     unk: int
@@ -30,6 +33,7 @@ class ScoreRules:
     min_len: int = 1
     unk_penalty: float = 0.0
     temperature: float = 1.0
+    forced: Optional[int] = None
 
 
 @dataclass

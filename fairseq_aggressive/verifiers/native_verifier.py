@@ -62,7 +62,7 @@ class NativeVerifier(Verifier):
                          **settings):
         r = self.rules
         run = run_settings(kind, first, max_draft, budget=budget, min_len=r.min_len, unk_penalty=r.unk_penalty,
-                           temperature=r.temperature, beta=self.beta, tau=self.tau, **settings)
+                           temperature=r.temperature, beta=self.beta, tau=self.tau, forced=r.forced, **settings)
         copy, copy_len = copy if copy is not None else (None, None)
         engine, state = drafter if drafter is not None else (None, None)
         return self.batch.decode(run, self.max_len, copy, copy_len, engine, state)
@@ -75,6 +75,6 @@ class NativeVerifier(Verifier):
         r = self.rules
         emit, scores, n_match, done, kept = self.batch.step(
             sents, rows, self.max_len, r.min_len, r.unk_penalty, r.temperature, branches=branches,
-            features=emitted_features, beta=self.beta, tau=self.tau)
+            features=emitted_features, beta=self.beta, tau=self.tau, forced=r.forced)
         return PassResult(emit=emit, scores=scores, n_match=list(n_match), done=[bool(x) for x in done],
                           kept=list(kept), emitted_features=self.batch.features if emitted_features else None)

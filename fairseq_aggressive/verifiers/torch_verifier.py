@@ -28,6 +28,10 @@ def adjust_scores(logits: Tensor, positions: Tensor, max_len: int, rules: ScoreR
     logits[..., rules.pad] = -math.inf
     if rules.unk_penalty:
         logits[..., rules.unk] -= rules.unk_penalty
+    first = None
+    if rules.forced is not None:  # fairseq's prefix token: its score after pad and unk, at output position 0
+        first = (positions == 0) & (positions < max_len)
+        forced_col = logits[..., rules.forced].clone()
     at_max = positions >= max_len
     if bool(at_max.any()):
         eos_col = logits[..., rules.eos].clone()
@@ -35,6 +39,9 @@ def adjust_scores(logits: Tensor, positions: Tensor, max_len: int, rules: ScoreR
         logits[..., rules.eos] = eos_col
     if rules.min_len > 0:
         logits[..., rules.eos] = logits[..., rules.eos].masked_fill(positions < rules.min_len, -math.inf)
+    if first is not None and bool(first.any()):
+        logits[first] = -math.inf
+        logits[..., rules.forced] = torch.where(first, forced_col, logits[..., rules.forced])
     return logits, lse
 
 

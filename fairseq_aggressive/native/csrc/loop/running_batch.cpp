@@ -34,6 +34,10 @@ RunningBatch::RunningBatch(const RunSettings& s, Decoder* dm)
   if (!drafter_) throw std::invalid_argument("running batch: no drafter named '" + drafter_name_ + "'");
 }
 
+bool RunningBatch::forced_fits(const Decoder& m) const {
+  return !s_.has_forced || (s_.forced >= 0 && s_.forced < m.cfg.tgt_vocab);
+}
+
 void RunningBatch::take_slots(int n, int32_t* slots) {
   for (int i = 0; i < n; ++i) {
     if (!free_.empty()) {
@@ -61,7 +65,7 @@ void RunningBatch::start_row(int slot, int max_len, const int32_t* copy, int cop
 
 int RunningBatch::join(Decoder& m, int n, const int32_t* tokens, const int32_t* src_len, const int32_t* copy,
                        const int32_t* copy_len, const int32_t* max_len, int32_t* slot_out) {
-  if (n < 1 || drafter_->check(m) != 0) return -1;
+  if (n < 1 || drafter_->check(m) != 0 || !forced_fits(m)) return -1;
   int cap = 0;
   for (int i = 0; i < n; ++i) {
     if (src_len[i] < 1 || copy_len[i] < 0 || max_len[i] < 1 || max_len[i] < s_.min_len) return -1;
@@ -84,7 +88,7 @@ int RunningBatch::adopt(Decoder& m, State& st, State* given, const int32_t* copy
                         int max_len) {
   const int n = (int)st.sents.size();
   if (!rows_.empty() || n < 1 || max_len < 1 || max_len < s_.min_len || drafter_->check(m) != 0 ||
-      (given != nullptr && (int)given->sents.size() != n))
+      !forced_fits(m) || (s_.has_forced && st.shortlist) || (given != nullptr && (int)given->sents.size() != n))
     return -1;
   std::vector<int32_t> src_len(n), slots(n);
   for (int i = 0; i < n; ++i) {
@@ -165,6 +169,8 @@ int RunningBatch::run(Decoder& m, int max_passes, double min_ms, int32_t* finish
     a.temperature = s_.temperature;
     a.beta = s_.beta;
     a.tau = s_.tau;
+    a.has_forced = s_.has_forced;
+    a.forced = s_.forced;
     a.choice = choice_.data();
     a.score = score_.data();
     a.n_emit = n_emit_.data();

@@ -48,6 +48,7 @@ struct RunSettings {
   float unk_penalty, temperature;
   int32_t beta;
   float tau;
+  int32_t has_forced, forced;  // 1, token: each row's first output is that token (PassArgs)
   DrafterSettings draft;
 };
 
@@ -98,6 +99,8 @@ class RunningBatch {
     std::vector<float> scores;
   };
   // slots for n new rows (free ones first)
+  // whether the forced first token (if any) is one of m's vocabulary
+  bool forced_fits(const Decoder& m) const;
   void take_slots(int n, int32_t* slots);
   // row slot starts: its limit and copy source
   void start_row(int slot, int max_len, const int32_t* copy, int copy_len);

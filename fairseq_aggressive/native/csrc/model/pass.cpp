@@ -20,13 +20,20 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // fairseq's adjustments of the output scores at an output position: pad is
 // never chosen, unk pays unk_penalty, from max_len on only EOS remains, before
-// min_len EOS is excluded.  Columns of the special symbols are their ids.
+// min_len EOS is excluded; at output position 0 only the forced token remains
+// where one is (fairseq's prefix token takes the place of its min_len rule
+// there).  Columns of the special symbols are their ids.
 struct ScoreRules {
   int pad, unk, eos, max_len, min_len;
   float unk_penalty;
+  int forced;  // the column output position 0 must take, or -1
 
   // the adjusted score of column v of the logits lg at output position out_pos
   float adjusted(const float* lg, int v, int out_pos) const {
+    if (out_pos == 0 && forced >= 0 && out_pos < max_len) {
+      if (v != forced) return kNegInf;
+      return v == unk ? lg[v] - unk_penalty : lg[v];
+    }
     if (v == pad || (out_pos >= max_len && v != eos) || (out_pos < min_len && v == eos)) return kNegInf;
     return v == unk ? lg[v] - unk_penalty : lg[v];
   }
@@ -36,6 +43,7 @@ struct ScoreRules {
   // logits, so they are adjusted in place for the argmax and restored.
   int choose(float* lg, int W, int out_pos) const {
     if (out_pos >= max_len) return eos;  // every other column is excluded
+    if (out_pos == 0 && forced >= 0) return forced;
     const int special[3] = {pad, unk, eos};
     float saved[3], adj[3];
     for (int i = 0; i < 3; ++i) {
@@ -59,7 +67,7 @@ constexpr size_t eager_projection_bytes(const Decoder&) { return kEagerProjectio
 class Pass {
  public:
   Pass(Decoder& m, State& st, const PassArgs& a)
-      : m_(m), st_(st), a_(a), rules_{m.cfg.pad, m.cfg.unk, m.cfg.eos, a.max_len, a.min_len, a.unk_penalty},
+      : m_(m), st_(st), a_(a), rules_{m.cfg.pad, m.cfg.unk, m.cfg.eos, a.max_len, a.min_len, a.unk_penalty, a.has_forced ? a.forced : -1},
         eager_((st.shortlist ? m.sl_common.bytes() : m.w.proj.bytes()) > eager_projection_bytes(m)) {}
 
   int run() {
@@ -134,6 +142,8 @@ class Pass {
   // Offsets of rows and branches; false if a row does not fit its cache or its branches do not add up
   bool layout() {
     const int n = a_.n;
+    // a forced token is a column: a vocabulary's, not a shortlist's
+    if (a_.has_forced && (st_.shortlist || a_.forced < 0 || a_.forced >= m_.cfg.tgt_vocab)) return false;
     off_.assign(n + 1, 0);
     first_branch_.assign(n + 1, 0);
     for (int r = 0, k = 0; r < n; ++r) {

@@ -20,7 +20,9 @@ namespace fa {
 // Greedy's choice follows fairseq's rules (ScoreRules in pass.cpp): pad never,
 // unk_penalty subtracted from unk, only EOS from output position max_len (or
 // the row's row_max_len) on,
-// no EOS before min_len; logits are divided by temperature first.  beta > 1
+// no EOS before min_len; with has_forced, output position 0 takes only the
+// token forced (transformers' forced_bos_token_id, fairseq's prefix token: its
+// score is its log-probability); logits are divided by temperature first.  beta > 1
 // accepts GAD++'s way (Xia et al. 2023): a drafted token passes if fewer than
 // beta tokens score strictly higher than it and its score is within tau of
 // the top one's (adjusted log-probabilities); else a drafted token passes when
@@ -52,10 +54,12 @@ struct PassArgs {
   // per row, its own max_len (a running batch's rows each keep their
   // sentence's length limit); null: max_len for every row
   const int32_t* row_max_len;
+  int32_t has_forced, forced;  // 1, token: output position 0 is that token (0: no rule)
 };
 
-// 0, or -1 (nothing changed) if a row does not fit its sentence's cache or
-// its branches do not add up to it.
+// 0, or -1 (nothing changed) if a row does not fit its sentence's cache, its
+// branches do not add up to it, or a forced token is outside the vocabulary
+// (or comes with a shortlist).
 int verify_pass(Decoder& m, State& st, const PassArgs& a);
 
 }  // namespace fa

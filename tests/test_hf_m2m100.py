@@ -1,0 +1,209 @@
+"""M2M100 checkpoints imported (fairseq_aggressive.hf): small random models
+shaped like nllb-200-distilled-600M (pre-norm, relu, scaled embeddings, a
+shared vocabulary with language codes, sources starting with their language
+token, outputs forced to start with the target language's), with a
+SentencePiece BPE model trained here.  Greedy decoding through fairseq's own
+generator, the native engine, its running batch and IAD gives transformers'
+own generate(num_beams=1, forced_bos_token_id=...) token ids and text on
+every sentence, at batch 1 and 8."""
+import argparse
+import os
+
+import pytest
+import torch
+
+from helpers import make_sample
+
+transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
+pytest.importorskip("google.protobuf", reason="transformers reads a SentencePiece model with protobuf")
+
+L = 24  # output tokens before EOS is forced (fairseq's max_len_b; transformers' max_new_tokens - 1)
+LANGS = ["eng_Latn", "deu_Latn", "fra_Latn"]
+SAMPLE = os.path.join(os.path.dirname(__file__), "..", "data", "debian-ende-sample", "test.tok.en")
+
+
+@pytest.fixture(scope="module")
+def nllb(tmp_path_factory):
+    """(HF directory, transformers model, tokenizer, held-out English lines)."""
+    import sentencepiece as spm
+
+    tmp = tmp_path_factory.mktemp("nllb")
+    lines = open(SAMPLE, encoding="utf-8").read().splitlines()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines[:-40]), model_prefix=str(tmp / "sp"),
+                                   vocab_size=300, model_type="bpe", minloglevel=2)
+    hf = tmp / "hf"
+    hf.mkdir()
+    (hf / "sentencepiece.bpe.model").write_bytes((tmp / "sp.model").read_bytes())
+    tok = transformers.NllbTokenizer.from_pretrained(str(hf))
+    tok.add_tokens(LANGS, special_tokens=True)  # (NLLB's tokenizer.json lists its 202 codes so)
+    tok.save_pretrained(str(hf))
+    V = len(tok)
+    cfg = transformers.M2M100Config(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
+                                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
+                                    decoder_ffn_dim=64, max_position_embeddings=128, activation_function="relu",
+                                    scale_embedding=True, init_std=1.0, decoder_start_token_id=2,
+                                    forced_eos_token_id=2)
+    torch.manual_seed(0)
+    model = transformers.M2M100ForConditionalGeneration(cfg).eval()
+    with torch.no_grad():  # varied outputs, some ending before the length limit, as a trained model's
+        emb = model.get_input_embeddings().weight
+        emb.normal_(0, 0.1)
+        emb[1] = 0.0  # the pad row stays zero in training (padding_idx)
+        for n, p in model.named_parameters():
+            if "layer_norm" in n and n.endswith("weight"):
+                p.uniform_(0.5, 2.0)
+    model.save_pretrained(hf)
+    return hf, model, transformers.AutoTokenizer.from_pretrained(str(hf), src_lang="eng_Latn"), lines[-40:]
+
+
+def hf_greedy(model, tok, rows, tgt="deu_Latn"):
+    """transformers' greedy token ids per sentence (after the start token, up to its EOS)."""
+    n = max(len(r) for r in rows)
+    ids = torch.full((len(rows), n), tok.pad_token_id)
+    mask = torch.zeros(len(rows), n, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=L + 1,
+                             forced_bos_token_id=tok.convert_tokens_to_ids(tgt), forced_eos_token_id=2)
+    got = []
+    for row in out.tolist():
+        row = row[1:]
+        got.append(row[: row.index(2) + 1] if 2 in row else row)
+    return got
+
+
+def imported(nllb, tmp_path, src="eng_Latn", tgt="deu_Latn"):
+    from fairseq import checkpoint_utils
+
+    from fairseq_aggressive.hf import import_hf
+
+    out = tmp_path / f"out-{tgt}"
+    meta = import_hf(str(nllb[0]), str(out), src, tgt)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(out / "model.pt")],
+                                                                    arg_overrides={"data": str(out)})
+    return out, meta, models[0].eval(), task
+
+
+MODES = {
+    "fairseq greedy (torch)": dict(),
+    "engine greedy": dict(decoding="iad", engine="native", max_draft_len=0),
+    "engine IAD": dict(decoding="iad", engine="native"),
+    "torch IAD": dict(decoding="iad", engine="torch"),
+    "engine beam 1": dict(engine="native"),
+}
+
+
+def test_converted_nllb_decodes_as_transformers(nllb, tmp_path):
+    hf, model, tok, lines = nllb
+    out, meta, fs, task = imported(nllb, tmp_path)
+    assert meta["imported_from"]["model_type"] == "m2m_100" and meta["text"]["source_prefix"] == "eng_Latn"
+    rows = [tok(s)["input_ids"] for s in lines[:24]]
+    ref = [hf_greedy(model, tok, [r])[0] for r in rows]
+    de = tok.convert_tokens_to_ids("deu_Latn")
+    assert all(r[0] == de for r in ref) and len({tuple(r) for r in ref}) > 16
+    assert any(len(r) <= L for r in ref) and any(len(r) > L for r in ref)
+    assert hf_greedy(model, tok, rows[:8]) == ref[:8]  # transformers' batch of 8 agrees with its batch 1
+    for mode, opts in MODES.items():
+        gen = task.build_generator([fs], argparse.Namespace(beam=1, max_len_a=0, max_len_b=L, min_len=0, **opts))
+        for bsz in (1, 8):
+            got = []
+            for i in range(0, len(rows), bsz):
+                sample = make_sample(rows[i: i + bsz], task.target_dictionary.pad())
+                got += [h[0]["tokens"].tolist() for h in task.inference_step(gen, [fs], sample)]
+            assert got == ref, (mode, bsz)
+        if "engine" in mode and "beam" not in mode:
+            assert type(gen.verifier).__name__ == "NativeVerifier"
+
+
+def test_text_through_the_translator_is_transformers(nllb, tmp_path):
+    """Sentences through Translator (static and streamed): transformers'
+    tokenizer ids (the source language token first) and its decoded greedy
+    outputs (the forced target language token left out)."""
+    from fairseq_aggressive.translator import Translator
+
+    hf, model, tok, lines = nllb
+    out, *_ = imported(nllb, tmp_path, tgt="fra_Latn")
+    fr = tok.convert_tokens_to_ids("fra_Latn")
+    want = []
+    for line in lines:
+        ids = tok(line)["input_ids"]
+        with torch.no_grad():
+            gen = model.generate(torch.tensor([ids]), num_beams=1, do_sample=False, max_new_tokens=L + 1,
+                                 forced_bos_token_id=fr, forced_eos_token_id=2)[0].tolist()
+        want.append((ids, tok.decode(gen, skip_special_tokens=True)))
+    for settings in (dict(decoding="iad", engine="native", max_len_a=0, max_len_b=L),
+                     dict(max_len_a=0, max_len_b=L)):  # (fairseq's own greedy)
+        t = Translator.from_pretrained(str(out), **settings)
+        assert [t.hub.encode(s).tolist() for s in lines] == [ids for ids, _ in want]
+        assert [t.translate(s) for s in lines] == [text for _, text in want], settings
+        if "decoding" in settings:  # streamed through the engine's running batch
+            assert t.running_decoder() is not None
+            assert t.translate_batch(lines, rows=8) == [text for _, text in want]
+    assert len({text for _, text in want}) > 10
+
+
+def test_refused_and_nothing_written(nllb, tmp_path):
+    from fairseq_aggressive.hf import ConversionError, import_hf
+
+    with pytest.raises(ConversionError, match="the pair named by --source-lang"):
+        import_hf(str(nllb[0]), str(tmp_path / "out"))
+    with pytest.raises(ConversionError, match="target language 'xx_Latn'"):
+        import_hf(str(nllb[0]), str(tmp_path / "out"), "eng_Latn", "xx_Latn")
+    assert not (tmp_path / "out").exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".import")]
+
+
+def test_drafters_and_int8_keep_the_forced_first_token(nllb, tmp_path):
+    """A --feature-ar drafter (random, one layer) and GAD++'s acceptance rule on
+    the engine and in torch, and the running batch, keep transformers' output;
+    int8 on the engine is the int8 model's own greedy (fairseq's generator, its
+    prefix token); beam search on the engine (fairseq's own for a forced first
+    token) is fairseq's beam search, every hypothesis starting with the token."""
+    from fairseq_aggressive.acceptance import RankAcceptance
+    from fairseq_aggressive.drafters import FeatureARDrafter
+    from fairseq_aggressive.generator import build_generator
+    from fairseq_aggressive.models.hf_transformer import forced_first
+    from fairseq_aggressive.streaming import RunningDecoder
+    from helpers import make_model
+
+    hf, model, tok, lines = nllb
+    out, _, fs, task = imported(nllb, tmp_path)
+    d = task.target_dictionary
+    rows = [tok(s)["input_ids"] for s in lines[:16]]
+    ref = [hf_greedy(model, tok, [r])[0] for r in rows]
+    de = forced_first(fs)
+    assert de == tok.convert_tokens_to_ids("deu_Latn")
+    dr = make_model(task, arch="block_nat", seed=5, shared_encoder=True, init_encoder_from=str(out / "model.pt"),
+                    verifier_features=True, feature_ar=True, decoder_layers=1, block_causal_prefix=True,
+                    encoder_learned_pos=True, max_source_positions=128, share_all_embeddings=True,
+                    encoder_normalize_before=True)
+    for engine in ("native", "torch"):
+        gen = build_generator([fs], d, FeatureARDrafter(dr, d, 4, engine=engine), engine=engine, max_len_a=0,
+                              max_len_b=L, min_len=0, forced_first=de)
+        got = [h[0]["tokens"].tolist() for i in range(0, 16, 8)
+               for h in gen.generate([fs], make_sample(rows[i: i + 8], d.pad()))]
+        assert got == ref, engine
+        assert gen.stats.drafted > 0
+        if engine == "native":
+            run = RunningDecoder.of_generator(gen)
+            assert run is not None and run.run["forced"] == de
+    for engine in ("native", "torch"):  # GAD++'s rule accepts near-top drafts, never another first token
+        gpp = build_generator([fs], d, FeatureARDrafter(dr, d, 4, engine=engine), RankAcceptance(3, 100.0),
+                              engine=engine, max_len_a=0, max_len_b=L, min_len=0, forced_first=de)
+        got = [h[0]["tokens"].tolist() for h in gpp.generate([fs], make_sample(rows, d.pad()))]
+        assert all(o[0] == de for o in got) and got != ref and gpp.stats.accepted > 0, engine
+    outs = {}
+    for name, opts in (("torch", dict(engine="torch")),
+                       ("engine IAD", dict(engine="native", decoding="iad"))):
+        fs8, task8 = imported(nllb, tmp_path / name.replace(" ", "-"))[2:]
+        gen = task8.build_generator([fs8], argparse.Namespace(beam=1, max_len_a=0, max_len_b=L, min_len=0,
+                                                              inference_precision="int8", **opts))
+        outs[name] = [h[0]["tokens"].tolist() for h in task8.inference_step(gen, [fs8], make_sample(rows, d.pad()))]
+    assert outs["engine IAD"] == outs["torch"] and all(o[0] == de for o in outs["torch"])
+    beams = {}
+    for engine in ("torch", "native"):
+        gen = task.build_generator([fs], argparse.Namespace(beam=5, max_len_a=0, max_len_b=L, min_len=0,
+                                                            engine=engine))
+        beams[engine] = [h[0]["tokens"].tolist() for h in task.inference_step(gen, [fs], make_sample(rows, d.pad()))]
+    assert beams["native"] == beams["torch"] and all(b[0] == de for b in beams["torch"])
