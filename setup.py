@@ -182,7 +182,7 @@ setup(
         "serve": ["starlette>=0.37", "uvicorn>=0.29", "prometheus_client>=0.20", "httpx", "httptools>=0.6",
                   "uvloop>=0.19; sys_platform != 'win32'"],
         # Hugging Face checkpoints imported (fairseq-aggressive-import-hf, docs/hugging-face.md)
-        "hf": ["transformers>=4.40", "sentencepiece>=0.1.99", "safetensors"],
+        "hf": ["transformers>=4.40", "sentencepiece>=0.1.99", "safetensors", "protobuf"],
         # CTranslate2 as a benchmark baseline (bench modes ct2, ct2-int8)
         "ct2": ["ctranslate2>=4.0"],
         # ERRANT (BEA-19 evaluation); pulls in spaCy. The English model must be

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ct2_worker.py")
 USER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the package: fairseq's --user-dir
@@ -130,6 +130,15 @@ def adds_source_eos(model_dir: str) -> bool:
             return bool(json.load(f).get("add_source_eos", True))
     except (OSError, ValueError):
         return True
+
+
+def target_prefix(model, tgt_dict) -> Optional[List[str]]:
+    """The tokens CTranslate2 must start each output with (``target_prefix``): an
+    imported model's forced first token (transformers' ``forced_bos_token_id``), or None."""
+    from ..models.hf_transformer import forced_first
+
+    token = forced_first(model)
+    return None if token is None else [tgt_dict[token]]
 
 
 def compute_types() -> List[str]:

@@ -100,10 +100,12 @@ def convert(ckpt, data_dir, user_dir, out_dir):
 
 def translate(translator, batch):
     """The best hypotheses (token strings) of one batch, greedy or with the batch's
-    ``beam``, fairseq's length cap."""
+    ``beam``, fairseq's length cap, each starting with the batch's ``prefix`` if any."""
+    prefix = batch.get("prefix")
     res = translator.translate_batch(
         batch["tokens"], beam_size=batch.get("beam", 1), max_decoding_length=batch["max_len"],
         min_decoding_length=batch.get("min_len", 1), return_scores=False,
+        target_prefix=[prefix] * len(batch["tokens"]) if prefix else None,
     )
     return [r.hypotheses[0] for r in res]
 

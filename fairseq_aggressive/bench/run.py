@@ -305,7 +305,8 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
         src = sample["net_input"]["src_tokens"]
         max_len = length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos)
         toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:cut]] for row in src]
-        requests.append({"tokens": toks, "max_len": max_len, "beam": ct2.beam_of(mode), "min_len": gen.min_len})
+        requests.append({"tokens": toks, "max_len": max_len, "beam": ct2.beam_of(mode), "min_len": gen.min_len,
+                         "prefix": ct2.target_prefix(model, tgt_dict)})
     compute_type, threads, config = COMPUTE_TYPES[mode], ct2_threads(bench), None
     rounds = max(1, getattr(bench, "bench_rounds", 1))
     try:

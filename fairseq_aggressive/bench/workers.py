@@ -200,7 +200,7 @@ def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
             src = sample["net_input"]["src_tokens"]
             toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:cut]] for row in src]
             reqs.append({"tokens": toks, "max_len": length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos),
-                         "min_len": gen.min_len})
+                         "min_len": gen.min_len, "prefix": ct2.target_prefix(models[0], tgt_dict)})
             sids.append(sample["id"].tolist())
         shards.append(reqs)
         ids.append(sids)
