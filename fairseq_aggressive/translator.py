@@ -141,16 +141,25 @@ def model_languages(model_dir: str):
     return langs.get("source_lang"), langs.get("target_lang")
 
 
+TEXT_FILES = ("sentencepiece_model", "gpt2_encoder_json", "gpt2_vocab_bpe")
+
+
 def model_text(model_dir: str) -> dict:
-    """The subword settings (``--bpe hf_sentencepiece`` and its options) that an
-    imported model's ``MODEL.json`` gives (``text``); fairseq's SentencePiece BPE
-    where it gives none."""
+    """The subword settings (``--bpe hf_sentencepiece`` or ``hf_gpt2`` and their
+    options, files named within the directory) that an imported model's
+    ``MODEL.json`` gives (``text``); fairseq's SentencePiece BPE over a
+    ``source.spm`` where it gives none; else {}."""
     path = os.path.join(model_dir, "MODEL.json")
-    text = None
+    text = {}
     if os.path.isfile(path):
         with open(path) as f:
-            text = json.load(f).get("text")
-    return dict(text) if text else {"bpe": "sentencepiece"}
+            text = dict(json.load(f).get("text") or {})
+    if not text and os.path.isfile(os.path.join(model_dir, "source.spm")):
+        text = {"bpe": "sentencepiece", "sentencepiece_model": "source.spm"}
+    for key in TEXT_FILES:
+        if key in text:
+            text[key] = os.path.join(model_dir, text[key])
+    return text
 
 
 def load_hub(model_dir: str, checkpoint_file: str = "model.pt", data_name_or_path: str = None, bpe_codes: str = None,
@@ -167,9 +176,7 @@ def load_hub(model_dir: str, checkpoint_file: str = "model.pt", data_name_or_pat
     if not source_lang or not target_lang:
         raise ValueError(f"{model_dir}: no MODEL.json with source_lang and target_lang; pass both")
     codes = bpe_codes or os.path.join(model_dir, "bpe.codes")
-    spm = os.path.join(model_dir, "source.spm")  # an imported Hugging Face model's (docs/hugging-face.md)
-    extra = {"bpe": "subword_nmt", "bpe_codes": codes} if os.path.exists(codes) else \
-        dict(model_text(model_dir), sentencepiece_model=spm) if os.path.exists(spm) else {}
+    extra = {"bpe": "subword_nmt", "bpe_codes": codes} if os.path.exists(codes) else model_text(model_dir)
     hub = TransformerModel.from_pretrained(model_dir, checkpoint_file, data_name_or_path or model_dir,
                                            source_lang=source_lang, target_lang=target_lang, **extra)
     return hub.eval()

@@ -144,12 +144,12 @@ def test_refused_and_nothing_written(tmp_path):
     (tmp_path / "full" / "x").write_text("")
     with pytest.raises(ConversionError, match="not empty"):
         import_hf(str(good), str(tmp_path / "full"))
-    bart = tmp_path / "bart"
-    transformers.BartForConditionalGeneration(transformers.BartConfig(
+    other = tmp_path / "pegasus"
+    transformers.PegasusForConditionalGeneration(transformers.PegasusConfig(
         vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)).save_pretrained(bart)
-    with pytest.raises(ConversionError, match="model type 'bart'"):
-        import_hf(str(bart), str(tmp_path / "out"))
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)).save_pretrained(other)
+    with pytest.raises(ConversionError, match="model type 'pegasus'"):
+        import_hf(str(other), str(tmp_path / "out"))
     os.remove(good / "vocab.json")
     with pytest.raises(ConversionError, match="no vocab.json"):
         import_hf(str(good), str(tmp_path / "out"))

@@ -3,7 +3,7 @@ conversion hands over, the weights fairseq names as transformers does."""
 import argparse
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import torch
 
@@ -17,13 +17,15 @@ class Conversion:
     """One checkpoint converted: the dictionary's entries after ``<s> <pad>
     </s> <unk>`` (index 4 on), the fairseq state dict, the ``hf_transformer``
     options beyond the shapes (``--final-logits-bias``, ...), files for the
-    model directory (its name there -> a path), the ``--bpe hf_sentencepiece``
-    settings of its text (bpe.py; None: none) and how token ids map."""
+    model directory (its name there -> a path to copy, or the bytes to
+    write), the subword settings of its text (``--bpe hf_sentencepiece`` or
+    ``hf_gpt2`` with their options, files by their names in the directory:
+    bpe.py; None: none) and how token ids map."""
 
     words: List[str]
     state: Dict[str, torch.Tensor]
     flags: List[str]
-    files: Dict[str, str] = field(default_factory=dict)
+    files: Dict[str, Union[str, bytes]] = field(default_factory=dict)
     text: Optional[dict] = None
     token_ids: str = "converted = transformers"
 

@@ -5,7 +5,7 @@ SentencePiece models, which ``Translator.from_pretrained``, the server,
 ``fairseq-generate --user-dir fairseq_aggressive`` and the bench take.
 
 Each architecture's conversion is a module of its own (:mod:`.marian`,
-:mod:`.m2m100`), which hands over a :class:`~.common.Conversion`; this module
+:mod:`.bart`, :mod:`.m2m100`), which hands over a :class:`~.common.Conversion`; this module
 writes it.  Anything a conversion cannot reproduce exactly is refused with a
 :class:`ConversionError` that names it; nothing is written then.
 """
@@ -16,13 +16,13 @@ import tempfile
 
 import torch
 
-from . import m2m100, marian
+from . import bart, m2m100, marian
 from .common import ConversionError, model_args, transformers_module
 from .marian import from_hf_ids, to_hf_ids
 
 __all__ = ["ConversionError", "import_hf", "from_hf_ids", "to_hf_ids", "SUPPORTED"]
 
-SUPPORTED = ("marian", "m2m_100")
+SUPPORTED = ("marian", "bart", "m2m_100")
 
 
 def import_hf(hf_dir: str, out_dir: str, source_lang: str = "src", target_lang: str = "tgt") -> dict:
@@ -45,6 +45,8 @@ def import_hf(hf_dir: str, out_dir: str, source_lang: str = "src", target_lang: 
                                                                dtype=torch.float32).eval()
     if cfg.model_type == "marian":
         conv = marian.convert(transformers, hf_dir, cfg, model)
+    elif cfg.model_type == "bart":
+        conv = bart.convert(transformers, hf_dir, cfg, model)
     else:
         if "src" in (source_lang, target_lang) or "tgt" in (source_lang, target_lang):
             raise ConversionError("a many-to-many model translates the pair named by --source-lang and "
@@ -65,8 +67,12 @@ def import_hf(hf_dir: str, out_dir: str, source_lang: str = "src", target_lang: 
         ckpt["cfg"]["task"]["data"] = "."  # the directory it is loaded from
         ckpt["cfg"]["generation"]["min_len"] = 0  # transformers' generate may end a sentence at once
         torch.save(ckpt, os.path.join(work, "model.pt"))
-        for name, path in conv.files.items():
-            shutil.copyfile(path, os.path.join(work, name))
+        for name, src in conv.files.items():
+            if isinstance(src, bytes):
+                with open(os.path.join(work, name), "wb") as f:
+                    f.write(src)
+            else:
+                shutil.copyfile(src, os.path.join(work, name))
         meta = {"arch": "hf_transformer", "encoder_layers": cfg.encoder_layers, "decoder_layers": cfg.decoder_layers,
                 "embed_dim": cfg.d_model, "ffn_dim": cfg.encoder_ffn_dim, "source_lang": source_lang,
                 "target_lang": target_lang, "parameters": sum(p.numel() for p in model.parameters()),
@@ -74,7 +80,7 @@ def import_hf(hf_dir: str, out_dir: str, source_lang: str = "src", target_lang: 
                                   "token_ids": conv.token_ids},
                 "storage": "float32"}
         if conv.text is not None:
-            meta["text"] = dict(bpe="hf_sentencepiece", **conv.text)
+            meta["text"] = conv.text
         with open(os.path.join(work, "MODEL.json"), "w") as f:
             json.dump(meta, f, indent=1)
         if os.path.isdir(out_dir):

@@ -91,5 +91,6 @@ def convert(transformers, hf_dir: str, cfg, model, source_lang: str, target_lang
     drop = sorted({t for t in special if t in words or t == "<s>"} - {"</s>", "<pad>"})  # (as decode(skip_special_tokens))
     return Conversion(words=words, state=state, flags=flags,
                       files={"source.spm": os.path.join(hf_dir, spm[0]), "target.spm": os.path.join(hf_dir, spm[0])},
-                      text={"source_prefix": src, "drop_symbols": ",".join(drop)},
+                      text={"bpe": "hf_sentencepiece", "sentencepiece_model": "source.spm", "source_prefix": src,
+                            "drop_symbols": ",".join(drop)},
                       token_ids=f"converted = transformers; sources start with {src}, outputs with {tgt}")

@@ -115,5 +115,6 @@ def convert(transformers, hf_dir: str, cfg, model) -> Conversion:
     spm = {name: os.path.join(hf_dir, name) for name in ("source.spm", "target.spm")
            if os.path.isfile(os.path.join(hf_dir, name))}
     return Conversion(words=words[2:-1], state=_marian_state(model, cfg), flags=flags, files=spm,
-                      text={"drop_symbols": "<unk>"} if spm else None,
+                      text={"bpe": "hf_sentencepiece", "sentencepiece_model": "source.spm",
+                            "drop_symbols": "<unk>"} if spm else None,
                       token_ids=f"converted = transformers + {SHIFT}; transformers' pad = <s>")
