@@ -61,6 +61,8 @@ class Translator:
                                                        *[m.max_positions() for m in hub.models])
         self._limit = _source_limit(self._max_tokens)
         self._left_pad = bool(hub.task.cfg.left_pad_source)  # (an OmegaConf read costs per call)
+        suffix = hub.task.source_suffix_ids() if hasattr(hub.task, "source_suffix_ids") else []
+        self._suffix = torch.tensor(suffix, dtype=torch.long) if suffix else None
         self._lock = threading.Lock()
 
     @classmethod
@@ -69,6 +71,12 @@ class Translator:
         """A model directory as under ``models/`` (:func:`load_hub`)."""
         hub = load_hub(model_dir, checkpoint_file, data_name_or_path, bpe_codes, source_lang, target_lang)
         return cls(hub, **settings)
+
+    def encode(self, sentence: str) -> torch.Tensor:
+        """A sentence's source ids: the hub's ``encode`` (tokenized, BPE, EOS) and the
+        task's ``--source-suffix`` (an imported mBART model's source language)."""
+        ids = self.hub.encode(sentence)
+        return ids if self._suffix is None else torch.cat([ids, self._suffix])
 
     def translate(self, sentence: str) -> str:
         """The output for one sentence."""
@@ -104,7 +112,7 @@ class Translator:
             raise TypeError("translate_static takes a list of sentences; translate takes one")
         if not sentences:
             return []
-        tokens = [self.hub.encode(s) for s in sentences]
+        tokens = [self.encode(s) for s in sentences]
         for i, t in enumerate(tokens):
             if self._limit is not None and t.numel() > self._limit:
                 raise ValueError(f"sentence {i + first_index} is {t.numel()} tokens long after BPE; "

@@ -147,7 +147,7 @@ def test_text_through_the_translator_is_transformers(nllb, tmp_path):
 def test_refused_and_nothing_written(nllb, tmp_path):
     from fairseq_aggressive.hf import ConversionError, import_hf
 
-    with pytest.raises(ConversionError, match="the pair named by --source-lang"):
+    with pytest.raises(ConversionError, match="translates the pair named by --source-lang"):
         import_hf(str(nllb[0]), str(tmp_path / "out"))
     with pytest.raises(ConversionError, match="target language 'xx_Latn'"):
         import_hf(str(nllb[0]), str(tmp_path / "out"), "eng_Latn", "xx_Latn")

@@ -5,7 +5,7 @@ SentencePiece models, which ``Translator.from_pretrained``, the server,
 ``fairseq-generate --user-dir fairseq_aggressive`` and the bench take.
 
 Each architecture's conversion is a module of its own (:mod:`.marian`,
-:mod:`.bart`, :mod:`.m2m100`), which hands over a :class:`~.common.Conversion`; this module
+:mod:`.bart`, :mod:`.mbart`, :mod:`.m2m100`), which hands over a :class:`~.common.Conversion`; this module
 writes it.  Anything a conversion cannot reproduce exactly is refused with a
 :class:`ConversionError` that names it; nothing is written then.
 """
@@ -16,20 +16,20 @@ import tempfile
 
 import torch
 
-from . import bart, m2m100, marian
+from . import bart, m2m100, marian, mbart
 from .common import ConversionError, model_args, transformers_module
 from .marian import from_hf_ids, to_hf_ids
 
 __all__ = ["ConversionError", "import_hf", "from_hf_ids", "to_hf_ids", "SUPPORTED"]
 
-SUPPORTED = ("marian", "bart", "m2m_100")
+SUPPORTED = ("marian", "bart", "mbart", "m2m_100")
 
 
 def import_hf(hf_dir: str, out_dir: str, source_lang: str = "src", target_lang: str = "tgt") -> dict:
     """Converts the transformers checkpoint in ``hf_dir`` into the model
     directory ``out_dir`` (made whole or not at all); returns what its
     MODEL.json says.  ``source_lang``, ``target_lang``: the languages' names
-    in the dictionaries; for a many-to-many model (M2M100, NLLB) the pair it
+    in the dictionaries; for a multilingual model (mBART, M2M100, NLLB) the pair it
     will translate, as transformers' tokenizer names them (``eng_Latn``)."""
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
@@ -49,9 +49,10 @@ def import_hf(hf_dir: str, out_dir: str, source_lang: str = "src", target_lang: 
         conv = bart.convert(transformers, hf_dir, cfg, model)
     else:
         if "src" in (source_lang, target_lang) or "tgt" in (source_lang, target_lang):
-            raise ConversionError("a many-to-many model translates the pair named by --source-lang and "
+            raise ConversionError("a multilingual model translates the pair named by --source-lang and "
                                   "--target-lang (language codes of its tokenizer, e.g. eng_Latn deu_Latn)")
-        conv = m2m100.convert(transformers, hf_dir, cfg, model, source_lang, target_lang)
+        family = mbart if cfg.model_type == "mbart" else m2m100
+        conv = family.convert(transformers, hf_dir, cfg, model, source_lang, target_lang)
     parent = os.path.dirname(os.path.abspath(out_dir)) or "."
     os.makedirs(parent, exist_ok=True)
     work = tempfile.mkdtemp(prefix=".import-", dir=parent)

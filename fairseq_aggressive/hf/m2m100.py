@@ -36,14 +36,15 @@ def _check(cfg) -> None:
         raise ConversionError("this M2M100 checkpoint cannot be converted exactly: " + "; ".join(problems))
 
 
-def _tokenizer(transformers, hf_dir: str):
+def tokenizer(transformers, hf_dir: str, **kwargs):
+    """transformers' tokenizer of the checkpoint (a ConversionError where it cannot load)."""
     try:
-        return transformers.AutoTokenizer.from_pretrained(hf_dir, local_files_only=True)
+        return transformers.AutoTokenizer.from_pretrained(hf_dir, local_files_only=True, **kwargs)
     except Exception as e:  # (transformers raises many kinds here)
         raise ConversionError(f"{hf_dir}: transformers cannot load its tokenizer ({type(e).__name__}: {e})") from e
 
 
-def _words(tok, size: int) -> List[str]:
+def words_of(tok, size: int) -> List[str]:
     """The dictionary's entries from index 4 on: the tokenizer's tokens by id."""
     if len(tok) > size:
         raise ConversionError(f"the tokenizer has {len(tok)} tokens, the model {size} embeddings")
@@ -61,6 +62,20 @@ def _words(tok, size: int) -> List[str]:
     return words
 
 
+def special_symbols(tok, words: List[str]) -> List[str]:
+    """The symbols transformers' ``decode(skip_special_tokens=True)`` leaves out (but EOS and pad)."""
+    special = list(tok.all_special_tokens) + [t.content for t in tok.added_tokens_decoder.values() if t.special]
+    return sorted({t for t in special if t in words or t in ("<s>", "<unk>")} - {"</s>", "<pad>"})
+
+
+def spm_file(hf_dir: str) -> str:
+    """The checkpoint's SentencePiece model."""
+    for name in SPM_NAMES:
+        if os.path.isfile(os.path.join(hf_dir, name)):
+            return os.path.join(hf_dir, name)
+    raise ConversionError(f"{hf_dir}: no SentencePiece model ({', '.join(SPM_NAMES)})")
+
+
 def language_token(words: List[str], code: str, side: str) -> str:
     """The dictionary symbol of language ``code`` (``eng_Latn``, or M2M100's ``__en__`` for ``en``)."""
     for token in (code, f"__{code}__"):
@@ -74,11 +89,9 @@ def language_token(words: List[str], code: str, side: str) -> str:
 def convert(transformers, hf_dir: str, cfg, model, source_lang: str, target_lang: str) -> Conversion:
     """The converted parts of a transformers M2M100ForConditionalGeneration."""
     _check(cfg)
-    spm = [n for n in SPM_NAMES if os.path.isfile(os.path.join(hf_dir, n))]
-    if not spm:
-        raise ConversionError(f"{hf_dir}: no SentencePiece model ({', '.join(SPM_NAMES)})")
-    tok = _tokenizer(transformers, hf_dir)
-    words = _words(tok, cfg.vocab_size)
+    spm = spm_file(hf_dir)
+    tok = tokenizer(transformers, hf_dir)
+    words = words_of(tok, cfg.vocab_size)
     src, tgt = (language_token(words, code, side) for code, side in ((source_lang, "source"),
                                                                       (target_lang, "target")))
     hf = {k: v.detach().float() for k, v in model.state_dict().items()}
@@ -87,10 +100,9 @@ def convert(transformers, hf_dir: str, cfg, model, source_lang: str, target_lang
     state = layer_weights(hf, hf["model.shared.weight"], tables)
     flags = ["--encoder-normalize-before", "--decoder-normalize-before",
              "--forced-first", str(words.index(tgt) + 4)]
-    special = list(tok.all_special_tokens) + [t.content for t in tok.added_tokens_decoder.values() if t.special]
-    drop = sorted({t for t in special if t in words or t == "<s>"} - {"</s>", "<pad>"})  # (as decode(skip_special_tokens))
+    drop = special_symbols(tok, words)
     return Conversion(words=words, state=state, flags=flags,
-                      files={"source.spm": os.path.join(hf_dir, spm[0]), "target.spm": os.path.join(hf_dir, spm[0])},
+                      files={"source.spm": spm, "target.spm": spm},
                       text={"bpe": "hf_sentencepiece", "sentencepiece_model": "source.spm", "source_prefix": src,
                             "drop_symbols": ",".join(drop)},
                       token_ids=f"converted = transformers; sources start with {src}, outputs with {tgt}")

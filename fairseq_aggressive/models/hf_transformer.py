@@ -7,9 +7,10 @@ four things some of those checkpoints need beyond it.
   rows a model must never emit).
 - ``--swish``: SiLU in every layer, as transformers computes it, in place
   of ``--activation-fn`` (fairseq's options do not offer it).
-- ``--decoder-start bos``: decoding starts from the dictionary's ``<s>``
-  instead of EOS (Marian starts from its pad token's embedding, which the
-  converter puts at ``<s>``); :func:`decoder_start` says which token, and
+- ``--decoder-start bos`` (or an index): decoding starts from the
+  dictionary's ``<s>`` instead of EOS (Marian starts from its pad token's
+  embedding, which the converter puts at ``<s>``; mBART from its target
+  language token); :func:`decoder_start` says which token, and
   the task passes it to every generator.
 - ``--forced-first INDEX``: every output starts with that token
   (transformers' ``forced_bos_token_id``: M2M100's and NLLB's target
@@ -34,8 +35,9 @@ class HFTransformerModel(TransformerModel):
                             help="a bias on the output projection (imported models)")
         parser.add_argument("--swish", action="store_true",
                             help="SiLU (transformers' swish) in every layer in place of --activation-fn")
-        parser.add_argument("--decoder-start", choices=["eos", "bos"], default="eos",
-                            help="the token decoding starts from: EOS (fairseq's) or <s>")
+        parser.add_argument("--decoder-start", default="eos",
+                            help="the token decoding starts from: eos (fairseq's), bos (<s>) or a target "
+                                 "dictionary index (an imported mBART model's target language token)")
         parser.add_argument("--forced-first", type=int, default=-1, metavar="INDEX",
                             help="the target dictionary index every output starts with (transformers' "
                                  "forced_bos_token_id: a target language token, BART's <s>); -1: none")
@@ -49,7 +51,11 @@ class HFTransformerModel(TransformerModel):
         if getattr(args, "swish", False):
             for layer in list(model.encoder.layers) + list(model.decoder.layers):
                 layer.activation_fn = F.silu
-        model.decoder_start = getattr(args, "decoder_start", "eos")
+        model.decoder_start = str(getattr(args, "decoder_start", "eos"))
+        if model.decoder_start not in ("eos", "bos") and not (
+                model.decoder_start.isdigit() and int(model.decoder_start) < len(task.target_dictionary)):
+            raise ValueError(f"--decoder-start {model.decoder_start}: eos, bos or an index of the target "
+                             f"dictionary ({len(task.target_dictionary)} types)")
         model.forced_first = getattr(args, "forced_first", -1)
         if not -1 <= model.forced_first < len(task.target_dictionary):
             raise ValueError(f"--forced-first {model.forced_first}: an index of the target dictionary "
@@ -59,7 +65,8 @@ class HFTransformerModel(TransformerModel):
 
 def decoder_start(model, tgt_dict):
     """The token ``model``'s decoding starts from, or None for fairseq's (EOS)."""
-    return tgt_dict.bos() if getattr(model, "decoder_start", "eos") == "bos" else None
+    start = str(getattr(model, "decoder_start", "eos"))
+    return None if start == "eos" else tgt_dict.bos() if start == "bos" else int(start)
 
 
 def forced_first(model):

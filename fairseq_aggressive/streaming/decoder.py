@@ -36,6 +36,8 @@ class RunningDecoder:
         self.drafter = gen.drafter
         self.run, self.max_draft, self.budget = run, gen.max_draft_len, budget
         self._to_tgt = None  # (the drafter's source-to-target id map as a list, made on first use)
+        task = getattr(self.hub, "task", None)  # symbols after every source's EOS (--source-suffix)
+        self._suffix = task.source_suffix_ids() if hasattr(task, "source_suffix_ids") else []
 
     @classmethod
     def of(cls, translator) -> Optional["RunningDecoder"]:
@@ -111,13 +113,14 @@ class RunningDecoder:
         return Prepared(src, [t for t in copy if t != d.pad], max_len)
 
     def ids(self, text: str) -> List[int]:
-        """The hub's ``encode(text)`` as a list (tokenized, BPE, source ids with EOS),
+        """The hub's ``encode(text)`` as a list (tokenized, BPE, source ids with EOS
+        and the task's ``--source-suffix``),
         the ids looked up in one pass instead of fairseq's ``encode_line`` (which
         fills a tensor item by item: most of a short sentence's time outside the engine)."""
         d = self.hub.src_dict
         line = self.hub.apply_bpe(self.hub.tokenize(text))
         ix, unk = d.indices, d.unk_index
-        return [ix.get(w, unk) for w in line.split()] + [d.eos_index]
+        return [ix.get(w, unk) for w in line.split()] + [d.eos_index] + self._suffix
 
     def encode(self, text: str):
         """The hub's ``encode(text)``: :meth:`ids` as a tensor."""

@@ -2,15 +2,19 @@
 is chosen by ``--decoding`` (``beam`` = stock SequenceGenerator; ``iad``,
 ``gad``, ``blockwise`` = aggressive decoding, built by
 :mod:`fairseq_aggressive.decoding`), decoding in int8 on request
-(``--inference-precision``), plus opt-in CPU bfloat16 training (only where the
+(``--inference-precision``), symbols after every source's EOS
+(``--source-suffix``, an imported mBART model's), plus opt-in CPU bfloat16 training (only where the
 CPU does it natively: :mod:`fairseq_aggressive.runtime.cpu_features`).  The same task
 trains the AR models and (``--block-size``) the block drafter.  Its options:
 :mod:`fairseq_aggressive.tasks.config`."""
 import copy
 import os
 import threading
+from typing import List
 
+import numpy as np
 import torch
+from fairseq.data import AppendTokenDataset
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationTask
 from omegaconf import DictConfig, OmegaConf
@@ -100,6 +104,34 @@ class AggressiveTranslationTask(TranslationTask):
             else:
                 self._drafters[key] = load_block_drafter(self, path, device=device, dtype=dtype)
         return self._drafters[key]
+
+    # ------------------------------------------------------------ sources
+    def source_suffix_ids(self) -> List[int]:
+        """The source dictionary's ids of ``--source-suffix`` (symbols after every
+        source's EOS), [] without; a symbol the dictionary lacks is an error."""
+        d = self.source_dictionary
+        symbols = [s for s in (getattr(self.cfg, "source_suffix", "") or "").split(",") if s]
+        missing = [s for s in symbols if s not in d.indices]
+        if missing:
+            raise ValueError(f"--source-suffix: {', '.join(missing)} not in the source dictionary")
+        return [d.index(s) for s in symbols]
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        suffix = self.source_suffix_ids()
+        if suffix:  # fairseq's AppendTokenDataset after the binarized EOS, sizes kept in step
+            ds = self.datasets[split]
+            for i in suffix:
+                ds.src = AppendTokenDataset(ds.src, i)
+            ds.src_sizes = np.array(ds.src.sizes)
+            ds.sizes = np.vstack((ds.src_sizes, ds.tgt_sizes)).T if ds.tgt_sizes is not None else ds.src_sizes
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        suffix = self.source_suffix_ids()
+        if suffix:
+            src_tokens = [torch.cat([t, t.new_tensor(suffix)]) for t in src_tokens]
+            src_lengths = [int(n) + len(suffix) for n in src_lengths]
+        return super().build_dataset_for_inference(src_tokens, src_lengths, constraints=constraints)
 
     # ------------------------------------------------------------ batching
     def get_batch_iterator(self, dataset, *args, required_batch_size_multiple=1, **kwargs):

@@ -14,7 +14,8 @@ __all__ = ["AggressiveTranslationConfig", "DECODING_CHOICES", "ENGINE_CHOICES", 
 
 @dataclass
 class PrecisionConfig(TranslationConfig):
-    """fairseq's translation options and the plugin's precision choices."""
+    """fairseq's translation options, the symbols after a source's EOS and the
+    plugin's precision choices."""
 
     inference_precision: INFERENCE_PRECISION = field(
         default="float32",
@@ -23,6 +24,14 @@ class PrecisionConfig(TranslationConfig):
             "per position, exact integer products; fairseq_aggressive/runtime/quantization.py): every "
             "--decoding, beam and greedy included, runs the same int8 model, so aggressive "
             "decoding still gives that model's greedy output; embeddings and layer norms stay float32"
+        },
+    )
+    source_suffix: str = field(
+        default="",
+        metadata={
+            "help": "comma-separated dictionary symbols after every source's EOS (an imported mBART "
+            "model's source language token, as its tokenizer puts it): added to binarized sources "
+            "and to text alike"
         },
     )
     cpu_bf16: PRECISION = field(
