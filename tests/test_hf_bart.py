@@ -43,7 +43,8 @@ def bart(tmp_path_factory):
     cfg = transformers.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
                                   encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
                                   decoder_ffn_dim=64, max_position_embeddings=128, activation_function="gelu",
-                                  scale_embedding=False, init_std=0.3)
+                                  scale_embedding=False, init_std=0.3,
+                                  normalize_before=False, add_final_layer_norm=False)  # (bart-base's config.json)
     torch.manual_seed(0)
     model = transformers.BartForConditionalGeneration(cfg).eval()
     with torch.no_grad():  # varied outputs, some ending before the length limit, as a trained model's
@@ -156,3 +157,45 @@ def test_refused_and_nothing_written(bart, tmp_path):
     with pytest.raises(ConversionError, match="id 0 is '<pad>'"):
         import_hf(str(broken), str(tmp_path / "out"))
     assert not (tmp_path / "out").exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".import")]
+
+
+@pytest.mark.e2e  # (a whole run: fairseq-preprocess, the bench, a CTranslate2 conversion)
+def test_int8_generate_and_the_bench_beside_ctranslate2(bart, tmp_path):
+    """int8 on the engine (IAD) is the int8 model's own greedy (fairseq's
+    generator, <s> its prefix token); text binarized as GPT-2 BPE ids with <s>
+    first decodes in the bench as CTranslate2's conversion of the same
+    checkpoint does (its tokens mapped to the dictionary's numbers, <s> its
+    target prefix), and as fairseq's greedy."""
+    pytest.importorskip("ctranslate2")
+    import subprocess
+
+    from fairseq.data.encoders.gpt2_bpe_utils import get_encoder
+    from helpers import run, tool
+
+    hf, model, tok, lines = bart
+    out, _, fs, task = imported(bart, tmp_path)
+    rows = [tok(s)["input_ids"] for s in lines[:16]]
+    outs = {}
+    for name, opts in (("torch", dict(engine="torch")), ("engine IAD", dict(engine="native", decoding="iad"))):
+        fs8, task8 = imported(bart, tmp_path / name.replace(" ", "-"))[2:]
+        gen = task8.build_generator([fs8], argparse.Namespace(beam=1, max_len_a=0, max_len_b=L, min_len=0,
+                                                              inference_precision="int8", **opts))
+        sample = make_sample(rows, task8.target_dictionary.pad())
+        outs[name] = [h[0]["tokens"].tolist() for h in task8.inference_step(gen, [fs8], sample)]
+    assert outs["engine IAD"] == outs["torch"] and all(o[0] == 0 for o in outs["torch"])
+    enc = get_encoder(str(out / "bpe.vocab.json"), str(out / "bpe.merges.txt"))
+    data = tmp_path / "data"
+    data.mkdir()
+    for side in ("src", "tgt"):
+        (data / f"test.{side}").write_text("".join("<s> " + " ".join(map(str, enc.encode(s))) + "\n" for s in lines))
+    subprocess.run([tool("fairseq-preprocess"), "-s", "src", "-t", "tgt", "--testpref", str(data / "test"),
+                    "--srcdict", str(out / "dict.src.txt"), "--tgtdict", str(out / "dict.tgt.txt"),
+                    "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
+    js = tmp_path / "b.json"
+    run([tool("fairseq-aggressive-bench"), str(data / "bin"), "--path", str(out / "model.pt"),
+         "--user-dir", "fairseq_aggressive", "--task", "aggressive_translation", "-s", "src", "-t", "tgt",
+         "--gen-subset", "test", "--max-len-a", "0", "--max-len-b", str(L), "--min-len", "0", "--warmup", "2",
+         "--threads", "1", "--batch-size", "4", "--bench-modes", "greedy,iad,ct2", "--bench-json", str(js)])
+    res = json.loads(js.read_text())
+    assert res["modes"]["iad"]["identical_to_greedy"] == len(lines)
+    assert res["modes"]["ct2"]["identical_to_greedy"] >= len(lines) - 1  # (other kernels: a near tie may flip one)

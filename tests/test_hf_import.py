@@ -221,6 +221,7 @@ def test_text_through_the_translator_is_transformers(tmp_path):
     assert V > 100 and len({text for _, text in want}) > 10
 
 
+@pytest.mark.e2e  # (a whole run: fairseq-preprocess, the bench, a CTranslate2 conversion)
 def test_the_bench_runs_ctranslate2_on_the_same_checkpoint(tmp_path):
     """The bench on an imported model: CTranslate2's conversion of the
     transformers checkpoint it came from (sources with their EOS, --min-len 0)

@@ -209,6 +209,7 @@ def test_drafters_and_int8_keep_the_forced_first_token(nllb, tmp_path):
     assert beams["native"] == beams["torch"] and all(b[0] == de for b in beams["torch"])
 
 
+@pytest.mark.e2e  # (a whole run: fairseq-preprocess, the bench, a CTranslate2 conversion)
 def test_generate_and_the_bench_beside_ctranslate2(nllb, tmp_path):
     """Text binarized with the source language token first (as docs/hugging-face.md
     says), decoded by the bench: fairseq's greedy, the engine's greedy and IAD, and

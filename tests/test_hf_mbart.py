@@ -35,7 +35,7 @@ def mbart(request, tmp_path_factory):
     hf = tmp / "hf"
     hf.mkdir()
     (hf / "sentencepiece.bpe.model").write_bytes((tmp / "sp.model").read_bytes())
-    getattr(transformers, request.param).from_pretrained(str(hf)).save_pretrained(str(hf))
+    getattr(transformers, request.param).from_pretrained(str(hf), bos_token="<s>").save_pretrained(str(hf))
     tok = transformers.AutoTokenizer.from_pretrained(str(hf), src_lang="en_XX", tgt_lang="de_DE")
     assert type(tok).__name__ == request.param
     de = tok.convert_tokens_to_ids("de_DE")
@@ -43,7 +43,9 @@ def mbart(request, tmp_path_factory):
     cfg = transformers.MBartConfig(vocab_size=len(tok), d_model=32, encoder_layers=2, decoder_layers=2,
                                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64,
                                    decoder_ffn_dim=64, max_position_embeddings=128, activation_function="gelu",
-                                   scale_embedding=True, init_std=1.0, decoder_start_token_id=2)  # (as mBART-50's)
+                                   scale_embedding=True, init_std=1.0, decoder_start_token_id=2,  # (mBART-50's)
+                                   normalize_before=True, add_final_layer_norm=True,  # (mbart-large-cc25's config.json)
+                                   tokenizer_class=request.param)
     torch.manual_seed(0)
     model = transformers.MBartForConditionalGeneration(cfg).eval()
     with torch.no_grad():  # varied outputs, some ending before the length limit, as a trained model's
@@ -134,3 +136,51 @@ def test_text_through_the_translator_is_transformers(mbart, tmp_path):
             assert run is not None and [run.ids(s) for s in lines] == [tok(s)["input_ids"] for s in lines]
             assert t.translate_batch(lines, rows=8) == want
     assert len(set(want)) > 10
+
+
+@pytest.mark.e2e  # (a whole run: fairseq-preprocess, the bench, a CTranslate2 conversion)
+def test_int8_generate_and_the_bench(mbart, tmp_path):
+    """int8 on the engine (IAD) is the int8 model's own greedy; text binarized
+    as SentencePiece pieces (the language token where the tokenizer puts it,
+    --source-suffix given to fairseq's tools for cc25's) decodes in the bench as
+    fairseq's greedy does, and for mBART-50's as CTranslate2's conversion of the
+    same checkpoint (its target prefix the language token)."""
+    import json
+    import subprocess
+
+    import sentencepiece as spm
+    from helpers import run, tool
+
+    hf, model, tok, lang, lines = mbart
+    out, meta, fs, task = imported(mbart, tmp_path)
+    rows = [tok(s)["input_ids"] for s in lines[:16]]
+    outs = {}
+    for name, opts in (("torch", dict(engine="torch")), ("engine IAD", dict(engine="native", decoding="iad"))):
+        fs8, task8 = imported(mbart, tmp_path / name.replace(" ", "-"))[2:]
+        gen = task8.build_generator([fs8], argparse.Namespace(beam=1, max_len_a=0, max_len_b=L, min_len=0,
+                                                              inference_precision="int8", **opts))
+        sample = make_sample(rows, task8.target_dictionary.pad())
+        outs[name] = [h[0]["tokens"].tolist() for h in task8.inference_step(gen, [fs8], sample)]
+    assert outs["engine IAD"] == outs["torch"]
+    cc25 = "decoding from" in meta["imported_from"]["token_ids"]
+    sp = spm.SentencePieceProcessor(model_file=str(out / "source.spm"))
+    data = tmp_path / "data"
+    data.mkdir()
+    first = "" if cc25 else "en_XX "
+    for side in ("en_XX", "de_DE"):
+        (data / f"test.{side}").write_text("".join(first + " ".join(sp.encode(s, out_type=str)) + "\n" for s in lines))
+    subprocess.run([tool("fairseq-preprocess"), "-s", "en_XX", "-t", "de_DE", "--testpref", str(data / "test"),
+                    "--srcdict", str(out / "dict.en_XX.txt"), "--tgtdict", str(out / "dict.de_DE.txt"),
+                    "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
+    js = tmp_path / "b.json"
+    modes = "greedy,iad,ct2"
+    run([tool("fairseq-aggressive-bench"), str(data / "bin"), "--path", str(out / "model.pt"),
+         "--user-dir", "fairseq_aggressive", "--task", "aggressive_translation", "-s", "en_XX", "-t", "de_DE",
+         "--gen-subset", "test", "--max-len-a", "0", "--max-len-b", str(L), "--min-len", "0", "--warmup", "2",
+         "--threads", "1", "--batch-size", "4", "--bench-modes", modes, "--bench-json", str(js)]
+        + (["--source-suffix", "en_XX"] if cc25 else []))
+    res = json.loads(js.read_text())
+    assert res["modes"]["iad"]["identical_to_greedy"] == len(lines)
+    want = hf_generate(model, tok, lang, [tok(s)["input_ids"] for s in lines])
+    assert [r["greedy"]["tokens"] for r in res["per_sentence"]] == want  # (binarized sources as the tokenizer's)
+    assert res["modes"]["ct2"]["identical_to_greedy"] >= len(lines) - 1  # (other kernels: a near tie may flip one)

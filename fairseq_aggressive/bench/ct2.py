@@ -132,12 +132,49 @@ def adds_source_eos(model_dir: str) -> bool:
         return True
 
 
+class Symbols:
+    """Dictionary symbols <-> CTranslate2's tokens.  They are the same strings,
+    but for an imported model whose text goes through GPT-2's byte-level BPE
+    (BART: ``--bpe hf_gpt2``), whose dictionary lists the tokenizer's ids by
+    number where CTranslate2's vocabulary lists its tokens."""
+
+    SPECIAL = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
+
+    def __init__(self, ckpt: str):
+        self.by_token = None
+        meta = os.path.join(os.path.dirname(os.path.abspath(ckpt)), "MODEL.json")
+        try:
+            with open(meta) as f:
+                text = json.load(f).get("text") or {}
+        except (OSError, ValueError):
+            text = {}
+        if text.get("bpe") == "hf_gpt2":
+            with open(os.path.join(os.path.dirname(meta), text["gpt2_encoder_json"]), encoding="utf-8") as f:
+                self.by_token = json.load(f)
+            self.by_id = {i: t for t, i in self.by_token.items()}
+
+    def to_ct2(self, symbols: List[str]) -> List[str]:
+        if self.by_token is None:
+            return symbols
+        return [self.by_id[int(s)] if s.isdigit() else s for s in symbols]
+
+    def from_ct2(self, tokens: List[str]) -> List[str]:
+        if self.by_token is None:
+            return tokens
+        return [t if t in self.SPECIAL else str(self.by_token.get(t, t)) for t in tokens]
+
+
 def target_prefix(model, tgt_dict) -> Optional[List[str]]:
     """The tokens CTranslate2 must start each output with (``target_prefix``): an
-    imported model's forced first token (transformers' ``forced_bos_token_id``), or None."""
-    from ..models.hf_transformer import forced_first
+    imported model's forced first token (transformers' ``forced_bos_token_id``), or
+    the token its decoding starts from where that is a token of its own (an mBART
+    cc25 model's target language: CTranslate2's conversion then has no start token
+    and takes the prefix's first one), or None."""
+    from ..models.hf_transformer import decoder_start, forced_first
 
-    token = forced_first(model)
+    token, start = forced_first(model), decoder_start(model, tgt_dict)
+    if token is None and start is not None and start not in (tgt_dict.eos(), tgt_dict.bos()):
+        token = start
     return None if token is None else [tgt_dict[token]]
 
 

@@ -301,12 +301,15 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
     gen = cfg.generation
     requests = []
     cut = -1 if ct2.adds_source_eos(model_dir) else None  # (else the tokens keep their EOS)
+    sym = ct2.Symbols(cfg.common_eval.path)
+    prefix = ct2.target_prefix(model, tgt_dict)
     for sample in batches:
         src = sample["net_input"]["src_tokens"]
         max_len = length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos)
-        toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:cut]] for row in src]
+        toks = [sym.to_ct2([src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:cut]])
+                for row in src]
         requests.append({"tokens": toks, "max_len": max_len, "beam": ct2.beam_of(mode), "min_len": gen.min_len,
-                         "prefix": ct2.target_prefix(model, tgt_dict)})
+                         "prefix": prefix and sym.to_ct2(prefix)})
     compute_type, threads, config = COMPUTE_TYPES[mode], ct2_threads(bench), None
     rounds = max(1, getattr(bench, "bench_rounds", 1))
     try:
@@ -329,7 +332,7 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
         totals[mode] += sum(res["batches"][j + r * n]["seconds"] for r in range(rounds)) / rounds
         steps[mode] += 1 + max(len(h) for h in out["hyps"])
         for sid, hyp in zip(sids, out["hyps"]):
-            ids = [tgt_dict.index(t) for t in hyp] + [tgt_dict.eos()]
+            ids = [tgt_dict.index(t) for t in sym.from_ct2(hyp)] + [tgt_dict.eos()]
             per_sent[sid][mode] = {"ms": 1000 * out["seconds"] / len(sids), "tokens": ids,
                                    "text": tgt_dict.string(torch.tensor(ids), bpe)}
     logger.info(f"{mode}: CTranslate2 {res['version']}, {model_dir}")

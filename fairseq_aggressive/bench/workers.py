@@ -194,13 +194,16 @@ def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
     gen = cfg.generation
     shards, ids = [], []
     cut = -1 if ct2.adds_source_eos(model_dir) else None  # (else the tokens keep their EOS)
+    sym = ct2.Symbols(cfg.common_eval.path)
+    prefix = ct2.target_prefix(models[0], tgt_dict)
     for k in range(workers):
         reqs, sids = [], []
         for sample in _shard_batches(dataset, n, k, workers, cfg.dataset.batch_size or 1):
             src = sample["net_input"]["src_tokens"]
-            toks = [[src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:cut]] for row in src]
+            toks = [sym.to_ct2([src_dict[i] for i in utils.strip_pad(row, src_dict.pad()).tolist()[:cut]])
+                    for row in src]
             reqs.append({"tokens": toks, "max_len": length_cap(gen.max_len_a, gen.max_len_b, src.size(1), max_pos),
-                         "min_len": gen.min_len, "prefix": ct2.target_prefix(models[0], tgt_dict)})
+                         "min_len": gen.min_len, "prefix": prefix and sym.to_ct2(prefix)})
             sids.append(sample["id"].tolist())
         shards.append(reqs)
         ids.append(sids)
@@ -214,7 +217,7 @@ def _run_ct2(mode, cfg, args, task, dataset, n, workers, threads) -> Dict:
         for sids, out in zip(sids_k, out_k):
             for sid, hyp in zip(sids, out["hyps"]):
                 recs.append({"id": sid, "seconds": out["seconds"],
-                             "tokens": [tgt_dict.index(t) for t in hyp] + [tgt_dict.eos()]})
+                             "tokens": [tgt_dict.index(t) for t in sym.from_ct2(hyp)] + [tgt_dict.eos()]})
     return {"wall": res["wall"], "requests": recs, "peak_rss": res.get("peak_rss"),
             "ct2_config": {"compute_type": compute_type, "threads": threads}}
 
