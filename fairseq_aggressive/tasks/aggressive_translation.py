@@ -210,6 +210,9 @@ def starting_from(generator, bos, forced=None):
     verifier applies ``forced`` itself (its score rules); fairseq's generators
     and the engine's beam search get it as the prefix token of calls that
     name none."""
+    if forced is not None:  # fairseq-generate's printed outputs leave it out, as transformers' decode does
+        strip = getattr(generator, "symbols_to_strip_from_output", None) or {generator.eos}
+        generator.symbols_to_strip_from_output = set(strip) | {forced}
     prefix = forced is not None and not hasattr(generator, "verifier")
     if (bos is None or getattr(generator, "start_token", None) == bos) and not prefix:
         return generator
