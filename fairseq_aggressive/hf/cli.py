@@ -9,8 +9,12 @@ def cli_main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="fairseq-aggressive-import-hf", description=__doc__.split("\n\n")[0])
     ap.add_argument("hf_dir", help="a transformers checkpoint directory (config.json, weights, tokenizer files)")
     ap.add_argument("out_dir", help="the model directory to write (new, or empty)")
-    ap.add_argument("--source-lang", default="src", help="the source language's name in the dictionaries (src)")
-    ap.add_argument("--target-lang", default="tgt", help="the target language's name in the dictionaries (tgt)")
+    ap.add_argument("--source-lang", default="src",
+                    help="the source language's name in the dictionaries (src); for a multilingual model (mBART, "
+                         "M2M100, NLLB) the language it will translate from, as its tokenizer names it (eng_Latn)")
+    ap.add_argument("--target-lang", default="tgt",
+                    help="the target language's name in the dictionaries (tgt); for a multilingual model the "
+                         "language it will translate into (deu_Latn)")
     args = ap.parse_args(argv)
     from .convert import ConversionError, import_hf
 

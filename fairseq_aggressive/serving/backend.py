@@ -145,7 +145,7 @@ class DecodeBackend:
             raise RequestError(f"texts[{i}] has {words} words, so more than {self.max_input_tokens - 1} tokens "
                                f"after BPE; the limit is {self.max_input_tokens}", code="too_long", status=413)
         if self.continuous is None:
-            n = int(self.hub.encode(text).numel())
+            n = int(self.translator.encode(text).numel())
             if n > self.max_input_tokens:
                 raise RequestError(f"texts[{i}] is {n} tokens long after BPE; the limit is {self.max_input_tokens}",
                                    code="too_long", status=413)
