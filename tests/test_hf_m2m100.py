@@ -13,13 +13,12 @@ import pytest
 import torch
 
 from helpers import make_sample
+from hf_helpers import L, MODES, bench, check_modes, check_translator, hf_ids, imported, int8_ids, sample_lines
 
 transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
 pytest.importorskip("google.protobuf", reason="transformers reads a SentencePiece model with protobuf")
 
-L = 24  # output tokens before EOS is forced (fairseq's max_len_b; transformers' max_new_tokens - 1)
 LANGS = ["eng_Latn", "deu_Latn", "fra_Latn"]
-SAMPLE = os.path.join(os.path.dirname(__file__), "..", "data", "debian-ende-sample", "test.tok.en")
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +27,7 @@ def nllb(tmp_path_factory):
     import sentencepiece as spm
 
     tmp = tmp_path_factory.mktemp("nllb")
-    lines = open(SAMPLE, encoding="utf-8").read().splitlines()
+    lines = sample_lines()
     spm.SentencePieceTrainer.train(sentence_iterator=iter(lines[:-40]), model_prefix=str(tmp / "sp"),
                                    vocab_size=300, model_type="bpe", minloglevel=2)
     hf = tmp / "hf"
@@ -57,47 +56,13 @@ def nllb(tmp_path_factory):
 
 
 def hf_greedy(model, tok, rows, tgt="deu_Latn"):
-    """transformers' greedy token ids per sentence (after the start token, up to its EOS)."""
-    n = max(len(r) for r in rows)
-    ids = torch.full((len(rows), n), tok.pad_token_id)
-    mask = torch.zeros(len(rows), n, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=L + 1,
-                             forced_bos_token_id=tok.convert_tokens_to_ids(tgt), forced_eos_token_id=2)
-    got = []
-    for row in out.tolist():
-        row = row[1:]
-        got.append(row[: row.index(2) + 1] if 2 in row else row)
-    return got
-
-
-def imported(nllb, tmp_path, src="eng_Latn", tgt="deu_Latn"):
-    from fairseq import checkpoint_utils
-
-    from fairseq_aggressive.hf import import_hf
-
-    out = tmp_path / f"out-{tgt}"
-    meta = import_hf(str(nllb[0]), str(out), src, tgt)
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(out / "model.pt")],
-                                                                    arg_overrides={"data": str(out)})
-    return out, meta, models[0].eval(), task
-
-
-MODES = {
-    "fairseq greedy (torch)": dict(),
-    "engine greedy": dict(decoding="iad", engine="native", max_draft_len=0),
-    "engine IAD": dict(decoding="iad", engine="native"),
-    "torch IAD": dict(decoding="iad", engine="torch"),
-    "engine beam 1": dict(engine="native"),
-}
+    """transformers' greedy token ids per sentence, the target language forced first."""
+    return hf_ids(model, rows, 1, 2, forced_bos_token_id=tok.convert_tokens_to_ids(tgt), forced_eos_token_id=2)
 
 
 def test_converted_nllb_decodes_as_transformers(nllb, tmp_path):
     hf, model, tok, lines = nllb
-    out, meta, fs, task = imported(nllb, tmp_path)
+    meta, fs, task = imported(hf, tmp_path / "out", "eng_Latn", "deu_Latn")
     assert meta["imported_from"]["model_type"] == "m2m_100" and meta["text"]["source_prefix"] == "eng_Latn"
     rows = [tok(s)["input_ids"] for s in lines[:24]]
     ref = [hf_greedy(model, tok, [r])[0] for r in rows]
@@ -105,43 +70,20 @@ def test_converted_nllb_decodes_as_transformers(nllb, tmp_path):
     assert all(r[0] == de for r in ref) and len({tuple(r) for r in ref}) > 16
     assert any(len(r) <= L for r in ref) and any(len(r) > L for r in ref)
     assert hf_greedy(model, tok, rows[:8]) == ref[:8]  # transformers' batch of 8 agrees with its batch 1
-    for mode, opts in MODES.items():
-        gen = task.build_generator([fs], argparse.Namespace(beam=1, max_len_a=0, max_len_b=L, min_len=0, **opts))
-        for bsz in (1, 8):
-            got = []
-            for i in range(0, len(rows), bsz):
-                sample = make_sample(rows[i: i + bsz], task.target_dictionary.pad())
-                got += [h[0]["tokens"].tolist() for h in task.inference_step(gen, [fs], sample)]
-            assert got == ref, (mode, bsz)
-        if "engine" in mode and "beam" not in mode:
-            assert type(gen.verifier).__name__ == "NativeVerifier"
+    check_modes(task, fs, rows, ref, dict(MODES, **{"engine beam 1": dict(engine="native")}))
 
 
 def test_text_through_the_translator_is_transformers(nllb, tmp_path):
     """Sentences through Translator (static and streamed): transformers'
     tokenizer ids (the source language token first) and its decoded greedy
     outputs (the forced target language token left out)."""
-    from fairseq_aggressive.translator import Translator
-
     hf, model, tok, lines = nllb
-    out, *_ = imported(nllb, tmp_path, tgt="fra_Latn")
-    fr = tok.convert_tokens_to_ids("fra_Latn")
-    want = []
-    for line in lines:
-        ids = tok(line)["input_ids"]
-        with torch.no_grad():
-            gen = model.generate(torch.tensor([ids]), num_beams=1, do_sample=False, max_new_tokens=L + 1,
-                                 forced_bos_token_id=fr, forced_eos_token_id=2)[0].tolist()
-        want.append((ids, tok.decode(gen, skip_special_tokens=True)))
-    for settings in (dict(decoding="iad", engine="native", max_len_a=0, max_len_b=L),
-                     dict(max_len_a=0, max_len_b=L)):  # (fairseq's own greedy)
-        t = Translator.from_pretrained(str(out), **settings)
-        assert [t.hub.encode(s).tolist() for s in lines] == [ids for ids, _ in want]
-        assert [t.translate(s) for s in lines] == [text for _, text in want], settings
-        if "decoding" in settings:  # streamed through the engine's running batch
-            assert t.running_decoder() is not None
-            assert t.translate_batch(lines, rows=8) == [text for _, text in want]
-    assert len({text for _, text in want}) > 10
+    imported(hf, tmp_path / "out", "eng_Latn", "fra_Latn")
+    rows = [tok(s)["input_ids"] for s in lines]
+    want = [tok.decode(o, skip_special_tokens=True) for o in hf_greedy(model, tok, rows, "fra_Latn")]
+    t = check_translator(tmp_path / "out", lines, want)
+    assert [t.encode(s).tolist() for s in lines] == rows
+    assert len(set(want)) > 10
 
 
 def test_refused_and_nothing_written(nllb, tmp_path):
@@ -168,7 +110,8 @@ def test_drafters_and_int8_keep_the_forced_first_token(nllb, tmp_path):
     from helpers import make_model
 
     hf, model, tok, lines = nllb
-    out, _, fs, task = imported(nllb, tmp_path)
+    out = tmp_path / "out"
+    _, fs, task = imported(hf, out, "eng_Latn", "deu_Latn")
     d = task.target_dictionary
     rows = [tok(s)["input_ids"] for s in lines[:16]]
     ref = [hf_greedy(model, tok, [r])[0] for r in rows]
@@ -193,13 +136,7 @@ def test_drafters_and_int8_keep_the_forced_first_token(nllb, tmp_path):
                               engine=engine, max_len_a=0, max_len_b=L, min_len=0, forced_first=de)
         got = [h[0]["tokens"].tolist() for h in gpp.generate([fs], make_sample(rows, d.pad()))]
         assert all(o[0] == de for o in got) and got != ref and gpp.stats.accepted > 0, engine
-    outs = {}
-    for name, opts in (("torch", dict(engine="torch")),
-                       ("engine IAD", dict(engine="native", decoding="iad"))):
-        fs8, task8 = imported(nllb, tmp_path / name.replace(" ", "-"))[2:]
-        gen = task8.build_generator([fs8], argparse.Namespace(beam=1, max_len_a=0, max_len_b=L, min_len=0,
-                                                              inference_precision="int8", **opts))
-        outs[name] = [h[0]["tokens"].tolist() for h in task8.inference_step(gen, [fs8], make_sample(rows, d.pad()))]
+    outs = int8_ids(hf, tmp_path, rows, source_lang="eng_Latn", target_lang="deu_Latn")
     assert outs["engine IAD"] == outs["torch"] and all(o[0] == de for o in outs["torch"])
     beams = {}
     for engine in ("torch", "native"):
@@ -214,32 +151,15 @@ def test_generate_and_the_bench_beside_ctranslate2(nllb, tmp_path):
     """Text binarized with the source language token first (as docs/hugging-face.md
     says), decoded by the bench: fairseq's greedy, the engine's greedy and IAD, and
     CTranslate2's conversion of the same transformers checkpoint (its target
-    prefix the forced token) give the same outputs, each starting with it."""
+    prefix the forced token) give the same outputs, transformers'."""
     pytest.importorskip("ctranslate2")
-    import json
-    import subprocess
-
     import sentencepiece as spm
-    from helpers import run, tool
 
     hf, model, tok, lines = nllb
-    out, *_ = imported(nllb, tmp_path)
+    out = tmp_path / "out"
+    imported(hf, out, "eng_Latn", "deu_Latn")
     sp = spm.SentencePieceProcessor(model_file=str(out / "source.spm"))
-    data = tmp_path / "data"
-    data.mkdir()
-    for side in ("eng_Latn", "deu_Latn"):
-        (data / f"test.{side}").write_text("".join("eng_Latn " + " ".join(sp.encode(s, out_type=str)) + "\n"
-                                                   for s in lines))
-    subprocess.run([tool("fairseq-preprocess"), "-s", "eng_Latn", "-t", "deu_Latn", "--testpref", str(data / "test"),
-                    "--srcdict", str(out / "dict.eng_Latn.txt"), "--tgtdict", str(out / "dict.deu_Latn.txt"),
-                    "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
-    js = tmp_path / "b.json"
-    run([tool("fairseq-aggressive-bench"), str(data / "bin"), "--path", str(out / "model.pt"),
-         "--user-dir", "fairseq_aggressive", "--task", "aggressive_translation", "-s", "eng_Latn", "-t", "deu_Latn",
-         "--gen-subset", "test", "--max-len-a", "0", "--max-len-b", str(L), "--min-len", "0", "--warmup", "2",
-         "--threads", "1", "--batch-size", "4", "--bench-modes", "greedy,greedy-native,iad,ct2",
-         "--bench-json", str(js)])
-    res = json.loads(js.read_text())
-    for mode in ("greedy-native", "iad"):
-        assert res["modes"][mode]["identical_to_greedy"] == len(lines), mode
-    assert res["modes"]["ct2"]["identical_to_greedy"] >= len(lines) - 1  # (other kernels: a near tie may flip one)
+    res = bench(out, tmp_path, lines, lambda s: "eng_Latn " + " ".join(sp.encode(s, out_type=str)),
+                "eng_Latn", "deu_Latn", modes="greedy,greedy-native,iad,ct2")
+    assert [r["greedy"]["tokens"] for r in res["per_sentence"]] == hf_greedy(model, tok, [tok(s)["input_ids"]
+                                                                                          for s in lines])

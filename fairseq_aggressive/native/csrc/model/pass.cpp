@@ -67,7 +67,10 @@ constexpr size_t eager_projection_bytes(const Decoder&) { return kEagerProjectio
 class Pass {
  public:
   Pass(Decoder& m, State& st, const PassArgs& a)
-      : m_(m), st_(st), a_(a), rules_{m.cfg.pad, m.cfg.unk, m.cfg.eos, a.max_len, a.min_len, a.unk_penalty, a.has_forced ? a.forced : -1},
+      : m_(m),
+        st_(st),
+        a_(a),
+        rules_{m.cfg.pad, m.cfg.unk, m.cfg.eos, a.max_len, a.min_len, a.unk_penalty, a.has_forced ? a.forced : -1},
         eager_((st.shortlist ? m.sl_common.bytes() : m.w.proj.bytes()) > eager_projection_bytes(m)) {}
 
   int run() {
