@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from helpers import make_sample
+from hf_helpers import L, hf_ids
 
 transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
 
-L = 24  # output tokens before EOS is forced (fairseq's max_len_b; transformers' max_new_tokens - 1)
 
 
 def marian_dir(tmp_path, name="hf", seed=0, V=64, **overrides):
@@ -57,20 +57,8 @@ def sources(V, n, seed):
 
 
 def hf_greedy(model, rows, pad):
-    """transformers' greedy token ids per sentence (after the start token, up to its EOS)."""
-    n = max(len(r) for r in rows)
-    ids = torch.full((len(rows), n), pad)
-    mask = torch.zeros(len(rows), n, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r)
-        mask[i, : len(r)] = 1
-    with torch.no_grad():
-        out = model.generate(ids, attention_mask=mask, num_beams=1, do_sample=False, max_new_tokens=L + 1)
-    got = []
-    for row in out.tolist():
-        row = row[1:]
-        got.append(row[: row.index(0) + 1] if 0 in row else row)
-    return got
+    """transformers' greedy token ids per sentence (after the start token, up to Marian's EOS, 0)."""
+    return hf_ids(model, rows, pad, 0)
 
 
 def load(out):
