@@ -179,6 +179,7 @@ def test_distill_script(trained, tmp_path):
     assert again.returncode != 0 and "exists" in again.stderr
 
 
+@pytest.mark.e2e  # (training a drafter, then decoding through the command line)
 def test_shared_encoder_drafter_end_to_end(trained, tmp_path):
     """fairseq-train of a drafter that reads the verifier's encoder
     (--shared-encoder --block-causal-prefix): the encoder (and the tied
