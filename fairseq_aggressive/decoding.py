@@ -6,8 +6,8 @@ import logging
 import weakref
 
 from .constants import DEFAULT_MAX_DRAFT_LEN
-from .models.hf_transformer import forced_first
 from .decoding_options import DecodingOptions
+from .models.hf_transformer import forced_first
 from .options import check_generation_args, check_single_model, check_temperature
 
 logger = logging.getLogger("fairseq_aggressive")

@@ -98,9 +98,9 @@ class RunningBatch {
     std::vector<int32_t> out;
     std::vector<float> scores;
   };
-  // slots for n new rows (free ones first)
   // whether the forced first token (if any) is one of m's vocabulary
   bool forced_fits(const Decoder& m) const;
+  // slots for n new rows (free ones first)
   void take_slots(int n, int32_t* slots);
   // row slot starts: its limit and copy source
   void start_row(int slot, int max_len, const int32_t* copy, int copy_len);
