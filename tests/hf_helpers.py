@@ -20,6 +20,23 @@ MODES = {
 }
 
 
+def vary(model, emb_std: float, eos_bias=None, eos: int = 2) -> None:
+    """Random weights that give varied outputs, some ending before the length
+    limit, as a trained model's: embeddings N(0, emb_std) with the pad row (1)
+    zero, as training leaves it; where ``eos_bias`` is given, a final_logits_bias
+    N(0, 1) plus ``eos_bias`` on EOS; layer norm weights U(0.5, 2)."""
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        emb.normal_(0, emb_std)
+        emb[1] = 0.0
+        if eos_bias is not None:
+            model.final_logits_bias.normal_(0, 1.0)
+            model.final_logits_bias[0, eos] += eos_bias
+        for n, p in model.named_parameters():
+            if "layer_norm" in n and n.endswith("weight"):
+                p.uniform_(0.5, 2.0)
+
+
 def sample_lines():
     return open(SAMPLE, encoding="utf-8").read().splitlines()
 

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from hf_helpers import MODES, bench, check_modes, check_translator, hf_ids, imported, int8_ids, sample_lines
+from hf_helpers import MODES, bench, check_modes, check_translator, hf_ids, imported, int8_ids, sample_lines, vary
 
 transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
 tokenizers = pytest.importorskip("tokenizers")
@@ -42,15 +42,7 @@ def bart(tmp_path_factory):
                                   normalize_before=False, add_final_layer_norm=False)  # (bart-base's config.json)
     torch.manual_seed(0)
     model = transformers.BartForConditionalGeneration(cfg).eval()
-    with torch.no_grad():  # varied outputs, some ending before the length limit, as a trained model's
-        emb = model.get_input_embeddings().weight
-        emb.normal_(0, 0.5)
-        emb[1] = 0.0  # the pad row stays zero in training (padding_idx)
-        model.final_logits_bias.normal_(0, 1.0)
-        model.final_logits_bias[0, 2] += 4.0
-        for n, p in model.named_parameters():
-            if "layer_norm" in n and n.endswith("weight"):
-                p.uniform_(0.5, 2.0)
+    vary(model, 0.5, eos_bias=4.0)
     model.generation_config.forced_bos_token_id = 0  # (as bart-large's)
     model.generation_config.forced_eos_token_id = 2
     model.save_pretrained(hf)

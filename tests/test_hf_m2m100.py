@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from helpers import make_sample
-from hf_helpers import L, MODES, bench, check_modes, check_translator, hf_ids, imported, int8_ids, sample_lines
+from hf_helpers import L, MODES, bench, check_modes, check_translator, hf_ids, imported, int8_ids, sample_lines, vary
 
 transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
 pytest.importorskip("google.protobuf", reason="transformers reads a SentencePiece model with protobuf")
@@ -44,13 +44,7 @@ def nllb(tmp_path_factory):
                                     forced_eos_token_id=2)
     torch.manual_seed(0)
     model = transformers.M2M100ForConditionalGeneration(cfg).eval()
-    with torch.no_grad():  # varied outputs, some ending before the length limit, as a trained model's
-        emb = model.get_input_embeddings().weight
-        emb.normal_(0, 0.1)
-        emb[1] = 0.0  # the pad row stays zero in training (padding_idx)
-        for n, p in model.named_parameters():
-            if "layer_norm" in n and n.endswith("weight"):
-                p.uniform_(0.5, 2.0)
+    vary(model, 0.1)
     model.save_pretrained(hf)
     return hf, model, transformers.AutoTokenizer.from_pretrained(str(hf), src_lang="eng_Latn"), lines[-40:]
 

@@ -10,7 +10,7 @@ token ids and text on every sentence, at batch 1 and 8."""
 import pytest
 import torch
 
-from hf_helpers import MODES, bench, check_modes, check_translator, hf_ids, imported, int8_ids, sample_lines
+from hf_helpers import MODES, bench, check_modes, check_translator, hf_ids, imported, int8_ids, sample_lines, vary
 
 transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
 pytest.importorskip("google.protobuf", reason="transformers reads a SentencePiece model with protobuf")
@@ -44,15 +44,7 @@ def mbart(request, tmp_path_factory):
                                    tokenizer_class=request.param)
     torch.manual_seed(0)
     model = transformers.MBartForConditionalGeneration(cfg).eval()
-    with torch.no_grad():  # varied outputs, some ending before the length limit, as a trained model's
-        emb = model.get_input_embeddings().weight
-        emb.normal_(0, 0.1)
-        emb[1] = 0.0  # the pad row stays zero in training (padding_idx)
-        model.final_logits_bias.normal_(0, 1.0)
-        model.final_logits_bias[0, 2] += {"MBartTokenizer": 3.5, "MBart50Tokenizer": 2.5}[request.param]
-        for n, p in model.named_parameters():
-            if "layer_norm" in n and n.endswith("weight"):
-                p.uniform_(0.5, 2.0)
+    vary(model, 0.1, eos_bias={"MBartTokenizer": 3.5, "MBart50Tokenizer": 2.5}[request.param])
     model.save_pretrained(hf)
     return hf, model, tok, dict(lang, forced_eos_token_id=2), lines[-40:]
 

@@ -16,23 +16,16 @@ import json
 import os
 from typing import Dict, List
 
-from .common import Conversion, ConversionError, check_shapes, layer_weights
+from .common import Conversion, ConversionError, check_fairseq_ids, check_shapes, generation_config, layer_weights
 
 SPECIAL = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
 
 
 def _check(cfg) -> None:
     problems = check_shapes(cfg)
-    if cfg.activation_function not in ("relu", "gelu"):
-        problems.append(f"activation {cfg.activation_function!r} (relu and gelu convert)")
-    ids = (cfg.bos_token_id, cfg.pad_token_id, cfg.eos_token_id, cfg.decoder_start_token_id)
-    if ids != (0, 1, 2, 2):
-        problems.append("special ids bos {}, pad {}, eos {}, decoder start {} (fairseq's: 0, 1, 2, decoding from "
-                        "EOS)".format(*ids))
     if getattr(cfg, "add_final_layer_norm", False) or getattr(cfg, "normalize_before", False):
         problems.append("pre-norm layers or a final layer norm (BART's are post-norm)")
-    if problems:
-        raise ConversionError("this BART checkpoint cannot be converted exactly: " + "; ".join(problems))
+    check_fairseq_ids(cfg, "BART", problems)
 
 
 def _words(hf_dir: str, size: int) -> List[str]:
@@ -72,15 +65,6 @@ def _merges(hf_dir: str) -> bytes:
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
-def forced_bos(transformers, hf_dir: str, cfg):
-    """The generation config's ``forced_bos_token_id`` (None: none)."""
-    try:
-        gen = transformers.GenerationConfig.from_pretrained(hf_dir, local_files_only=True)
-    except OSError:  # no generation_config.json: the model config's
-        gen = transformers.GenerationConfig.from_model_config(cfg)
-    return gen.forced_bos_token_id
-
-
 def convert(transformers, hf_dir: str, cfg, model) -> Conversion:
     """The converted parts of a transformers BartForConditionalGeneration."""
     _check(cfg)
@@ -91,7 +75,7 @@ def convert(transformers, hf_dir: str, cfg, model) -> Conversion:
     bias = hf["final_logits_bias"].reshape(-1) if "final_logits_bias" in hf else None
     state = layer_weights(hf, hf["model.shared.weight"], tables, bias)
     flags = ["--layernorm-embedding"] + (["--final-logits-bias"] if bias is not None else [])
-    forced = forced_bos(transformers, hf_dir, cfg)
+    forced = generation_config(transformers, hf_dir, cfg).forced_bos_token_id
     if forced is not None:
         if not 0 <= forced < cfg.vocab_size:
             raise ConversionError(f"forced_bos_token_id {forced} is outside the vocabulary")

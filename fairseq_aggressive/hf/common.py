@@ -49,6 +49,29 @@ def check_shapes(cfg) -> List[str]:
     return problems
 
 
+def check_fairseq_ids(cfg, what: str, problems: List[str], decoder_start: bool = True) -> None:
+    """Raises a ConversionError naming ``problems`` and, for a model that came
+    from fairseq, special ids other than fairseq's (bos 0, pad 1, eos 2; with
+    ``decoder_start``, decoding from EOS); relu or gelu layers."""
+    if cfg.activation_function not in ("relu", "gelu"):
+        problems.append(f"activation {cfg.activation_function!r} (relu and gelu convert)")
+    names = ["bos", "pad", "eos"] + (["decoder start"] if decoder_start else [])
+    ids = [cfg.bos_token_id, cfg.pad_token_id, cfg.eos_token_id, cfg.decoder_start_token_id][: len(names)]
+    if ids != [0, 1, 2, 2][: len(ids)]:
+        problems.append("special ids " + ", ".join(f"{n} {i}" for n, i in zip(names, ids))
+                        + " (fairseq's: bos 0, pad 1, eos 2" + (", decoding from EOS)" if decoder_start else ")"))
+    if problems:
+        raise ConversionError(f"this {what} checkpoint cannot be converted exactly: " + "; ".join(problems))
+
+
+def generation_config(transformers, hf_dir: str, cfg):
+    """The checkpoint's generation config (generation_config.json, else the model config's)."""
+    try:
+        return transformers.GenerationConfig.from_pretrained(hf_dir, local_files_only=True)
+    except OSError:  # no generation_config.json
+        return transformers.GenerationConfig.from_model_config(cfg)
+
+
 def layer_weights(hf: Dict[str, torch.Tensor], emb: torch.Tensor, positions: Dict[str, torch.Tensor],
                   bias: Optional[torch.Tensor] = None) -> Dict[str, torch.Tensor]:
     """The fairseq state dict: the shared embeddings ``emb`` (also the output

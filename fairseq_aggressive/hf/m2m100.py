@@ -18,22 +18,14 @@ Decoding starts from EOS, as fairseq's does.
 import os
 from typing import List
 
-from .common import Conversion, ConversionError, check_shapes, layer_weights
+from .common import Conversion, ConversionError, check_fairseq_ids, check_shapes, layer_weights
 
 SPECIAL = ["<s>", "<pad>", "</s>", "<unk>"]
 SPM_NAMES = ("sentencepiece.bpe.model", "spm.model", "sentencepiece.model")
 
 
 def _check(cfg) -> None:
-    problems = check_shapes(cfg)
-    if cfg.activation_function not in ("relu", "gelu"):
-        problems.append(f"activation {cfg.activation_function!r} (relu and gelu convert)")
-    ids = (cfg.bos_token_id, cfg.pad_token_id, cfg.eos_token_id, cfg.decoder_start_token_id)
-    if ids != (0, 1, 2, 2):
-        problems.append("special ids bos {}, pad {}, eos {}, decoder start {} (fairseq's: 0, 1, 2, decoding from "
-                        "EOS)".format(*ids))
-    if problems:
-        raise ConversionError("this M2M100 checkpoint cannot be converted exactly: " + "; ".join(problems))
+    check_fairseq_ids(cfg, "M2M100", check_shapes(cfg))
 
 
 def tokenizer(transformers, hf_dir: str, **kwargs):

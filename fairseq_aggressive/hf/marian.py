@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence
 
 import torch
 
-from .common import Conversion, ConversionError, check_shapes, layer_weights
+from .common import Conversion, ConversionError, check_shapes, generation_config, layer_weights
 
 SHIFT = 2  # a Marian id's offset in the converted dictionary
 
@@ -56,10 +56,7 @@ def _check_pad_forbidden(transformers, hf_dir: str, cfg) -> None:
     """The converted model never emits Marian's pad token (it is the start
     token there): transformers' generation must forbid it too, as OPUS-MT's
     generation configs do (bad_words_ids)."""
-    try:
-        gen = transformers.GenerationConfig.from_pretrained(hf_dir, local_files_only=True)
-    except OSError:  # no generation_config.json: the model config's
-        gen = transformers.GenerationConfig.from_model_config(cfg)
+    gen = generation_config(transformers, hf_dir, cfg)
     if [cfg.pad_token_id] not in (gen.bad_words_ids or []):
         raise ConversionError(f"transformers may emit its pad token {cfg.pad_token_id} with this checkpoint (no "
                               f"bad_words_ids [[{cfg.pad_token_id}]] in its generation config, as OPUS-MT's have); "

@@ -22,30 +22,20 @@ goes is the tokenizer's, read from it at import:
 """
 from typing import List, Tuple
 
-from .common import Conversion, ConversionError, check_shapes, layer_weights
+from .common import Conversion, ConversionError, check_fairseq_ids, check_shapes, generation_config, layer_weights
 from .m2m100 import language_token, special_symbols, spm_file, tokenizer, words_of
 
 PROBE = "a b c"
 
 
 def _check(cfg) -> None:
-    problems = check_shapes(cfg)
-    if cfg.activation_function not in ("relu", "gelu"):
-        problems.append(f"activation {cfg.activation_function!r} (relu and gelu convert)")
-    if (cfg.bos_token_id, cfg.pad_token_id, cfg.eos_token_id) != (0, 1, 2):
-        problems.append("special ids bos {}, pad {}, eos {} (fairseq's: 0, 1, 2)".format(
-            cfg.bos_token_id, cfg.pad_token_id, cfg.eos_token_id))
-    if problems:
-        raise ConversionError("this mBART checkpoint cannot be converted exactly: " + "; ".join(problems))
+    check_fairseq_ids(cfg, "mBART", check_shapes(cfg), decoder_start=False)
 
 
 def decoder_start_id(transformers, hf_dir: str, cfg) -> int:
     """The token transformers' ``generate`` starts decoding from: the generation
     config's ``decoder_start_token_id``, else the model config's, else BOS."""
-    try:
-        gen = transformers.GenerationConfig.from_pretrained(hf_dir, local_files_only=True)
-    except OSError:
-        gen = transformers.GenerationConfig.from_model_config(cfg)
+    gen = generation_config(transformers, hf_dir, cfg)
     for start in (gen.decoder_start_token_id, cfg.decoder_start_token_id, cfg.bos_token_id):
         if start is not None:
             if not 0 <= start < cfg.vocab_size:
