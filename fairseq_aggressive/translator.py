@@ -23,7 +23,7 @@ import copy
 import json
 import os
 import threading
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 from fairseq import utils
@@ -82,18 +82,22 @@ class Translator:
         """The output for one sentence."""
         return self.translate_static([sentence])[0]
 
-    def translate_batch(self, sentences: Sequence[str], rows: int = 32) -> List[str]:
+    def translate_batch(self, sentences: Sequence[str], rows: int = 32, lanes: Optional[int] = None) -> List[str]:
         """The outputs for a list of sentences, in their order, each ``translate(s)``'s.
         Where the decoding runs in the engine's running batch (IAD, greedy with
         ``max_draft_len=0``, a native feature drafter) they stream through ``rows``
-        rows, a row that ends refilled at the next pass boundary; any other decoding
-        goes in static batches of ``rows``."""
+        rows, a row that ends refilled at the next pass boundary, the rows split among
+        ``lanes`` running batches of one thread each (default: one per engine thread);
+        any other decoding goes in static batches of ``rows``."""
+        from .runtime.gc_pause import gc_paused
         from .streaming import stream
 
         if isinstance(sentences, str):
             raise TypeError("translate_batch takes a list of sentences; translate takes one")
         with self._lock:
-            return list(stream(self, list(sentences), rows, decoder=self.running_decoder(), locked=True))
+            with gc_paused():
+                return list(stream(self, list(sentences), rows, decoder=self.running_decoder(), locked=True,
+                                   lanes=lanes))
 
     def running_decoder(self):
         """The :class:`~fairseq_aggressive.streaming.RunningDecoder` of this Translator's

@@ -194,3 +194,46 @@ def test_bench_ct2_on_a_blockwise_model(trained, trained_blockwise, tmp_path):
     res = json.loads(js.read_text())["modes"]
     assert res["blockwise"]["identical_to_greedy"] == 20
     assert res["ct2"]["identical_to_greedy"] >= 19, res["ct2"]
+
+
+def test_ct2_tune_tries_one_thread_workers_on_batches(monkeypatch):
+    """On batches of several sentences ct2-best also times CTranslate2 as one-thread
+    workers (inter_threads), each batch split among them; on single sentences it does not."""
+    calls = []
+
+    def worker(command, model_dir, request, mode, omp_threads):
+        calls.append((request["compute_type"], request["threads"], request["workers"], omp_threads))
+        fast = request["compute_type"] == "int8" and request["workers"] == 2
+        return {"batches": [{"seconds": 0.1 if fast else 0.3}]}
+
+    monkeypatch.setattr(ct2_bench, "compute_types", lambda: ["float32", "int8"])
+    monkeypatch.setattr(ct2_bench, "_worker", worker)
+    config = ct2_bench.tune("dir", [{"tokens": [["a"], ["b"]], "max_len": 5}], [1, 2], 0, workers=2)
+    assert sorted(set(calls)) == sorted((ct, t, w, t * w) for ct in ("float32", "int8") for t, w in
+                                        ((1, 1), (2, 1), (1, 2)))
+    assert (config["compute_type"], config["threads"], config["workers"]) == ("int8", 1, 2)
+    assert ct2_bench.describe_config("int8", 1, 2) == "int8, 2 workers of 1 thread"
+    assert ct2_bench.describe_config("float32", 2) == "float32, 2 threads"
+    calls.clear()
+    config = ct2_bench.tune("dir", [{"tokens": [["a"]], "max_len": 5}], [1, 2], 0, workers=2)
+    assert {c[2] for c in calls} == {1} and config["workers"] == 1
+
+
+@pytest.mark.slow
+def test_ct2_workers_decode_what_one_translator_does(trained):
+    """A batch split among CTranslate2's workers decodes as the whole batch on one
+    translator (float32: the same kernels; a near tie may flip one sentence)."""
+    import random
+
+    from fairseq.data import Dictionary
+
+    data, ckpt = trained
+    model_dir = ct2_bench.converted_model(str(ckpt), str(data))
+    words = Dictionary.load(os.path.join(str(data), "dict.src.txt")).symbols[4:]
+    rng = random.Random(0)
+    batches = [{"tokens": [rng.sample(words, rng.randint(3, 12)) for _ in range(9)], "max_len": 20}
+               for _ in range(3)]
+    one = ct2_bench.decode(model_dir, batches, "float32", 1, 0)
+    split = ct2_bench.decode(model_dir, batches, "float32", 1, 0, workers=2)
+    pairs = [(a, b) for x, y in zip(one["batches"], split["batches"]) for a, b in zip(x["hyps"], y["hyps"])]
+    assert len(pairs) == 27 and sum(a == b for a, b in pairs) >= 26

@@ -1,7 +1,7 @@
 """Whole inputs through the engine's running batch on the shipped 9+3
 (fairseq_aggressive/streaming): every sentence's output equals its batch-1
-output (``Translator.translate``'s, fairseq's greedy) at every row count, in
-float32 and int8, for IAD and greedy; decodings the running batch does not
+output (``Translator.translate``'s, fairseq's greedy) at every row count and
+number of lanes, in float32 and int8, for IAD and greedy; decodings the running batch does not
 run go in static batches; ``fairseq-aggressive-translate`` from a file and
 from standard input, its refusals, and nothing half-written."""
 import os
@@ -47,8 +47,9 @@ def test_streamed_outputs_are_each_sentences_own(hub, lines, settings):
     if not int8:  # equal to fairseq's own greedy (spot check); int8: its int8 model's greedy
         fairseq = Translator(hub)
         assert [fairseq.translate(s) for s in lines[:10]] == alone[:10]
-    for rows in (1, 7, 32, 128):
-        assert list(stream(t, iter(lines), rows)) == alone, rows
+    # lanes: one per engine thread (default), one, and more than this machine's cores
+    for rows, lanes in ((1, None), (7, None), (32, None), (128, None), (7, 1), (32, 1), (32, 3)):
+        assert list(stream(t, iter(lines), rows, lanes=lanes)) == alone, (rows, lanes)
     shuffled = lines[::-1]  # another arrival order
     assert t.translate_batch(shuffled, rows=16) == alone[::-1]
 
@@ -127,7 +128,7 @@ def test_the_translate_command(hub, lines, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert out.read_text(encoding="utf-8").split("\n")[:-1] == want
     assert "sentences" in proc.stderr  # the progress bar
-    piped = _cli("--decoding", "greedy", "--rows", "3", stdin="\n".join(text[:12]) + "\n")
+    piped = _cli("--decoding", "greedy", "--rows", "3", "--lanes", "3", stdin="\n".join(text[:12]) + "\n")
     assert piped.returncode == 0, piped.stderr
     greedy = Translator(hub, decoding="iad", max_draft_len=0)
     assert piped.stdout.split("\n")[:-1] == [greedy.translate(s) for s in text[:12]]
@@ -145,3 +146,5 @@ def test_the_translate_command_refuses_without_writing_half(lines, tmp_path):
     assert missing.returncode == 2 and "nowhere.txt" in missing.stderr
     rows = _cli("--rows", "0", stdin="a\n")
     assert rows.returncode == 2 and "--rows must be >= 1" in rows.stderr
+    lanes = _cli("--lanes", "0", stdin="a\n")
+    assert lanes.returncode == 2 and "--lanes must be >= 1" in lanes.stderr

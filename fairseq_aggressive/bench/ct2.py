@@ -5,10 +5,12 @@ process of its own (:mod:`fairseq_aggressive.bench.ct2_worker`).
 ``ct2-best`` is CTranslate2 at its fastest configuration on the machine: every
 compute type it supports on this CPU (float32, int8, int8_float32, int16,
 bfloat16 ... as the CPU allows) at 1, 2, 4, ... threads up to the CPUs the
-process may use, each timed on the first sentences of the run (:func:`tune`);
-the fastest decodes the run.  Which one wins depends on the CPU (on Intel CPUs,
+process may use, and as one-thread workers, one per CPU (``inter_threads``:
+each batch split among them, its parts decoded at once), each timed on the
+first sentences of the run (:func:`tune`); the fastest decodes the run.
+Which one wins depends on the CPU and the batch (at batch 1 on Intel CPUs,
 where CTranslate2 uses MKL, often int8 with one thread; on AMD ones its
-float32).
+float32; on batches, one-thread workers).
 
 The checkpoint is converted once with CTranslate2's fairseq converter and the
 result is cached beside it (``CKPT.ct2/``, or under ``~/.cache`` when that
@@ -207,29 +209,45 @@ def probe_batches(batches: List[Dict], sentences: int = PROBE_SENTENCES) -> List
     return out
 
 
-def tune(model_dir: str, batches: List[Dict], threads: List[int], warmup: int, rounds: int = 2) -> Dict:
+def tune(model_dir: str, batches: List[Dict], threads: List[int], warmup: int, rounds: int = 2,
+         workers: int = 1) -> Dict:
     """Times the decoding of ``batches`` (greedy, or their ``beam``) with every compute type of this CPU at
-    each count of ``threads``, ``rounds`` times in alternating order (a configuration's time is
-    its fastest round, so a slow moment of the machine does not decide); returns
-    ``{"compute_type", "threads"}`` of the fastest and ``"configs"``, every configuration with its seconds."""
-    grid = [(ct, t) for ct in compute_types() for t in threads]
+    each count of ``threads`` and (``workers`` > 1, batches of more than one sentence) as that many
+    one-thread workers, ``rounds`` times in alternating order (a configuration's time is its fastest
+    round, so a slow moment of the machine does not decide); returns ``{"compute_type", "threads",
+    "workers"}`` of the fastest and ``"configs"``, every configuration with its seconds."""
+    ways = [(t, 1) for t in threads]
+    if workers > 1 and any(len(b["tokens"]) > 1 for b in batches):
+        ways.append((1, workers))
+    grid = [(ct, t, w) for ct in compute_types() for t, w in ways]
     seconds = {c: [] for c in grid}
     for r in range(rounds):
-        for ct, t in (grid if r % 2 == 0 else grid[::-1]):
-            res = _worker("decode", model_dir, {"compute_type": ct, "threads": t, "warmup": warmup,
-                                                "batches": batches}, f"{BEST} {ct}", t)
-            seconds[(ct, t)].append(sum(b["seconds"] for b in res["batches"]))
-    configs = [{"compute_type": ct, "threads": t, "seconds": min(seconds[(ct, t)])} for ct, t in grid]
+        for ct, t, w in (grid if r % 2 == 0 else grid[::-1]):
+            res = decode(model_dir, batches, ct, t, warmup, w)
+            seconds[(ct, t, w)].append(sum(b["seconds"] for b in res["batches"]))
+    configs = [{"compute_type": ct, "threads": t, "workers": w, "seconds": min(seconds[(ct, t, w)])}
+               for ct, t, w in grid]
     best = min(configs, key=lambda c: c["seconds"])
-    return {"compute_type": best["compute_type"], "threads": best["threads"], "configs": configs}
+    return {"compute_type": best["compute_type"], "threads": best["threads"], "workers": best["workers"],
+            "configs": configs}
 
 
-def decode(model_dir: str, batches: List[Dict], compute_type: str, threads: int, warmup: int) -> Dict:
+def describe_config(compute_type: str, threads: int, workers: int = 1) -> str:
+    """``int8, 1 thread``, ``float32, 2 threads``, ``int8, 2 workers of 1 thread``."""
+    t = f"{threads} thread{'s' if threads > 1 else ''}"
+    return f"{compute_type}, {workers} workers of {t}" if workers > 1 else f"{compute_type}, {t}"
+
+
+def decode(model_dir: str, batches: List[Dict], compute_type: str, threads: int, warmup: int,
+           workers: int = 1) -> Dict:
     """Decode ``batches`` ([{"tokens": [[str]], "max_len": int, "beam": int (default 1)}]) in a
-    CTranslate2 process; returns the worker's result (per batch seconds and
+    CTranslate2 process (``workers`` > 1: a translator with that many workers of ``threads``
+    threads, each batch split among them); returns the worker's result (per batch seconds and
     hypotheses as token strings)."""
-    request = {"compute_type": compute_type, "threads": threads, "warmup": warmup, "batches": batches}
-    return _worker("decode", model_dir, request, f"ct2 {compute_type}", threads)
+    request = {"compute_type": compute_type, "threads": threads, "workers": workers, "warmup": warmup,
+               "batches": batches}
+    return _worker("decode", model_dir, request, f"ct2 {describe_config(compute_type, threads, workers)}",
+                   threads * workers)
 
 
 def serve(model_dir: str, shards: List[List[Dict]], compute_type: str, threads: int, warmup: int) -> Dict:

@@ -98,12 +98,16 @@ def convert(ckpt, data_dir, user_dir, out_dir):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def translate(translator, batch):
+def translate(translator, batch, workers=1):
     """The best hypotheses (token strings) of one batch, greedy or with the batch's
-    ``beam``, fairseq's length cap, each starting with the batch's ``prefix`` if any."""
+    ``beam``, fairseq's length cap, each starting with the batch's ``prefix`` if any;
+    ``workers`` > 1: the batch split into as many parts, decoded at once on the
+    translator's workers (CTranslate2 sorts a batch by length before it splits it)."""
     prefix = batch.get("prefix")
+    n = len(batch["tokens"])
     res = translator.translate_batch(
-        batch["tokens"], beam_size=batch.get("beam", 1), max_decoding_length=batch["max_len"],
+        batch["tokens"], max_batch_size=-(-n // workers) if workers > 1 else 0,
+        beam_size=batch.get("beam", 1), max_decoding_length=batch["max_len"],
         min_decoding_length=batch.get("min_len", 1), return_scores=False,
         target_prefix=[prefix] * len(batch["tokens"]) if prefix else None,
     )
@@ -113,18 +117,19 @@ def translate(translator, batch):
 def decode(model_dir, request):
     import ctranslate2
 
+    workers = request.get("workers", 1)
     translator = ctranslate2.Translator(
         model_dir, device="cpu", compute_type=request["compute_type"],
-        inter_threads=1, intra_threads=request["threads"],
+        inter_threads=workers, intra_threads=request["threads"],
     )
 
     batches = request["batches"]
     for batch in batches[: request.get("warmup", 0)]:
-        translate(translator, batch)
+        translate(translator, batch, workers)
     out = []
     for batch in batches:
         t0 = time.perf_counter()
-        hyps = translate(translator, batch)
+        hyps = translate(translator, batch, workers)
         out.append({"seconds": time.perf_counter() - t0, "hyps": hyps})
     return {"batches": out, "version": ctranslate2.__version__}
 

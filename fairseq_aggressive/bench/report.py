@@ -162,7 +162,7 @@ def describe_mode(mode: str, row: Dict) -> str:
     config = row.get("ct2_config")
     if not config:
         return mode
-    return f"{mode} ({config['compute_type']}, {config['threads']} thread{'s' if config['threads'] > 1 else ''})"
+    return f"{mode} ({ct2.describe_config(config['compute_type'], config['threads'], config.get('workers', 1))})"
 
 
 def main_table(res):

@@ -310,19 +310,19 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
                 for row in src]
         requests.append({"tokens": toks, "max_len": max_len, "beam": ct2.beam_of(mode), "min_len": gen.min_len,
                          "prefix": prefix and sym.to_ct2(prefix)})
-    compute_type, threads, config = COMPUTE_TYPES[mode], ct2_threads(bench), None
+    compute_type, threads, workers, config = COMPUTE_TYPES[mode], ct2_threads(bench), 1, None
     rounds = max(1, getattr(bench, "bench_rounds", 1))
     try:
         if compute_type is None:  # ct2-best: the fastest configuration on the first sentences
             probe = ct2.probe_batches(requests)
             counts = ct2.thread_counts(max(ct2_threads(bench), usable_cpus()))
-            config = ct2.tune(model_dir, probe, counts, min(bench.warmup, len(probe)))
-            compute_type, threads = config["compute_type"], config["threads"]
-            logger.info(f"{mode}: {compute_type}, {threads} thread(s) was the fastest of "
-                        + ", ".join(f"{c['compute_type']}/{c['threads']}t {1000 * c['seconds']:.0f} ms"
-                                    for c in config["configs"])
+            config = ct2.tune(model_dir, probe, counts, min(bench.warmup, len(probe)), workers=max(counts))
+            compute_type, threads, workers = config["compute_type"], config["threads"], config["workers"]
+            logger.info(f"{mode}: {ct2.describe_config(compute_type, threads, workers)} was the fastest of "
+                        + ", ".join(f"{ct2.describe_config(c['compute_type'], c['threads'], c['workers'])} "
+                                    f"{1000 * c['seconds']:.0f} ms" for c in config["configs"])
                         + f" on the first {sum(len(b['tokens']) for b in probe)} sentences")
-        res = ct2.decode(model_dir, requests * rounds, compute_type, threads, bench.warmup)
+        res = ct2.decode(model_dir, requests * rounds, compute_type, threads, bench.warmup, workers)
     except ct2.CT2Error as e:
         raise SystemExit(f"error: {e}")
     bpe = cfg.common_eval.post_process
@@ -336,4 +336,4 @@ def run_ct2(mode, model_dir, batches, cfg, model, src_dict, tgt_dict, bench, per
             per_sent[sid][mode] = {"ms": 1000 * out["seconds"] / len(sids), "tokens": ids,
                                    "text": tgt_dict.string(torch.tensor(ids), bpe)}
     logger.info(f"{mode}: CTranslate2 {res['version']}, {model_dir}")
-    return dict(config or {}, compute_type=compute_type, threads=threads)
+    return dict(config or {}, compute_type=compute_type, threads=threads, workers=workers)

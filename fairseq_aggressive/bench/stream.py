@@ -1,6 +1,7 @@
 """The benchmark's streaming modes (``iad-stream``, ``greedy-native-stream`` ...): every
 sentence of the run through ``--batch-size`` rows of the engine's running batch, a row that
-ends refilled at the next pass boundary (:func:`~fairseq_aggressive.streaming.stream.stream_prepared`),
+ends refilled at the next pass boundary, the rows split among lanes of one thread each, one per
+engine thread (:func:`~fairseq_aggressive.streaming.stream.stream_lanes`),
 timed whole per round; each sentence is recorded as the batch modes record theirs (its
 tokens, its share of the time, its passes)."""
 import time
@@ -14,8 +15,9 @@ def decode_streams(modes: List[str], gens, draft_costs, batches, bench, per_sent
     times after ``bench.warmup`` sentences of warm-up."""
     from fairseq import utils
 
+    from ..runtime.gc_pause import gc_paused
     from ..streaming.decoder import RunningDecoder
-    from ..streaming.stream import stream_prepared
+    from ..streaming.stream import stream_lanes
 
     sources = {}
     for sample in batches:
@@ -30,17 +32,20 @@ def decode_streams(modes: List[str], gens, draft_costs, batches, bench, per_sent
             raise SystemExit(f"error: benchmark mode {m}: its decoding does not run in the engine's running batch "
                              "(a shortlist, a torch verifier or a drafter the engine has no counterpart of)")
         prepared = [dec.prepared(sources[i]) for i in ids]
-        list(stream_prepared(dec.make_batch(), prepared[: bench.warmup], rows))
+        lanes = dec.lanes(rows)
+        list(stream_lanes(dec.make_batches(lanes), prepared[: bench.warmup], rows))
         gen.stats.__init__()
         for r in range(rounds):
-            batch = dec.make_batch()
+            batches = dec.make_batches(lanes)
             t0 = time.perf_counter()
-            outs = list(stream_prepared(batch, prepared, rows))
+            with gc_paused():  # (as Translator.translate_batch decodes)
+                outs = list(stream_lanes(batches, prepared, rows))
             dt = (time.perf_counter() - t0) / rounds
             totals[m] += dt
             if r == rounds - 1:  # the counters of the last round, as the batch modes keep theirs
                 gen.stats.sentences += len(ids)
-                gen.stats.add_loop(batch.stats().loop)
+                for batch in batches:
+                    gen.stats.add_loop(batch.stats().loop)
                 gen.stats.tokens += sum(len(t) for t, _ in outs)
             for sid, (toks, passes) in zip(ids, outs):
                 if r == 0:

@@ -7,7 +7,8 @@ One sentence a line in, its output on the same line out, in order.  Where
 the decoding runs in the engine's running batch (IAD, ``--decoding greedy``,
 a native feature drafter) the sentences stream through ``--rows`` rows, a row
 that ends refilled at the next pass boundary, so no sentence waits for a
-longer one; other decodings go in static batches of ``--rows``.  Every output
+longer one, the rows split among ``--lanes`` running batches of one thread
+each (default: one per engine thread); other decodings go in static batches of ``--rows``.  Every output
 is ``Translator.translate``'s for its line.  On a terminal a progress bar
 counts sentences per second.  With ``-o`` the output appears whole or not at
 all.
@@ -17,6 +18,7 @@ import logging
 import os
 import sys
 
+from ..runtime.gc_pause import gc_paused
 from ..streaming.options import HelpFormatter, add_decoding_arguments, decoding_settings, translator_settings
 
 
@@ -27,6 +29,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-i", "--input", default="-", help="sentences, one a line (-: standard input)")
     p.add_argument("-o", "--output", default="-", help="where the outputs go (-: standard output)")
     p.add_argument("--rows", type=int, default=32, help="sentences decoding at once")
+    p.add_argument("--lanes", type=int, default=None,
+                   help="running batches the rows are split among, one thread each (default: one per engine thread)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="a progress bar on standard error (auto: when it is a terminal)")
     p.set_defaults(decoding_names=add_decoding_arguments(p))
@@ -37,9 +41,10 @@ def main(argv=None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("fairseq").setLevel(logging.WARNING)
-    if args.rows < 1:
-        print("fairseq-aggressive-translate: --rows must be >= 1", file=sys.stderr)
-        return 2
+    for name, value in (("--rows", args.rows), ("--lanes", args.lanes)):
+        if value is not None and value < 1:
+            print(f"fairseq-aggressive-translate: {name} must be >= 1", file=sys.stderr)
+            return 2
     from ..translator import Translator
     from ..streaming import stream
 
@@ -65,11 +70,12 @@ def main(argv=None) -> int:
     lines = (line.rstrip("\n") for line in source)
     bar = _progress(show)
     try:
-        for text in stream(translator, lines, args.rows):
-            out.write(text + "\n")
-            if tmp is None:
-                out.flush()
-            bar.update(1)
+        with gc_paused():
+            for text in stream(translator, lines, args.rows, lanes=args.lanes):
+                out.write(text + "\n")
+                if tmp is None:
+                    out.flush()
+                bar.update(1)
         if tmp is not None:
             out.close()
             os.replace(tmp, args.output)

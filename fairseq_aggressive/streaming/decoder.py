@@ -36,6 +36,7 @@ class RunningDecoder:
         self.drafter = gen.drafter
         self.run, self.max_draft, self.budget = run, gen.max_draft_len, budget
         self._to_tgt = None  # (the drafter's source-to-target id map as a list, made on first use)
+        self._lane_engines = {}  # lanes -> their (engine, drafter engine) pairs (make_batches)
         task = getattr(self.hub, "task", None)  # symbols after every source's EOS (--source-suffix)
         self._suffix = task.source_suffix_ids() if hasattr(task, "source_suffix_ids") else []
 
@@ -72,6 +73,22 @@ class RunningDecoder:
         pair = (self.engine, self.drafter_engine)
         return [pair] + [(self.engine.share(threads), self.drafter_engine and self.drafter_engine.share(threads))
                          for _ in range(n - 1)]
+
+    def lanes(self, rows: int, lanes: Optional[int] = None) -> int:
+        """How many lanes (running batches, one thread each) ``rows`` rows are split among:
+        ``lanes`` if given, else one per thread of the engine; never more than the rows."""
+        return max(1, min(rows, lanes if lanes is not None else self.engine.threads))
+
+    def make_batches(self, lanes: int) -> list:
+        """A running batch per lane: one on the Translator's engine, or (``lanes`` > 1) one
+        on each of ``lanes`` one-thread engines on the same weights, made on first use and
+        kept (with their drafter engines)."""
+        if lanes <= 1:
+            return [self.make_batch()]
+        if lanes not in self._lane_engines:
+            self._lane_engines[lanes] = [(self.engine.share(1), self.drafter_engine and self.drafter_engine.share(1))
+                                         for _ in range(lanes)]
+        return [self.make_batch(e, d) for e, d in self._lane_engines[lanes]]
 
     def make_batch(self, engine=None, drafter_engine=None):
         """A new running batch on ``engine`` (default: the Translator's)."""

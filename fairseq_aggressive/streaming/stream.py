@@ -1,32 +1,127 @@
 """Sentences through a running batch of B rows, outputs in order (:func:`stream`)."""
-from typing import Iterable, Iterator, List, Tuple
+import queue
+import threading
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 # passes a run makes before it returns to refill, if no row finished
 MAX_PASSES = 256
 
 
 def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, locked: bool = False,
-           min_ms: float = 1.0) -> Iterator[str]:
+           min_ms: float = 1.0, lanes: Optional[int] = None) -> Iterator[str]:
     """The outputs of ``sentences`` (any iterable: read as rows free up), in
     order, each ``translator.translate(s)``'s.  Where the Translator's decoding
     runs in the engine's running batch (:class:`~.decoder.RunningDecoder`), the
     sentences stream through ``rows`` rows: a row that ends is refilled at the
-    next pass boundary, so no sentence waits for a longer one; any other
-    decoding goes in static batches of ``rows``.  A sentence the model cannot
-    take raises ValueError naming it (its index from 0), after the outputs
-    before it.  ``decoder``: the Translator's RunningDecoder (made here if not
-    given); ``locked``: the caller holds the Translator's lock."""
+    next pass boundary, so no sentence waits for a longer one; the rows are
+    split among ``lanes`` running batches, one thread each (default: one per
+    engine thread, :meth:`~.decoder.RunningDecoder.lanes`).  Any other decoding
+    goes in static batches of ``rows``.  A sentence the model cannot take
+    raises ValueError naming it (its index from 0), after the outputs before
+    it.  ``decoder``: the Translator's RunningDecoder (made here if not given);
+    ``locked``: the caller holds the Translator's lock."""
     from .decoder import RunningDecoder
 
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
+    if lanes is not None and lanes < 1:
+        raise ValueError(f"lanes must be >= 1, got {lanes}")
     dec = decoder if decoder is not None else RunningDecoder.of(translator)
     if dec is None:
         yield from _static(translator, sentences, rows, locked)
         return
-    prepared = (dec.prepare(text) for text in sentences)  # (read as rows free up; TooLong where one cannot)
-    for tokens, _ in stream_prepared(dec.make_batch(), prepared, rows, min_ms):
-        yield dec.finish(tokens)
+    text = threading.Lock()  # a lane's prepare and this thread's finish take turns with the text tools
+    prepared = (dec.prepare(s) for s in sentences)  # (read as rows free up; TooLong where one cannot)
+    for tokens, _ in stream_lanes(dec.make_batches(dec.lanes(rows, lanes)), prepared, rows, min_ms, text):
+        with text:
+            out = dec.finish(tokens)
+        yield out
+
+
+def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float = 1.0,
+                 lock: Optional[threading.Lock] = None) -> Iterator[Tuple[List[int], int]]:
+    """:func:`stream_prepared` with the ``rows`` split among the running batches
+    ``batches`` (lanes: each on an engine of its own, one thread each, on one
+    copy of the weights), each driven by a thread of its own that takes the
+    next sentence of ``prepared`` (under ``lock``) whenever its rows free up.
+    The lanes never wait for each other: a pass of one lane is never a barrier
+    for the other, so the lanes keep every core busy where one batch's
+    products, shared among threads, would meet at every call (and wait on a
+    thread the machine is not running).  Outputs in input order; a sentence
+    that cannot be prepared raises ValueError naming it after the outputs
+    before it; a lane's failure is raised once every lane has stopped.  Closing
+    the iterator lets the rows under way finish, and nothing more joins."""
+    if len(batches) == 1:
+        yield from stream_prepared(batches[0], prepared, rows, min_ms)
+        return
+    from .decoder import TooLong
+
+    n = len(batches)
+    lock = lock if lock is not None else threading.Lock()
+    source = iter(prepared)
+    shared = {"read": 0, "exhausted": False, "error": None}
+    stop = threading.Event()
+    results: "queue.SimpleQueue" = queue.SimpleQueue()
+
+    def pull(order: List[int]):
+        # this lane's sentences: the shared source's next, its index into order
+        while not stop.is_set():
+            with lock:
+                if shared["exhausted"]:
+                    return
+                i = shared["read"]
+                try:
+                    x = next(source, None)
+                except TooLong as e:  # no sentence after it is read: those before it are decoded first
+                    shared["error"], shared["exhausted"] = ValueError(f"sentence {i} {e}"), True
+                    return
+                if x is None:
+                    shared["exhausted"] = True
+                    return
+                shared["read"] = i + 1
+            order.append(i)
+            yield x
+
+    def lane(k: int, share: int):
+        order: List[int] = []
+        try:
+            for j, out in enumerate(stream_prepared(batches[k], pull(order), share, min_ms)):
+                results.put((order[j], out))
+        except BaseException as e:  # noqa: B902 (handed to the consumer's thread)
+            results.put((-1, e))
+        finally:
+            results.put((-1, None))
+
+    shares = [rows // n + (k < rows % n) for k in range(n)]
+    threads = [threading.Thread(target=lane, args=(k, shares[k]), name=f"fairseq-aggressive-lane-{k}", daemon=True)
+               for k in range(n)]
+    for t in threads:
+        t.start()
+    done, written, live, failure = {}, 0, n, None
+    try:
+        while live:
+            i, out = results.get()
+            if i < 0:
+                if out is None:
+                    live -= 1
+                elif failure is None:  # the other lanes finish their rows, and nothing more joins
+                    failure = out
+                    stop.set()
+                continue
+            done[i] = out
+            while written in done:
+                yield done.pop(written)
+                written += 1
+        if failure is not None:
+            raise failure
+        if shared["error"] is not None:
+            raise shared["error"]
+    finally:
+        stop.set()
+        for b in batches:
+            b.wake()
+        for t in threads:
+            t.join()
 
 
 def stream_prepared(batch, prepared: Iterable, rows: int, min_ms: float = 1.0) -> Iterator[Tuple[List[int], int]]:
