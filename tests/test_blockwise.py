@@ -173,6 +173,7 @@ def _blockwise_runs(m, d, engine_loop, kw):
     from fairseq_aggressive.generator import build_generator
 
     gen = build_generator([m], d, BlockwiseHeadsDrafter(m, d), engine="native", engine_loop=engine_loop, **kw)
+    gen.verifier.lanes = 1  # each batch whole: its passes counted as the generator's loop counts them
     outs, passes = [], []
     for bsz, (lo, hi), seed in ((1, (1, 12), 4), (8, (1, 40), 5), (8, (15, 50), 6)):
         outs += gen.generate([m], make_sample(random_rows(d, bsz, lo, hi, seed=seed), d.pad()))

@@ -163,6 +163,7 @@ def test_a_lost_completion_fails_the_call_with_the_pool_state(monkeypatch):
     sample = make_sample(rows, d.pad())
     ref, _ = _decode(model, task, rows, 1, drafter_copy=True)
     gen = build_generator([model], d, InputCopyDrafter(d, d), engine="native", native_threads=2, max_len_b=40)
+    gen.verifier.lanes = 1  # the batch decoded whole, on the engine's pool (not dealt among one-thread lanes)
     engine = gen.native
     engine.set_pool_timeout(0.3)
     engine.lib.fa_pool_lose_next_count(engine.handle)
@@ -175,7 +176,7 @@ def test_a_lost_completion_fails_the_call_with_the_pool_state(monkeypatch):
 
 
 # ------------------------------------------------- outputs: threads and load
-def _decode(model, task, rows, threads, drafter_copy):
+def _decode(model, task, rows, threads, drafter_copy, lanes=None):
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import build_generator
 
@@ -185,6 +186,7 @@ def _decode(model, task, rows, threads, drafter_copy):
     gen = build_generator([model], d, drafter, engine="native", native_threads=threads, max_len_b=40,
                               max_draft_len=None if drafter_copy else 0, draft_cost="off")
     assert gen.native is not None and gen.native.threads == threads
+    gen.verifier.lanes = lanes  # (1: each batch whole on the engine's pool; None: one lane per thread)
     out = []
     for i in range(0, len(rows), 3):
         for h in gen.generate([model], make_sample(rows[i: i + 3], d.pad())):
@@ -195,8 +197,9 @@ def _decode(model, task, rows, threads, drafter_copy):
 @needs_native
 def test_outputs_bit_identical_for_any_threads_and_load():
     """Greedy and IAD on the engine: the same tokens and the same float scores
-    (bit for bit) with 1, 2 and 5 threads, quiet and with two CPU-bound
-    processes beside it; the engine's greedy is fairseq's greedy."""
+    (bit for bit) with 1, 2 and 5 threads, each batch whole on the engine's pool
+    or dealt among one-thread lanes, quiet and with two CPU-bound processes
+    beside it; the engine's greedy is fairseq's greedy."""
     from helpers import greedy
 
     task = make_task()
@@ -211,24 +214,26 @@ def test_outputs_bit_identical_for_any_threads_and_load():
         with cpu_load(load):
             for threads in (1, 2, 5):
                 for copy in (False, True):
-                    out, gen = _decode(model, task, rows, threads, copy)
-                    runs.append((load, threads, copy, out, gen))
-    for load, threads, copy, out, gen in runs:
-        assert out == ref, (load, threads, copy)
+                    for lanes in (1, None) if threads > 1 else (1,):
+                        out, gen = _decode(model, task, rows, threads, copy, lanes)
+                        runs.append((load, threads, copy, lanes, out, gen))
+    for load, threads, copy, lanes, out, gen in runs:
+        assert out == ref, (load, threads, copy, lanes)
     # the IAD runs drafted and had drafts accepted: the pool served multi-position passes
-    assert all(gen.stats.accepted > 0 for _, _, copy, _, gen in runs if copy)
+    assert all(gen.stats.accepted > 0 for _, _, copy, _, _, gen in runs if copy)
     # the engines of several threads ran calls on their workers. On a machine whose cores are all
     # busy (the suite runs a test process per core) a woken worker can come later than this small
     # model's whole call, and the pool then keeps every call on the caller: decode a wider model,
     # whose products are cut into items that outlast a wake-up, until workers took part, with the
     # same bits as its one-thread decode
-    took_part = any(gen.native.pool_stats()["worker_items"] > 0 for _, t, _, _, gen in runs if t > 1)
+    took_part = any(gen.native.pool_stats()["worker_items"] > 0 for _, t, _, lanes, _, gen in runs
+                    if t > 1 and lanes == 1)
     if not took_part:
         wide = make_model(task, encoder_embed_dim=512, decoder_embed_dim=512, encoder_ffn_embed_dim=2048,
                           decoder_ffn_embed_dim=2048)
         wide_ref, _ = _decode(wide, task, rows[:6], 1, True)
         for _ in range(5):
-            out, gen = _decode(wide, task, rows[:6], 5, True)
+            out, gen = _decode(wide, task, rows[:6], 5, True, lanes=1)
             assert out == wide_ref
             took_part = gen.native.pool_stats()["worker_items"] > 0
             if took_part:

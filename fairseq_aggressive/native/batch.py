@@ -201,6 +201,24 @@ class NativeBatch:
                              "this verifier's features, blockwise drafts need proposal heads)")
         return buf.results() + (stats,)
 
+    def take(self, which: Sequence[int], engine) -> "NativeBatch":
+        """The sentences ``which`` of this batch (just begun, none decoded) moved into a
+        batch of their own that ``engine`` decodes (another engine on the same weights:
+        a lane); this batch keeps the others, and decodes no more."""
+        idx = np.ascontiguousarray(which, dtype=np.int32)
+        handle = self.lib.fa_state_take(self.handle, len(idx), idx.ctypes.data)
+        if not handle:
+            raise ValueError(f"native engine: sentences {idx.tolist()} cannot leave a batch of {len(self.src_keep)} "
+                             "(each once, before any pass; not a beam's hypotheses)")
+        part = object.__new__(NativeBatch)
+        part.engine, part.lib = engine, engine.lib
+        part._state = StateHandle(self.lib, handle)
+        part._rows_cap = part._tok_cap = 0
+        part._args = c_api.PassArgs()
+        part.features = None
+        part.src_keep = self.src_keep[torch.as_tensor(idx, dtype=torch.long)]
+        return part
+
     def decode_beam(self, beam: int, nbest: int, first: int, max_len: int, min_len: int, unk_penalty: float,
                     temperature: float, len_penalty: float = 1.0, normalize: bool = True, no_repeat_ngram: int = 0,
                     src: Optional[np.ndarray] = None, src_len: Optional[np.ndarray] = None, max_draft: int = 0,

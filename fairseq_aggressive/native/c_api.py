@@ -168,6 +168,7 @@ def declare(lib) -> None:
         "fa_begin": (P, [P, I, P, P, I]),
         "fa_begin_encoded": (P, [P, I, P, P, I]),
         "fa_state_free": (None, [P]),
+        "fa_state_take": (P, [P, I, P]),
         "fa_encoder_out": (I64, [P, P, I64]),
         "fa_length": (I, [P, I]),
         "fa_shortlist_common": (I, [P, I]),

@@ -127,6 +127,17 @@ class NativeEngine:
         self.threads = 0
         self.set_threads(engine_threads(threads))
 
+    def lanes(self, k: int) -> list:
+        """``k`` one-thread engines on these weights (:meth:`share`), made on first use and
+        kept: the lanes a stream's rows or a static batch's sentences are dealt among
+        (none where ``k`` < 2)."""
+        if k < 2:
+            return []
+        cache = self.__dict__.setdefault("_lanes", {})
+        if k not in cache:
+            cache[k] = [self.share(1) for _ in range(k)]
+        return cache[k]
+
     def share(self, threads: Optional[int] = None) -> "NativeEngine":
         """Another engine on the same weights: one copy in memory for every
         engine made this way (the C++ side frees it with the last), each with
@@ -135,7 +146,7 @@ class NativeEngine:
         separate Python threads (each one batch at a time); the engine can no
         longer change its weights."""
         other = object.__new__(NativeEngine)
-        other.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("handle", "threads")})
+        other.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("handle", "threads", "_lanes")})
         other.handle = None
         handle = self.lib.fa_model_share(self.handle)
         if not handle:

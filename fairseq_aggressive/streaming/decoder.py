@@ -36,7 +36,6 @@ class RunningDecoder:
         self.drafter = gen.drafter
         self.run, self.max_draft, self.budget = run, gen.max_draft_len, budget
         self._to_tgt = None  # (the drafter's source-to-target id map as a list, made on first use)
-        self._lane_engines = {}  # lanes -> their (engine, drafter engine) pairs (make_batches)
         task = getattr(self.hub, "task", None)  # symbols after every source's EOS (--source-suffix)
         self._suffix = task.source_suffix_ids() if hasattr(task, "source_suffix_ids") else []
 
@@ -81,14 +80,12 @@ class RunningDecoder:
 
     def make_batches(self, lanes: int) -> list:
         """A running batch per lane: one on the Translator's engine, or (``lanes`` > 1) one
-        on each of ``lanes`` one-thread engines on the same weights, made on first use and
-        kept (with their drafter engines)."""
+        on each of the engine's ``lanes`` one-thread lanes (``NativeEngine.lanes``, with
+        the drafter engine's)."""
         if lanes <= 1:
             return [self.make_batch()]
-        if lanes not in self._lane_engines:
-            self._lane_engines[lanes] = [(self.engine.share(1), self.drafter_engine and self.drafter_engine.share(1))
-                                         for _ in range(lanes)]
-        return [self.make_batch(e, d) for e, d in self._lane_engines[lanes]]
+        drafters = self.drafter_engine.lanes(lanes) if self.drafter_engine is not None else [None] * lanes
+        return [self.make_batch(e, d) for e, d in zip(self.engine.lanes(lanes), drafters)]
 
     def make_batch(self, engine=None, drafter_engine=None):
         """A new running batch on ``engine`` (default: the Translator's)."""

@@ -5,6 +5,7 @@ branches of a sentence in one pass.  A batch the engine cannot take (a GPU
 tensor, a length beyond its position tables) goes to a torch verifier."""
 from ..acceptance import AcceptanceRule
 from ..constants import DEFAULT_MAX_DRAFT_LEN
+from ..native.lanes import decode_in_lanes
 from ..native.running import run_settings
 from ..runtime.threads import torch_single_threaded
 from .base import PassResult, ScoreRules, Verifier
@@ -27,16 +28,27 @@ class NativeVerifier(Verifier):
         self.beta, self.tau = rank
         self.fallback = TorchVerifier(model, rules, acceptance, shortlist)
         self._on_torch = False
-        self.batch = None
+        self._batch = self._pending = None
+        # the lanes a batch decoded by the engine's loop is dealt among (None: one per engine thread)
+        self.lanes = None
 
     def begin(self, sample, max_len: int, tree_room: int = 0) -> None:
         src_tokens = sample["net_input"]["src_tokens"]
         self._on_torch = src_tokens.device.type != "cpu" or not self.engine.can_decode(src_tokens.size(1), max_len)
+        self._batch = self._pending = None
         if self._on_torch:
-            self.batch = None
             return self.fallback.begin(sample, max_len, tree_room)
         self.max_len = max_len
-        self.batch = self.engine.begin(src_tokens, max_len, self.shortlist, tree_room=tree_room)
+        self._pending = (src_tokens, tree_room)  # encoded on first use (decode_in_engine: by each lane)
+
+    @property
+    def batch(self):
+        """The engine's state of the batch begun last (encoded here on first use)."""
+        if self._batch is None and self._pending is not None:
+            src_tokens, room = self._pending
+            self._pending = None
+            self._batch = self.engine.begin(src_tokens, self.max_len, self.shortlist, tree_room=room)
+        return self._batch
 
     @property
     def takes_branches(self) -> bool:
@@ -64,8 +76,22 @@ class NativeVerifier(Verifier):
         run = run_settings(kind, first, max_draft, budget=budget, min_len=r.min_len, unk_penalty=r.unk_penalty,
                            temperature=r.temperature, beta=self.beta, tau=self.tau, forced=r.forced, **settings)
         copy, copy_len = copy if copy is not None else (None, None)
+        lanes = [] if drafter is not None or self.shortlist else self._lanes()
+        if lanes:  # the sentences dealt among one-thread lanes
+            if self._batch is None:  # each lane encodes its own
+                (src_tokens, room), self._pending = self._pending, None
+                return decode_in_lanes(lanes, run, self.max_len, copy, copy_len, src_tokens=src_tokens,
+                                       tree_room=room)
+            return decode_in_lanes(lanes, run, self.max_len, copy, copy_len, batch=self._batch)
         engine, state = drafter if drafter is not None else (None, None)
         return self.batch.decode(run, self.max_len, copy, copy_len, engine, state)
+
+    def _lanes(self) -> list:
+        """The lanes the batch begun last decodes in (none: decoded whole)."""
+        b, pending = self._batch, self._pending
+        n = b.src_keep.numel() if b is not None else pending[0].size(0) if pending is not None else 0
+        lanes = self.engine.lanes(self.lanes if self.lanes is not None else self.engine.threads)
+        return lanes if n > 1 and len(lanes) > 1 else []
 
     def step(self, sents, rows, branches=None, emitted_features=False, pass_features=False) -> PassResult:
         if self._on_torch:

@@ -16,11 +16,15 @@ of the loop in the engine, and the Python side (BPE, joining, taking, detok).
 Per stage: ms per sentence, its share, the multiply-adds per sentence it
 needs (from the model's shapes, the positions the passes verified and the
 sentences' lengths) and the rate it ran at (GMAC/s, a multiply-add as one).
-Every output is checked against the sentence's own ``translate(s)``.
-``--json`` writes a result ``scripts/results.py add`` stores.
+The rows are split among lanes as ``translate_batch`` splits them (one per
+engine thread, one thread each): the stages' and the loop's times, summed
+over the lanes' threads, count divided by the lanes, so that the parts add
+up to the wall time and a rate is the whole machine's.  Every output is
+checked against the sentence's own ``translate(s)``.  ``--json`` writes a result ``scripts/results.py add`` stores.
 """
 import argparse
 import time
+from types import SimpleNamespace
 
 LINEAR = ("self q/k/v", "self out", "cross q", "cross out", "ffn", "projection")
 
@@ -53,7 +57,8 @@ def macs(s, n_src, n_pos, self_ctx, cross_ctx, enc_ctx):
 
 
 def profile(t, lines, alone, rows, stages):
-    """One streamed run through ``rows`` rows: seconds per part and the engine's counters."""
+    """One streamed run through ``rows`` rows: the wall time, seconds per part (over
+    the lanes' threads, divided by the lanes) and the engine's counters (every lane's)."""
     from fairseq_aggressive.streaming import stream
 
     dec = t.running_decoder()
@@ -88,7 +93,12 @@ def profile(t, lines, alone, rows, stages):
     if outs != alone:
         bad = sum(a != b for a, b in zip(outs, alone))
         raise SystemExit(f"rows {rows}: {bad} outputs differ from translate(s)")
-    return wall, spent, st, made[-1].stats()
+    lanes = len(made)
+    counts = [b.stats() for b in made]
+    rs = SimpleNamespace(**{k: sum(getattr(c, k) for c in counts)
+                            for k in ("passes", "sentence_passes", "drafted", "draft_ns")})
+    rs.draft_ns /= lanes
+    return (wall, {k: v / lanes for k, v in spent.items()}, {k: v / lanes for k, v in st.items()}, rs)
 
 
 def main(argv=None):

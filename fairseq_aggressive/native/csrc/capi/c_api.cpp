@@ -199,6 +199,42 @@ void* fa_begin_encoded(void* mp, int B, const float* enc_out, const int32_t* src
 
 void fa_state_free(void* sp) { delete static_cast<State*>(sp); }
 
+// A state of the sentences which[0..n) of sp (just encoded, none decoded),
+// moved out of it: their caches, encoder output rows and shortlist; any
+// decoder over the same weights decodes it (a static batch split among
+// lanes).  sp's other sentences stay as they were; the ones taken are left
+// empty, so sp decodes no more.  Null (nothing moved) if an index is out of
+// range or repeated, or a sentence reads another's encoder keys (a beam's).
+void* fa_state_take(void* sp, int n, const int32_t* which) {
+  State& src = state(sp);
+  const int B = (int)src.sents.size();
+  std::vector<char> seen(B, 0);
+  std::vector<size_t> start(B + 1, 0);
+  for (int b = 0; b < B; ++b) start[b + 1] = start[b] + (size_t)src.sents[b].src_len;
+  for (int i = 0; i < n; ++i) {
+    const int b = which[i];
+    if (b < 0 || b >= B || seen[b] || src.sents[b].enc != nullptr || src.sents[b].len != 0) return nullptr;
+    seen[b] = 1;
+  }
+  try {
+    const size_t width = start[B] ? src.enc_out.size() / start[B] : 0;
+    auto* out = new State();
+    out->shortlist = src.shortlist;
+    out->sents.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      const int b = which[i];
+      out->enc_out.insert(out->enc_out.end(), src.enc_out.begin() + start[b] * width,
+                          src.enc_out.begin() + start[b + 1] * width);
+      out->sents.push_back(std::move(src.sents[b]));
+      src.sents[b] = fa::Sentence();
+      src.sents[b].len = -1;  // taken: never decoded, never taken again
+    }
+    return out;
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
 // The encoder output of the batch (sum of src_len rows x C, sentences in order)
 // into out, which holds cap floats; the number of floats written, or -1
 // (nothing written) if they do not fit.  A drafter that shares the verifier's
