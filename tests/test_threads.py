@@ -198,7 +198,7 @@ def _decode(model, task, rows, threads, drafter_copy, lanes=None):
 def test_outputs_bit_identical_for_any_threads_and_load():
     """Greedy and IAD on the engine: the same tokens and the same float scores
     (bit for bit) with 1, 2 and 5 threads, each batch whole on the engine's pool
-    or dealt among one-thread lanes, quiet and with two CPU-bound processes
+    (and at 2 threads also dealt among one-thread lanes), quiet and with two CPU-bound processes
     beside it; the engine's greedy is fairseq's greedy."""
     from helpers import greedy
 
@@ -214,7 +214,7 @@ def test_outputs_bit_identical_for_any_threads_and_load():
         with cpu_load(load):
             for threads in (1, 2, 5):
                 for copy in (False, True):
-                    for lanes in (1, None) if threads > 1 else (1,):
+                    for lanes in (1, None) if threads == 2 else (1,):
                         out, gen = _decode(model, task, rows, threads, copy, lanes)
                         runs.append((load, threads, copy, lanes, out, gen))
     for load, threads, copy, lanes, out, gen in runs:
