@@ -40,6 +40,21 @@ class _LoopBuffers:
                 [self.scores[b, :k].tolist() for b, k in enumerate(lens)], self.passes.tolist())
 
 
+def copy_sources(copy, copy_len, n: int):
+    """``n`` sentences' copy sources (target ids, ``copy_len[b]`` each, concatenated; None:
+    none) as int32 arrays, the tokens never empty; ValueError if the lengths do not fit."""
+    if copy is None:
+        copy, copy_len = np.zeros(1, dtype=np.int32), np.zeros(n, dtype=np.int32)
+    copy = np.ascontiguousarray(copy, dtype=np.int32)
+    copy_len = np.ascontiguousarray(copy_len, dtype=np.int32)
+    if len(copy_len) != n or int(copy_len.sum()) > len(copy):
+        raise ValueError(f"copy sources: {len(copy_len)} lengths adding up to {int(copy_len.sum())} for "
+                         f"{n} sentences and {len(copy)} tokens")
+    if len(copy) == 0:
+        copy = np.zeros(1, dtype=np.int32)
+    return copy, copy_len
+
+
 class StateHandle:
     """A decoder state of the engine (``fa_begin``, ``fa_begin_encoded``),
     freed when the last reference to it goes."""
@@ -181,13 +196,7 @@ class NativeBatch:
         the loop's counters (a :class:`~fairseq_aggressive.native.c_api.RunStats`).
         The batch's caches are used up: a batch decodes once."""
         n = len(self.src_keep)
-        if copy is None:
-            copy, copy_len = np.zeros(1, dtype=np.int32), np.zeros(n, dtype=np.int32)
-        copy = np.ascontiguousarray(copy, dtype=np.int32)
-        copy_len = np.ascontiguousarray(copy_len, dtype=np.int32)
-        if len(copy_len) != n or int(copy_len.sum()) > len(copy):
-            raise ValueError(f"copy sources: {len(copy_len)} lengths adding up to {int(copy_len.sum())} for "
-                             f"{n} sentences and {len(copy)} tokens")
+        copy, copy_len = copy_sources(copy, copy_len, n)
         buf = _LoopBuffers(n, max_len)
         out, stats = buf.output(), c_api.RunStats()
         rc = self.lib.fa_decode(self.engine.handle, self.handle, drafter.handle if drafter is not None else None,

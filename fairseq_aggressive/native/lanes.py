@@ -13,6 +13,7 @@ from typing import List
 import numpy as np
 
 from . import c_api
+from .batch import copy_sources
 
 
 def add_counts(total: ctypes.Structure, other: ctypes.Structure) -> None:
@@ -44,12 +45,7 @@ def decode_in_lanes(lanes: List, settings: "c_api.RunSettings", max_len: int, co
     k = min(len(lanes), n)
     if k < 2:
         raise ValueError(f"{len(lanes)} lanes for {n} sentences: decode the batch whole")
-    if copy is None:
-        copy, copy_len = np.zeros(0, dtype=np.int32), np.zeros(n, dtype=np.int32)
-    copy, copy_len = np.asarray(copy, dtype=np.int32), np.asarray(copy_len, dtype=np.int32)
-    if len(copy_len) != n or int(copy_len.sum()) > len(copy):
-        raise ValueError(f"copy sources: {len(copy_len)} lengths adding up to {int(copy_len.sum())} for "
-                         f"{n} sentences and {len(copy)} tokens")
+    copy, copy_len = copy_sources(copy, copy_len, n)
     starts = np.concatenate([[0], np.cumsum(copy_len)])
     groups = [list(range(j, n, k)) for j in range(k)]
     # a begun batch gives its sentences up here, on one thread (each take reads the whole state)
@@ -58,7 +54,7 @@ def decode_in_lanes(lanes: List, settings: "c_api.RunSettings", max_len: int, co
 
     def work(j: int) -> None:
         g = groups[j]
-        own = np.concatenate([copy[starts[b]:starts[b + 1]] for b in g] + [np.zeros(1, dtype=np.int32)])
+        own = np.concatenate([copy[starts[b]:starts[b + 1]] for b in g])
         try:
             part = parts[j] if parts is not None else lanes[j].begin(src_tokens[g], max_len, tree_room=tree_room)
             results[j] = part.decode(settings, max_len, own, copy_len[g])
