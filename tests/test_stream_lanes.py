@@ -5,7 +5,9 @@ time (so the lanes interleave differently in every run): every sentence is
 decoded exactly once and given back in input order, at more lanes than cores;
 a sentence that cannot be prepared is named after the outputs before it; a
 lane's failure is raised once every lane has stopped; closing the stream
-early stops the lanes.  The shared source is read under a lock: with a source
+early stops the lanes; a slow consumer holds the sentences read and not yet
+given back to about ``ahead``, and a small ``ahead`` never stalls the
+stream.  The shared source is read under a lock: with a source
 that waits between handing out an index and advancing it, the same run without
 the lock must go wrong (the check can fail)."""
 import random
@@ -132,3 +134,36 @@ def test_the_shared_source_needs_its_lock():
         got = [tokens for tokens, _ in stream_lanes([Batch(k, pause=0.0) for k in range(4)],
                                                      prepared(60, hold=0.002), 8, lock=NoLock())]
         assert got == want(60)
+
+
+def test_reading_stays_within_ahead_of_a_slow_consumer():
+    """A consumer slower than the lanes: at most ``ahead`` sentences read and not given back,
+    and one more per lane (read while another checked the bound); with the bound beyond the
+    input the lanes read far ahead (so the check can fail)."""
+    def worst_ahead(ahead):
+        reads, given, worst = [0], [0], [0]
+
+        def source():
+            for x in prepared(120):
+                reads[0] += 1
+                worst[0] = max(worst[0], reads[0] - given[0])
+                yield x
+
+        got = []
+        for tokens, _ in stream_lanes([Batch(k, pause=0.0) for k in range(3)], source(), 12, ahead=ahead):
+            got.append(tokens)
+            given[0] += 1
+            time.sleep(0.002)
+        assert got == want(120)
+        return worst[0]
+
+    assert worst_ahead(8) <= 8 + 3
+    assert worst_ahead(10 ** 6) > 8 + 3
+
+
+@pytest.mark.parametrize("ahead", [1, 2, 5])
+def test_a_small_ahead_never_stalls(ahead):
+    for seed in range(4):
+        got = [tokens for tokens, _ in stream_lanes([Batch(seed * 7 + k) for k in range(4)], prepared(100), 16,
+                                                    ahead=ahead)]
+        assert got == want(100), (ahead, seed)

@@ -5,6 +5,8 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 # passes a run makes before it returns to refill, if no row finished
 MAX_PASSES = 256
+# what a source of stream_prepared gives for "nothing to join now" (not its end)
+LATER = object()
 
 
 def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, locked: bool = False,
@@ -39,7 +41,8 @@ def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, l
 
 
 def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float = 1.0,
-                 lock: Optional[threading.Lock] = None) -> Iterator[Tuple[List[int], int]]:
+                 lock: Optional[threading.Lock] = None, ahead: Optional[int] = None
+                 ) -> Iterator[Tuple[List[int], int]]:
     """:func:`stream_prepared` with the ``rows`` split among the running batches
     ``batches`` (lanes: each on an engine of its own, one thread each, on one
     copy of the weights), each driven by a thread of its own that takes the
@@ -50,7 +53,15 @@ def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float
     thread the machine is not running).  Outputs in input order; a sentence
     that cannot be prepared raises ValueError naming it after the outputs
     before it; a lane's failure is raised once every lane has stopped.  Closing
-    the iterator lets the rows under way finish, and nothing more joins."""
+    the iterator lets the rows under way finish, and nothing more joins.
+
+    At most about ``ahead`` sentences (default: 4 x rows, at least 64) are read
+    and not yet given back: beyond that a lane that still holds sentences goes
+    on decoding them, and one that holds none waits for the consumer.  No
+    deadlock: a lane waits only while it holds no sentence, and the consumer
+    waits only for the sentence at its position, which is read (else fewer than
+    ``ahead`` would be out) and held by a lane that does not wait, or already
+    given to the consumer's queue."""
     if len(batches) == 1:
         yield from stream_prepared(batches[0], prepared, rows, min_ms)
         return
@@ -58,14 +69,25 @@ def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float
 
     n = len(batches)
     lock = lock if lock is not None else threading.Lock()
+    ahead = ahead if ahead is not None else max(4 * rows, 64)
     source = iter(prepared)
-    shared = {"read": 0, "exhausted": False, "error": None}
+    shared = {"read": 0, "given": 0, "exhausted": False, "error": None}
     stop = threading.Event()
+    room = threading.Condition()  # "given" moved (apart from the source's lock: a read may block)
     results: "queue.SimpleQueue" = queue.SimpleQueue()
 
-    def pull(order: List[int]):
-        # this lane's sentences: the shared source's next, its index into order
+    def pull(order: List[int], out: List[int]):
+        # this lane's sentences: the shared source's next, its index into order (out[0]: of them given)
         while not stop.is_set():
+            with room:
+                while not stop.is_set() and shared["read"] - shared["given"] >= ahead and len(order) == out[0]:
+                    room.wait(0.05)  # (holds none: waits for the consumer)
+                full = shared["read"] - shared["given"] >= ahead
+            if stop.is_set():
+                return
+            if full:  # (holds some: decodes them first)
+                yield LATER
+                continue
             with lock:
                 if shared["exhausted"]:
                     return
@@ -84,8 +106,10 @@ def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float
 
     def lane(k: int, share: int):
         order: List[int] = []
+        given = [0]
         try:
-            for j, out in enumerate(stream_prepared(batches[k], pull(order), share, min_ms)):
+            for j, out in enumerate(stream_prepared(batches[k], pull(order, given), share, min_ms)):
+                given[0] = j + 1
                 results.put((order[j], out))
         except BaseException as e:  # noqa: B902 (handed to the consumer's thread)
             results.put((-1, e))
@@ -110,14 +134,20 @@ def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float
                 continue
             done[i] = out
             while written in done:
-                yield done.pop(written)
+                item = done.pop(written)
                 written += 1
+                with room:
+                    shared["given"] = written
+                    room.notify_all()
+                yield item
         if failure is not None:
             raise failure
         if shared["error"] is not None:
             raise shared["error"]
     finally:
         stop.set()
+        with room:
+            room.notify_all()
         for b in batches:
             b.wake()
         for t in threads:
@@ -129,7 +159,8 @@ def stream_prepared(batch, prepared: Iterable, rows: int, min_ms: float = 1.0) -
     :class:`~.decoder.TooLong` for one) output tokens and passes, in order, streamed
     through ``rows`` rows of the running batch ``batch``: a row that ends is refilled at
     the next pass boundary.  A sentence that cannot be prepared raises ValueError naming
-    it (its index from 0), after the outputs before it."""
+    it (its index from 0), after the outputs before it.  ``prepared`` may give
+    :data:`LATER` for "none to join now": the rows decode on, and it is asked again."""
     from .decoder import TooLong
 
     source = iter(prepared)
@@ -149,6 +180,8 @@ def stream_prepared(batch, prepared: Iterable, rows: int, min_ms: float = 1.0) -
                 break
             if x is None:
                 exhausted = True
+                break
+            if x is LATER:
                 break
             fresh.append((read, x))
             read += 1
