@@ -91,3 +91,30 @@ def test_a_lanes_failure_is_raised_after_every_lane_finished(setup, monkeypatch)
     with pytest.raises(RuntimeError, match="injected"):
         decode_in_lanes(engine.lanes(3), run_settings("greedy", d.eos(), 0), 40, src_tokens=src)
     assert len(calls) == 3 and threading.active_count() == before
+
+
+def test_lanes_by_default_only_where_a_pass_reads_few_weight_bytes(monkeypatch):
+    """A pass's weight bytes are the decoder's products (but the encoder-attention keys and
+    values, made once per sentence) and the output projection, 4 bytes a float32 weight; the
+    default lanes (a stream's and a static batch's) are one per thread below LANE_WEIGHT_BYTES
+    and 1 from it on."""
+    from fairseq_aggressive.native import engine as native_engine
+
+    task = make_task()
+    model = make_model(task, encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=256,
+                       decoder_ffn_embed_dim=256).eval()
+    engine = native_engine.NativeEngine(model, task.target_dictionary, threads=2)
+    dec = model.decoder
+    expected = dec.output_projection.weight.numel()
+    for layer in dec.layers:
+        for lin in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj, layer.self_attn.out_proj,
+                    layer.encoder_attn.q_proj, layer.encoder_attn.out_proj, layer.fc1, layer.fc2):
+            expected += lin.weight.numel()
+    assert engine.half_linears == 0 and engine.int8_linears == 0
+    assert engine.pass_weight_bytes >= 4 * expected  # (panels pad the outputs to whole vectors)
+    assert engine.pass_weight_bytes < 4 * expected * 1.1
+    assert engine.threads == 2 and engine.default_lanes() == 2
+    monkeypatch.setattr(native_engine, "LANE_WEIGHT_BYTES", engine.pass_weight_bytes)
+    assert engine.default_lanes() == 1
+    monkeypatch.setattr(native_engine, "LANE_WEIGHT_BYTES", engine.pass_weight_bytes + 1)
+    assert engine.default_lanes() == 2

@@ -1,7 +1,7 @@
 """The benchmark's streaming modes (``iad-stream``, ``greedy-native-stream`` ...): every
 sentence of the run through ``--batch-size`` rows of the engine's running batch, a row that
-ends refilled at the next pass boundary, the rows split among lanes of one thread each, one per
-engine thread (:func:`~fairseq_aggressive.streaming.stream.stream_lanes`),
+ends refilled at the next pass boundary, the rows split among lanes of one thread each
+(``NativeEngine.default_lanes``; :func:`~fairseq_aggressive.streaming.stream.stream_lanes`),
 timed whole per round; each sentence is recorded as the batch modes record theirs (its
 tokens, its share of the time, its passes)."""
 import time

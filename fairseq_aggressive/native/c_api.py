@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/capi/c_api.cpp (checked at load)
-API_VERSION = 19
+API_VERSION = 20
 
 # dtype codes of fa_set_weight (fa::DType in csrc/model/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -161,6 +161,7 @@ def declare(lib) -> None:
         "fa_model_share": (P, [P]),
         "fa_half_linears": (I, [P]),
         "fa_int8_linears": (I, [P]),
+        "fa_pass_weight_bytes": (I64, [P]),
         "fa_weights_id": (I64, [P]),
         "fa_set_threads": (I, [P, I]),
         "fa_pool_stats": (None, [P, L64]),

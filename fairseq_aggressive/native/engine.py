@@ -54,6 +54,13 @@ def _positions(emb, n: int):
 _SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
+# The weights a verification pass reads beyond which a batch decodes whole on every thread
+# instead of in one-thread lanes (NativeEngine.default_lanes).  On a 2-core Zen 4 guest, greedy
+# in static batches of 8: the 9+3 (3.5 MB of float16 weights, 1.8 MB in int8) ran 1.16-1.55x as
+# fast in two lanes, its d=512 copy (55 MB of float32, 14 MB in int8) 1.31x and 1.26x as fast
+# whole; the engine's tiles ask for weights ahead from the same size on (kPrefetchModelBytes).
+LANE_WEIGHT_BYTES = 8 << 20
+
 
 class NativeEngine:
     """One model in the compiled engine; decodes batches with :meth:`begin` /
@@ -124,8 +131,18 @@ class NativeEngine:
         self._model = weakref.ref(model)
         self.half_linears = self.lib.fa_half_linears(self.handle)
         self.int8_linears = self.lib.fa_int8_linears(self.handle)
+        self.pass_weight_bytes = self.lib.fa_pass_weight_bytes(self.handle)
         self.threads = 0
         self.set_threads(engine_threads(threads))
+
+    def default_lanes(self) -> int:
+        """The lanes (one-thread running batches, :meth:`lanes`) a stream's rows or a static
+        batch's sentences are dealt among unless told: one per thread where the weights a pass
+        reads (:attr:`pass_weight_bytes`) are below :data:`LANE_WEIGHT_BYTES`, else one batch
+        on every thread.  Lanes never wait for each other, but each reads every weight at each
+        pass: where those outgrow the caches, the passes are bound by reading them, and k
+        lanes read them k times."""
+        return self.threads if self.pass_weight_bytes < LANE_WEIGHT_BYTES else 1
 
     def lanes(self, k: int) -> list:
         """``k`` one-thread engines on these weights (:meth:`share`), made on first use and

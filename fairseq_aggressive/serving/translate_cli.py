@@ -8,7 +8,8 @@ the decoding runs in the engine's running batch (IAD, ``--decoding greedy``,
 a native feature drafter) the sentences stream through ``--rows`` rows, a row
 that ends refilled at the next pass boundary, so no sentence waits for a
 longer one, the rows split among ``--lanes`` running batches of one thread
-each (default: one per engine thread); other decodings go in static batches of ``--rows``.  Every output
+each (default: one per engine thread where a pass's weights stay in the caches,
+``NativeEngine.default_lanes``); other decodings go in static batches of ``--rows``.  Every output
 is ``Translator.translate``'s for its line.  On a terminal a progress bar
 counts sentences per second.  With ``-o`` the output appears whole or not at
 all.
@@ -30,7 +31,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", default="-", help="where the outputs go (-: standard output)")
     p.add_argument("--rows", type=int, default=32, help="sentences decoding at once")
     p.add_argument("--lanes", type=int, default=None,
-                   help="running batches the rows are split among, one thread each (default: one per engine thread)")
+                   help="running batches the rows are split among, one thread each (default: one per engine "
+                        "thread where the weights a pass reads are below 8 MB, else 1)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="a progress bar on standard error (auto: when it is a terminal)")
     p.set_defaults(decoding_names=add_decoding_arguments(p))

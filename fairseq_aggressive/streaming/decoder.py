@@ -75,8 +75,9 @@ class RunningDecoder:
 
     def lanes(self, rows: int, lanes: Optional[int] = None) -> int:
         """How many lanes (running batches, one thread each) ``rows`` rows are split among:
-        ``lanes`` if given, else one per thread of the engine; never more than the rows."""
-        return max(1, min(rows, lanes if lanes is not None else self.engine.threads))
+        ``lanes`` if given, else the engine's default (one per thread where the weights a pass
+        reads stay in the caches: ``NativeEngine.default_lanes``); never more than the rows."""
+        return max(1, min(rows, lanes if lanes is not None else self.engine.default_lanes()))
 
     def make_batches(self, lanes: int) -> list:
         """A running batch per lane: one on the Translator's engine, or (``lanes`` > 1) one

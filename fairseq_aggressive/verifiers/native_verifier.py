@@ -29,7 +29,7 @@ class NativeVerifier(Verifier):
         self.fallback = TorchVerifier(model, rules, acceptance, shortlist)
         self._on_torch = False
         self._batch = self._pending = None
-        # the lanes a batch decoded by the engine's loop is dealt among (None: one per engine thread)
+        # the lanes a batch decoded by the engine's loop is dealt among (None: the engine's default_lanes)
         self.lanes = None
 
     def begin(self, sample, max_len: int, tree_room: int = 0) -> None:
@@ -90,7 +90,7 @@ class NativeVerifier(Verifier):
         """The lanes the batch begun last decodes in (none: decoded whole)."""
         b, pending = self._batch, self._pending
         n = b.src_keep.numel() if b is not None else pending[0].size(0) if pending is not None else 0
-        lanes = self.engine.lanes(self.lanes if self.lanes is not None else self.engine.threads)
+        lanes = self.engine.lanes(self.lanes if self.lanes is not None else self.engine.default_lanes())
         return lanes if n > 1 and len(lanes) > 1 else []
 
     def step(self, sents, rows, branches=None, emitted_features=False, pass_features=False) -> PassResult:

@@ -31,7 +31,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 19;
+constexpr int kApiVersion = 20;
 
 // why this thread's last fa_model_new failed
 std::string& new_error() {
@@ -157,6 +157,8 @@ void fa_model_free(void* mp) {
 // linear layers stored as float16 / as int8
 int fa_half_linears(void* mp) { return model(mp).w.half_linears(); }
 int fa_int8_linears(void* mp) { return model(mp).w.int8_linears(); }
+// bytes of the weights a verification pass reads (Weights::pass_bytes)
+int64_t fa_pass_weight_bytes(void* mp) { return (int64_t)model(mp).w.pass_bytes(); }
 
 // the address of the weights a decoder reads: equal for decoders that share them (fa_model_share)
 int64_t fa_weights_id(void* mp) { return (int64_t)(intptr_t)&model(mp).w; }

@@ -27,6 +27,13 @@ int Weights::int8_linears() const {
   return n;
 }
 
+size_t Weights::pass_bytes() const {
+  size_t n = proj.bytes();
+  for (const auto& L : dec)
+    for (const Linear* x : {&L.qkv, &L.out, &L.cq, &L.cout, &L.fc1, &L.fc2}) n += x->bytes();
+  return n;
+}
+
 namespace {
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.compare(0, prefix.size(), prefix) == 0; }

@@ -110,6 +110,8 @@ struct Weights {
   // linear layers stored as float16 / as int8
   int half_linears() const;
   int int8_linears() const;
+  // bytes of the weights a verification pass reads: the decoder's products and the output projection
+  size_t pass_bytes() const;
   // f(layer) for every linear layer of the encoder, the decoder and the output projection
   template <class F>
   void for_each_linear(F&& f) {
