@@ -24,6 +24,8 @@ constexpr double kRecent = 2000.0;
 // pass's cost and its acceptance are estimates: a promise smaller than their error
 // is as likely a loss)
 constexpr double kMargin = 0.03;
+// the most a pass counts in the check on whole passes, in times its cost in the table (realized_pass)
+constexpr double kRealizedClamp = 3.0;
 
 // the class of a pass's rows: floor(log2(rows)), at most classes - 1
 int rows_class(int rows, int classes) {
@@ -334,8 +336,8 @@ void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows,
   for (size_t i = 0; i < rows.size(); ++i) lengths[i] = rows[i].cap;
 }
 
-void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,
-                   std::chrono::steady_clock::time_point began) {
+void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, int tokens,
+                   std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began) {
   if (policy == nullptr) return;
 #if defined(FA_TEST_HOOKS)
   if (drafted && drafted_pass_delay_us > 0) {
@@ -344,8 +346,15 @@ void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,
     }
   }
 #endif
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - began).count();
-  policy->realized.observe(rows, drafted, tokens, ms, policy->cost.ms(rows));
+  using Ms = std::chrono::duration<double, std::milli>;
+  const auto now = std::chrono::steady_clock::now();
+  // the pass counts at most kRealizedClamp times what the cost table expects of it: a
+  // pass the OS interrupted (a millisecond where a pass takes 0.05) would otherwise
+  // outweigh dozens of others, and where it was a drafted one, with one drafted pass in
+  // kExplore after it, keep drafting off for thousands of passes; a lasting change (load)
+  // moves the table itself
+  const double pass = std::min(Ms(now - pass_began).count(), kRealizedClamp * policy->cost.ms(positions));
+  policy->realized.observe(rows, drafted, tokens, Ms(pass_began - began).count() + pass, policy->cost.ms(rows));
 }
 
 DraftPolicy& draft_policy(Decoder& m) {

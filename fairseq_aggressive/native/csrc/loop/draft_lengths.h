@@ -144,9 +144,10 @@ class DraftPolicy {
 void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
                    bool checked = false);
 // After a pass a policy chose the lengths of: what it tells the policy's
-// check (rows, whether any drafted, tokens emitted, when drafting began)
-void realized_pass(DraftPolicy* policy, int rows, bool drafted, int tokens,
-                   std::chrono::steady_clock::time_point began);
+// check (rows, positions verified, whether any drafted, tokens emitted, when
+// drafting began and when the pass began)
+void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, int tokens,
+                   std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began);
 
 // The policies of the decoders that read one copy of the weights, as each
 // last left it, by thread count (Weights::policies): a decoder made later

@@ -189,7 +189,7 @@ int RunningBatch::run(Decoder& m, int max_passes, double min_ms, int32_t* finish
         policy->acceptance.observe(drafts_.cand[i].resynced, drafts_.cand[i].conf, drafts_.len[i], n_match_[i]);
         emitted += n_emit_[i];
       }
-      realized_pass(policy, n, drafts_.drafted, emitted, t0);
+      realized_pass(policy, n, (int)total, drafts_.drafted, emitted, t0, t1);
     }
     drafter_->learn(m, st_, Verified{n, active_.data(), offset_.data(), drafts_.len.data(), n_match_.data(),
                                       n_emit_.data(), done_.data(), choice_.data(), feats ? feats_.data() : nullptr,
