@@ -1,0 +1,45 @@
+"""scripts/diagnostics/compare_builds_streamed.py: two engine library files (a
+null pair here: a copy of the one this checkout loads) stream the same
+sentences in turns and are timed, every output checked against the
+sentence's own translate(s); the same file on both sides is refused."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from helpers import ROOT, needs_native
+
+pytestmark = needs_native
+
+SCRIPT = os.path.join(ROOT, "scripts", "diagnostics", "compare_builds_streamed.py")
+ARGS = ["models/uagec-9x3", "data/uagec-sample/test.tok.src"]
+
+
+def _library() -> str:
+    from fairseq_aggressive.native import build
+
+    return build.library()._name
+
+
+def test_a_null_pair_streams_and_is_timed(tmp_path):
+    copy = str(tmp_path / "engine-copy.so")
+    shutil.copyfile(_library(), copy)
+    proc = subprocess.run([sys.executable, SCRIPT, *ARGS, "--other", copy, "--rows", "1,4", "--rounds", "2",
+                           "--repeat", "1", "--sentences", "8", "--threads", "1"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = re.findall(r"^(\d+) rows: this build best ([\d.]+), median ([\d.]+) ms a sentence; the other best "
+                       r"([\d.]+), median ([\d.]+); this one ([\d.]+)x as fast$", proc.stdout, re.M)
+    assert [x[0] for x in lines] == ["1", "4"], proc.stdout
+    assert all(float(v) > 0 for x in lines for v in x[1:]), proc.stdout
+    assert "machine: " in proc.stdout and copy in proc.stdout
+
+
+def test_one_file_on_both_sides_is_refused():
+    proc = subprocess.run([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--sentences", "4"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 2 and "nothing to compare" in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--rounds", "0"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode != 0 and "must be >= 1" in proc.stderr
