@@ -97,8 +97,8 @@ void for_heads(Decoder& m, const std::vector<int>& first, int max_keys, const st
 // The keys and values of layer l, head h of sentence s (cross: its encoder's)
 // asked for ahead of use, into L2.  A pass's attention reads each row's once;
 // beyond a few dozen rows they are gone from L2 by the next pass, and the row
-// before asks for them.  Streamed through 128 rows on a 2-core Zen 4 guest,
-// the 9+3 ran 1.03-1.07x as fast (int8, float32).  A hint: no result depends on it.
+// before asks for them (with pass.cpp's row groups, 1.01-1.02x at 128 rows, int8
+// 9+3, 2-core Zen 4: docs/pass-cost.md).  A hint: no result depends on it.
 void prefetch_kv(const Sentence& s, int l, int h, int H, int D, bool cross) {
   const size_t at = cross ? kv_at(l, h, 0, H, s.src_len, D) : kv_at(l, h, 0, H, s.cap, D);
   const char* k = reinterpret_cast<const char*>((cross ? s.enc_k : s.self_k).data() + at);

@@ -206,7 +206,7 @@ class Pass {
   // kMinGroupPositions.  A pass's logits are written, then read for the choice
   // and for the scores; beyond L2 (64 rows of the int8 9+3: 2.2 MB against 1.1 MB
   // of weights) each goes to L3, where a group's stay in L2 for one more read of
-  // the weights.  2-core Zen 4, int8 9+3 streamed through 128 rows: 1.03-1.05x.
+  // the weights (with the attention's prefetch, 1.01-1.02x at 128 rows: pass-cost.md).
   int group_positions() const {
     const Linear& proj = st_.shortlist ? m_.sl_common : m_.w.proj;
     const size_t per_position = (size_t)std::max(1, proj.N) * sizeof(float);
