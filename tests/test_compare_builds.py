@@ -1,7 +1,9 @@
-"""scripts/diagnostics/compare_builds_streamed.py: two engine library files (a
-null pair here: a copy of the one this checkout loads) stream the same
-sentences in turns and are timed, every output checked against the
-sentence's own translate(s); the same file on both sides is refused."""
+"""Diagnostics that time two ways side by side in one process:
+compare_builds_streamed.py (two engine library files, a null pair here: a copy
+of the one this checkout loads, stream the same sentences in turns, every
+output checked against the sentence's own translate(s); the same file on both
+sides is refused) and lanes_side_by_side.py (static batches whole and in
+lanes, the outputs checked equal)."""
 import os
 import re
 import shutil
@@ -43,3 +45,18 @@ def test_one_file_on_both_sides_is_refused():
     proc = subprocess.run([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--rounds", "0"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode != 0 and "must be >= 1" in proc.stderr
+
+
+def test_lanes_side_by_side():
+    script = os.path.join(ROOT, "scripts", "diagnostics", "lanes_side_by_side.py")
+    proc = subprocess.run([sys.executable, script, *ARGS, "--batch-size", "4", "--sentences", "12", "--rounds", "1"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"a pass reads ([\d.]+) MB of weights; default lanes: (\d+)", proc.stdout)
+    assert m and 1 < float(m.group(1)) < 8 and int(m.group(2)) >= 1, proc.stdout  # the 9+3: lanes where threads
+    m = re.search(r"^in (\d+) lanes ([\d.]+) ms a sentence, whole ([\d.]+): lanes ([\d.]+)x as fast$",
+                  proc.stdout, re.M)
+    assert m and all(float(x) > 0 for x in m.groups()), proc.stdout
+    proc = subprocess.run([sys.executable, script, *ARGS, "--batch-size", "1"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode != 0 and "must be >= 2" in proc.stderr

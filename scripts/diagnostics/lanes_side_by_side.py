@@ -1,0 +1,86 @@
+#!/usr/bin/env python
+"""Static batches decoded whole on the engine's threads against the same
+batches dealt among one-thread lanes (``NativeVerifier.lanes``), each batch by
+both in turn (every other batch in the reverse order), in one process, every
+output checked to be the same: whether lanes pay for this model at this batch
+size on this machine now (``NativeEngine.default_lanes`` chooses by the
+weights a pass reads).
+
+    python scripts/diagnostics/lanes_side_by_side.py models/uagec-9x3 data/uagec-sample/test.tok.src \\
+        [--checkpoint PATH] [--batch-size 8] [--sentences 150] [--rounds 3] [--int8] [--decoding greedy|iad]
+
+Prints the weights a pass reads, the default's choice, and ms per sentence
+(the median of the rounds after a warm-up round) of each way.
+"""
+import argparse
+import statistics
+import sys
+import time
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("sentences_file")
+    ap.add_argument("--checkpoint", default=None, help="another checkpoint with the model directory's dictionaries")
+    ap.add_argument("--batch-size", type=int, default=8)
+    ap.add_argument("--sentences", type=int, default=150)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--int8", action="store_true")
+    ap.add_argument("--decoding", choices=["greedy", "iad"], default="greedy")
+    a = ap.parse_args(argv)
+    if a.batch_size < 2 or a.rounds < 1 or a.sentences < 1:
+        ap.error("--batch-size must be >= 2, --rounds and --sentences >= 1")
+
+    import torch
+    from fairseq.data import data_utils
+
+    from fairseq_aggressive.native.machine import describe_machine, machine_info
+    from fairseq_aggressive.translator import Translator, load_hub
+
+    hub = load_hub(a.model_dir, checkpoint_file=a.checkpoint or "model.pt")
+    kw = dict(decoding="iad", max_len_a=1.2, max_len_b=10)
+    if a.decoding == "greedy":
+        kw["max_draft_len"] = 0
+    if a.int8:
+        kw["inference_precision"] = "int8"
+    ways = {"lanes": Translator(hub, **kw), "whole": Translator(hub, **kw)}
+    engine = ways["lanes"].generator.verifier.engine
+    ways["lanes"].generator.verifier.lanes = engine.threads
+    ways["whole"].generator.verifier.lanes = 1
+    with open(a.sentences_file, encoding="utf-8") as f:
+        lines = [x.strip() for x in f if x.strip()][: a.sentences]
+    tokens = [hub.encode(s) for s in lines]
+    d = hub.src_dict
+    samples = []
+    for i in range(0, len(tokens), a.batch_size):
+        chunk = tokens[i: i + a.batch_size]
+        samples.append({"id": torch.arange(len(chunk)), "nsentences": len(chunk), "ntokens": 0,
+                        "net_input": {"src_tokens": data_utils.collate_tokens(chunk, d.pad(), d.eos(), left_pad=True),
+                                      "src_lengths": torch.tensor([t.numel() for t in chunk])}})
+    print(f"machine: {describe_machine(machine_info())}; {a.decoding}, {'int8' if a.int8 else 'float32'}, "
+          f"batches of {a.batch_size}, {len(lines)} sentences; {engine.threads} engine threads; a pass reads "
+          f"{engine.pass_weight_bytes / 2 ** 20:.1f} MB of weights; default lanes: {engine.default_lanes()}")
+    times = {w: [] for w in ways}
+    for rnd in range(a.rounds + 1):  # the first round warms up (lanes made, the draft policy measured)
+        spent, outs = {w: 0.0 for w in ways}, {w: [] for w in ways}
+        for i, s in enumerate(samples):
+            for w in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    hyps = hub.task.inference_step(ways[w].generator, hub.models, s)
+                spent[w] += time.perf_counter() - t0
+                outs[w].extend(h[0]["tokens"].tolist() for h in hyps)
+        if outs["lanes"] != outs["whole"]:
+            print("error: the lanes' outputs differ from the whole batches'", file=sys.stderr)
+            return 1
+        if rnd:
+            for w in ways:
+                times[w].append(1000 * spent[w] / len(lines))
+    lanes, whole = statistics.median(times["lanes"]), statistics.median(times["whole"])
+    print(f"in {engine.threads} lanes {lanes:.3f} ms a sentence, whole {whole:.3f}: lanes {whole / lanes:.3f}x as fast")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
