@@ -56,9 +56,11 @@ _SHARED_LOCK = threading.Lock()
 
 # The weights a verification pass reads beyond which a batch decodes whole on every thread
 # instead of in one-thread lanes (NativeEngine.default_lanes).  On a 2-core Zen 4 guest, greedy
-# in static batches of 8: the 9+3 (3.5 MB of float16 weights, 1.8 MB in int8) ran 1.16-1.55x as
-# fast in two lanes, its d=512 copy (55 MB of float32, 14 MB in int8) 1.31x and 1.26x as fast
-# whole; the engine's tiles ask for weights ahead from the same size on (kPrefetchModelBytes).
+# in static batches (scripts/diagnostics/lanes_side_by_side.py): the d=512 copy (58 MB of
+# float32 weights, 14 MB in int8) ran 1.39x and 1.27x as fast whole at batch 8; the 9+3 (3.4 MB
+# of float16, 1.8 MB in int8) 1.14-1.24x as fast in two lanes beside two busy processes and
+# 1.02-1.08x in int8 quiet, 0.92-1.01x in float32 quiet (batches of 8 to 32).  The engine's
+# tiles ask for weights ahead from the same size on (kPrefetchModelBytes).
 LANE_WEIGHT_BYTES = 8 << 20
 
 

@@ -8,9 +8,11 @@ weights a pass reads).
 
     python scripts/diagnostics/lanes_side_by_side.py models/uagec-9x3 data/uagec-sample/test.tok.src \\
         [--checkpoint PATH] [--batch-size 8] [--sentences 150] [--rounds 3] [--int8] [--decoding greedy|iad]
+        [--load N]
 
 Prints the weights a pass reads, the default's choice, and ms per sentence
-(the median of the rounds after a warm-up round) of each way.
+(the median of the rounds after a warm-up round) of each way; ``--load N``
+beside N CPU-bound processes.
 """
 import argparse
 import statistics
@@ -28,6 +30,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--int8", action="store_true")
     ap.add_argument("--decoding", choices=["greedy", "iad"], default="greedy")
+    ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
     a = ap.parse_args(argv)
     if a.batch_size < 2 or a.rounds < 1 or a.sentences < 1:
         ap.error("--batch-size must be >= 2, --rounds and --sentences >= 1")
@@ -35,6 +38,7 @@ def main(argv=None) -> int:
     import torch
     from fairseq.data import data_utils
 
+    from fairseq_aggressive.bench.load import cpu_load
     from fairseq_aggressive.native.machine import describe_machine, machine_info
     from fairseq_aggressive.translator import Translator, load_hub
 
@@ -60,23 +64,25 @@ def main(argv=None) -> int:
                                       "src_lengths": torch.tensor([t.numel() for t in chunk])}})
     print(f"machine: {describe_machine(machine_info())}; {a.decoding}, {'int8' if a.int8 else 'float32'}, "
           f"batches of {a.batch_size}, {len(lines)} sentences; {engine.threads} engine threads; a pass reads "
-          f"{engine.pass_weight_bytes / 2 ** 20:.1f} MB of weights; default lanes: {engine.default_lanes()}")
+          f"{engine.pass_weight_bytes / 2 ** 20:.1f} MB of weights; default lanes: {engine.default_lanes()}; "
+          f"load {a.load}")
     times = {w: [] for w in ways}
-    for rnd in range(a.rounds + 1):  # the first round warms up (lanes made, the draft policy measured)
-        spent, outs = {w: 0.0 for w in ways}, {w: [] for w in ways}
-        for i, s in enumerate(samples):
-            for w in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
-                t0 = time.perf_counter()
-                with torch.no_grad():
-                    hyps = hub.task.inference_step(ways[w].generator, hub.models, s)
-                spent[w] += time.perf_counter() - t0
-                outs[w].extend(h[0]["tokens"].tolist() for h in hyps)
-        if outs["lanes"] != outs["whole"]:
-            print("error: the lanes' outputs differ from the whole batches'", file=sys.stderr)
-            return 1
-        if rnd:
-            for w in ways:
-                times[w].append(1000 * spent[w] / len(lines))
+    with cpu_load(a.load):
+        for rnd in range(a.rounds + 1):  # the first round warms up (lanes made, the draft policy measured)
+            spent, outs = {w: 0.0 for w in ways}, {w: [] for w in ways}
+            for i, s in enumerate(samples):
+                for w in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
+                    t0 = time.perf_counter()
+                    with torch.no_grad():
+                        hyps = hub.task.inference_step(ways[w].generator, hub.models, s)
+                    spent[w] += time.perf_counter() - t0
+                    outs[w].extend(h[0]["tokens"].tolist() for h in hyps)
+            if outs["lanes"] != outs["whole"]:
+                print("error: the lanes' outputs differ from the whole batches'", file=sys.stderr)
+                return 1
+            if rnd:
+                for w in ways:
+                    times[w].append(1000 * spent[w] / len(lines))
     lanes, whole = statistics.median(times["lanes"]), statistics.median(times["whole"])
     print(f"in {engine.threads} lanes {lanes:.3f} ms a sentence, whole {whole:.3f}: lanes {whole / lanes:.3f}x as fast")
     return 0
