@@ -40,3 +40,18 @@ def translator_and_lines(model_dir, input_path, n, decoding="iad", int8=False, t
     with open(input_path, encoding="utf-8") as f:
         lines = [x.strip() for x in f if x.strip()][:n]
     return t, lines, [t.translate(s) for s in lines]
+
+
+def token_batches(tokens, src_dict, bsz):
+    """fairseq samples of the source token tensors ``tokens`` in batches of ``bsz``, in their
+    order (left-padded, as fairseq's translation batches are)."""
+    import torch
+    from fairseq.data import data_utils
+
+    out = []
+    for i in range(0, len(tokens), bsz):
+        chunk = tokens[i: i + bsz]
+        src = data_utils.collate_tokens(chunk, src_dict.pad(), src_dict.eos(), left_pad=True)
+        out.append({"id": torch.arange(len(chunk)), "nsentences": len(chunk), "ntokens": sum(t.numel() for t in chunk),
+                    "net_input": {"src_tokens": src, "src_lengths": torch.tensor([t.numel() for t in chunk])}})
+    return out

@@ -12,7 +12,6 @@ import statistics
 import time
 
 import torch
-from fairseq.data import data_utils
 
 MODES = {"greedy": dict(max_draft_len=0), "iad-fixed": dict(draft_cost="off"), "iad": {}}
 
@@ -38,6 +37,7 @@ def main(argv=None):
         raise SystemExit("--batch-sizes must be >= 1")
 
     from fairseq_aggressive.bench.load import cpu_load
+    from fairseq_aggressive.diagnostics.loading import token_batches
     from fairseq_aggressive.native.machine import describe_machine
     from fairseq_aggressive.translator import Translator, load_hub
 
@@ -60,13 +60,7 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|")
     with cpu_load(args.load):
         for bsz in sizes:
-            samples = []
-            for i in range(0, len(tokens), bsz):
-                chunk = tokens[i: i + bsz]
-                src = data_utils.collate_tokens(chunk, d.pad(), d.eos(), left_pad=True)
-                samples.append({"id": torch.arange(len(chunk)), "nsentences": len(chunk),
-                                "ntokens": sum(t.numel() for t in chunk),
-                                "net_input": {"src_tokens": src, "src_lengths": torch.tensor([t.numel() for t in chunk])}})
+            samples = token_batches(tokens, d, bsz)
             times = {m: [] for m in MODES}
             order = list(MODES)
             for r in range(args.rounds + 1):  # the first round warms up (and measures the pass cost)

@@ -36,9 +36,9 @@ def main(argv=None) -> int:
         ap.error("--batch-size must be >= 2, --rounds and --sentences >= 1")
 
     import torch
-    from fairseq.data import data_utils
 
     from fairseq_aggressive.bench.load import cpu_load
+    from fairseq_aggressive.diagnostics.loading import token_batches
     from fairseq_aggressive.native.machine import describe_machine, machine_info
     from fairseq_aggressive.translator import Translator, load_hub
 
@@ -55,13 +55,7 @@ def main(argv=None) -> int:
     with open(a.sentences_file, encoding="utf-8") as f:
         lines = [x.strip() for x in f if x.strip()][: a.sentences]
     tokens = [hub.encode(s) for s in lines]
-    d = hub.src_dict
-    samples = []
-    for i in range(0, len(tokens), a.batch_size):
-        chunk = tokens[i: i + a.batch_size]
-        samples.append({"id": torch.arange(len(chunk)), "nsentences": len(chunk), "ntokens": 0,
-                        "net_input": {"src_tokens": data_utils.collate_tokens(chunk, d.pad(), d.eos(), left_pad=True),
-                                      "src_lengths": torch.tensor([t.numel() for t in chunk])}})
+    samples = token_batches(tokens, hub.src_dict, a.batch_size)
     print(f"machine: {describe_machine(machine_info())}; {a.decoding}, {'int8' if a.int8 else 'float32'}, "
           f"batches of {a.batch_size}, {len(lines)} sentences; {engine.threads} engine threads; a pass reads "
           f"{engine.pass_weight_bytes / 2 ** 20:.1f} MB of weights; default lanes: {engine.default_lanes()}; "
