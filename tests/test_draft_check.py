@@ -61,8 +61,9 @@ def _static(hub, translator, sentences):
     return outs, gen.stats.drafted / gen.stats.sentence_passes
 
 
-def _running(hub, translator, sentences):
-    """Each sentence through a running batch, one after the other: outputs, drafted positions per pass."""
+def _running(hub, translator, sentences, scores=True):
+    """Each sentence through a running batch, one after the other: outputs, drafted positions per pass
+    (without ``scores``, as streams run: log-normalisers only for the confidence of rows that may draft)."""
     from fairseq_aggressive.generator import length_cap
     from fairseq_aggressive.native.running import RunningBatch
 
@@ -70,7 +71,7 @@ def _running(hub, translator, sentences):
     r = gen.verifier.rules
     batch = RunningBatch(gen.verifier.engine, first=gen.eos, max_draft=8, ngram_min=gen.drafter.ngram_min,
                          ngram_max=gen.drafter.ngram_max, budget=True, min_len=r.min_len,
-                         unk_penalty=r.unk_penalty, temperature=r.temperature)
+                         unk_penalty=r.unk_penalty, temperature=r.temperature, scores=scores)
     outs = []
     for s in sentences:
         src = hub.encode(s).tolist()
@@ -82,7 +83,11 @@ def _running(hub, translator, sentences):
     return outs, st.drafted / st.sentence_passes
 
 
-@pytest.mark.parametrize("loop", [_static, _running])
+def _streamed(hub, translator, sentences):
+    return _running(hub, translator, sentences, scores=False)
+
+
+@pytest.mark.parametrize("loop", [_static, _running, _streamed])
 def test_drafted_passes_slower_than_greedy_stop_drafting(test_lib, sentences, loop):
     hub, iad, greedy = _translators()
     ref, _ = _static(hub, greedy, sentences)

@@ -42,14 +42,14 @@ def _alone(translator, tokens):
     return h["tokens"].tolist(), h["positional_scores"].numpy().astype(np.float32)
 
 
-def _running(translator, max_draft, budget):
+def _running(translator, max_draft, budget, scores=True):
     from fairseq_aggressive.native.running import RunningBatch
 
     gen = translator.generator
     r = gen.verifier.rules
     return RunningBatch(gen.verifier.engine, first=gen.eos, max_draft=max_draft, ngram_min=gen.drafter.ngram_min,
                         ngram_max=gen.drafter.ngram_max, budget=budget, min_len=r.min_len,
-                        unk_penalty=r.unk_penalty, temperature=r.temperature)
+                        unk_penalty=r.unk_penalty, temperature=r.temperature, scores=scores)
 
 
 def _schedule(translator, batch, sources, seed, cap, copies=True):
@@ -109,6 +109,28 @@ def test_every_sentence_is_its_batch_1_output_on_any_schedule(hub, lines, precis
                 assert st.accepted > 0  # drafts were verified and accepted
             else:
                 assert st.drafted == 0
+
+
+def test_without_scores_the_tokens_are_the_same(hub, lines):
+    """A running batch that keeps no scores (streams, the server) sums a
+    log-normaliser only for each pass's last token where the draft-length
+    policy reads its confidence, or none: the same tokens as decoded alone, on
+    any schedule, every score NaN."""
+    from fairseq_aggressive.translator import Translator
+
+    t = Translator(hub, decoding="iad")
+    t0 = Translator(hub, decoding="iad", max_draft_len=0)
+    sources = [hub.encode(s) for s in lines[:24]]
+    alone = [_alone(t0, s)[0] for s in sources]
+    for mode, (max_draft, budget) in {"budget": (8, True), "fixed": (4, False), "greedy": (0, False)}.items():
+        for seed, cap in ((7, 1), (8, 9)):
+            batch = _running(t, max_draft, budget, scores=False)
+            out, _ = _schedule(t, batch, sources, seed, cap)
+            for i, toks in enumerate(alone):
+                assert out[i][0] == toks, (mode, seed, cap, i)
+                assert np.isnan(out[i][1]).all(), (mode, seed, cap, i)
+            if max_draft:
+                assert batch.stats().accepted > 0
 
 
 def test_wake_ends_a_run_at_the_next_pass(hub, lines):

@@ -4,7 +4,7 @@ weight dtype codes and the ctypes signatures of its functions."""
 import ctypes
 
 # must equal kApiVersion in csrc/capi/c_api.cpp (checked at load)
-API_VERSION = 20
+API_VERSION = 21
 
 # dtype codes of fa_set_weight (fa::DType in csrc/model/weights.h)
 F32, F16, I8 = 0, 1, 2
@@ -34,7 +34,7 @@ class PassArgs(ctypes.Structure):
                 ("unk_penalty", ctypes.c_float), ("temperature", ctypes.c_float), ("beta", ctypes.c_int32),
                 ("tau", ctypes.c_float), ("choice", P), ("score", P), ("n_emit", P), ("n_match", P), ("done", P),
                 ("winner", P), ("feats", P), ("row_max_len", P), ("has_forced", ctypes.c_int32),
-                ("forced", ctypes.c_int32)]
+                ("forced", ctypes.c_int32), ("scores", ctypes.c_int32)]
     del P
 
 
@@ -96,12 +96,12 @@ class RunSettings(ctypes.Structure):
     """fa::RunSettings (csrc/loop/running_batch.h): what every row of a running
     batch shares: its drafter (by name: DRAFTERS), the first token, the
     draft-length policy on or off, the score rules (with the forced first
-    output token, if any) and acceptance."""
+    output token, if any), acceptance, and whether output scores are kept."""
 
     I, F = ctypes.c_int32, ctypes.c_float
     _fields_ = [("drafter", ctypes.c_char_p), ("first", I), ("budget", I), ("min_len", I), ("unk_penalty", F),
                 ("temperature", F), ("beta", I), ("tau", F), ("has_forced", I), ("forced", I),
-                ("draft", DrafterSettings)]
+                ("draft", DrafterSettings), ("no_scores", I)]
     del I, F
 
 

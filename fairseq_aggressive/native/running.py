@@ -24,13 +24,14 @@ def drafter_kind(drafter=None) -> str:
 
 def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool = False, min_len: int = 1,
                  unk_penalty: float = 0.0, temperature: float = 1.0, beta: int = 1, tau: float = 0.0,
-                 forced: Optional[int] = None, **drafter) -> "c_api.RunSettings":
+                 forced: Optional[int] = None, scores: bool = True, **drafter) -> "c_api.RunSettings":
     """The engine's :class:`~fairseq_aggressive.native.c_api.RunSettings`: the
     drafter ``kind`` (one of ``c_api.DRAFTERS``) with its settings ``drafter``
     (fields of :class:`~fairseq_aggressive.native.c_api.DrafterSettings`, the
     others at their defaults), and the rules every pass shares (``forced``:
-    the token every output starts with, or None).  Source copies capped at 0
-    tokens are greedy search."""
+    the token every output starts with, or None); ``scores``: output tokens'
+    scores kept (else NaN, and the passes skip summing log-normalisers over the
+    vocabulary).  Source copies capped at 0 tokens are greedy search."""
     if kind not in c_api.DRAFTERS:
         raise ValueError(f"no engine drafter named {kind!r} (there are {', '.join(c_api.DRAFTERS)})")
     unknown = sorted(set(drafter) - set(c_api.DrafterSettings.DEFAULTS))
@@ -53,7 +54,8 @@ def run_settings(kind: str, first: int, max_draft: Optional[int], budget: bool =
     return c_api.RunSettings(drafter=kind.encode(), first=first, budget=int(bool(budget)), min_len=min_len,
                              unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau,
                              has_forced=int(forced is not None), forced=forced or 0,
-                             draft=c_api.DrafterSettings(max_draft=c_api.draft_cap(max_draft), **d))
+                             draft=c_api.DrafterSettings(max_draft=c_api.draft_cap(max_draft), **d),
+                             no_scores=int(not scores))
 
 
 class RunningBatch:
@@ -64,7 +66,9 @@ class RunningBatch:
     no cap); ``ngram_min`` .. ``ngram_max``: the suffixes that re-anchor a copy
     after a rejection; ``budget``: each pass's lengths chosen by the engine's
     draft-length policy (else every draft as made); the score rules and
-    acceptance (``min_len`` ... ``forced``) as :meth:`NativeBatch.step`'s.
+    acceptance (``min_len`` ... ``forced``) as :meth:`NativeBatch.step`'s;
+    ``scores``: :meth:`take` gives each output token's score (else NaN, and
+    each pass is spared the log-normalisers over the vocabulary scores need).
 
     With ``drafter`` (the engine of a drafter with a decoder of its own: a
     ``--feature-ar`` drafter, or GAD's block drafter with ``kind="nar"``) the
@@ -86,12 +90,13 @@ class RunningBatch:
 
     def __init__(self, engine, first: int, max_draft: Optional[int], budget: bool = True, min_len: int = 1,
                  unk_penalty: float = 0.0, temperature: float = 1.0, beta: int = 1, tau: float = 0.0,
-                 forced: Optional[int] = None, drafter=None, kind: Optional[str] = None, **settings):
+                 forced: Optional[int] = None, drafter=None, kind: Optional[str] = None, scores: bool = True,
+                 **settings):
         self.engine, self.lib = engine, engine.lib
         self.drafter = drafter  # kept alive as long as the batch
         s = run_settings(kind or drafter_kind(drafter), first, max_draft, budget=budget, min_len=min_len,
                          unk_penalty=unk_penalty, temperature=temperature, beta=beta, tau=tau, forced=forced,
-                         **settings)
+                         scores=scores, **settings)
         handle = self.lib.fa_run_new(engine.handle, drafter.handle if drafter is not None else None, ctypes.byref(s))
         if not handle:
             raise engine.failure("making a running batch")
@@ -150,7 +155,8 @@ class RunningBatch:
         return self._finished[:k].tolist()
 
     def take(self, slot: int, max_tokens: int) -> Tuple[List[int], List[float], int]:
-        """A finished sentence's tokens, their scores and its passes; its slot is free again."""
+        """A finished sentence's tokens, their scores (NaN without ``scores``) and its passes;
+        its slot is free again."""
         toks = np.empty(max_tokens + 1, dtype=np.int32)
         scores = np.empty(max_tokens + 1, dtype=np.float32)
         passes = ctypes.c_int32()

@@ -89,12 +89,14 @@ class RunningDecoder:
         return [self.make_batch(e, d) for e, d in zip(self.engine.lanes(lanes), drafters)]
 
     def make_batch(self, engine=None, drafter_engine=None):
-        """A new running batch on ``engine`` (default: the Translator's)."""
+        """A new running batch on ``engine`` (default: the Translator's).  Streams and the
+        server read tokens only, so its passes compute no output scores."""
         from ..native.running import RunningBatch
 
         if engine is None:
             engine, drafter_engine = self.engine, self.drafter_engine
-        return RunningBatch(engine, max_draft=self.max_draft, budget=self.budget, drafter=drafter_engine, **self.run)
+        return RunningBatch(engine, max_draft=self.max_draft, budget=self.budget, drafter=drafter_engine,
+                            scores=False, **self.run)
 
     def prepare(self, text: str, max_tokens: Optional[int] = None) -> Prepared:
         """``text`` ready to join; :class:`TooLong` past ``max_tokens`` (the model's

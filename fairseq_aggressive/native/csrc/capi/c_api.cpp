@@ -31,7 +31,7 @@ namespace {
 
 // The version of this API; c_api.py's API_VERSION must equal it (a library
 // built from other sources is refused with a message to rebuild it).
-constexpr int kApiVersion = 20;
+constexpr int kApiVersion = 21;
 
 // why this thread's last fa_model_new failed
 std::string& new_error() {

@@ -154,12 +154,18 @@ bool Realized::drafts(int rows, bool model_drafts) {
   const int c = rows_class(rows, kClasses);
   if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses)  // both sides measured first
     return passes_[1][c] <= passes_[0][c];
-  const bool better = tokens_[1][c] * time_[0][c] > (1 - kSlack) * tokens_[0][c] * time_[1][c];
+  const bool better = drafted_better(c);
   if (++turn_[c] >= kExplore) {
     turn_[c] = 0;
     return !better;
   }
   return better;
+}
+
+bool Realized::may_draft(int rows) const {
+  const int c = rows_class(rows, kClasses);
+  if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses) return true;
+  return drafted_better(c) || turn_[c] + 1 >= kExplore;
 }
 
 void Realized::observe(int rows, bool drafted, int tokens, double ms, double greedy_ms) {

@@ -106,6 +106,10 @@ class Realized {
   static constexpr double kSlack = 0.02;
   // whether passes of these rows should draft, given that the model says `model_drafts`
   bool drafts(int rows, bool model_drafts);
+  // whether the next pass of these rows may draft (false: drafts would return
+  // false whatever the model says), so that its rows' confidences are worth
+  // their log-normalisers (RunningBatch without scores)
+  bool may_draft(int rows) const;
   // a pass of `rows` rows, drafted or not, emitted `tokens` in `ms`; the table's greedy pass over them: `greedy_ms`
   void observe(int rows, bool drafted, int tokens, double ms, double greedy_ms);
 
@@ -113,6 +117,10 @@ class Realized {
   double tokens_[2][kClasses] = {}, time_[2][kClasses] = {};
   int passes_[2][kClasses] = {};
   int turn_[kClasses] = {};
+  // drafted passes of class c went faster, or slower within kSlack
+  bool drafted_better(int c) const {
+    return tokens_[1][c] * time_[0][c] > (1 - kSlack) * tokens_[0][c] * time_[1][c];
+  }
 };
 
 class DraftPolicy {

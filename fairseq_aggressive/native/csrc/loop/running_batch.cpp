@@ -177,6 +177,10 @@ int RunningBatch::run(Decoder& m, int max_passes, double min_ms, int32_t* finish
     a.n_match = n_match_.data();
     a.done = done_.data();
     a.feats = feats ? feats_.data() : nullptr;
+    // without scores, only the last token's, for the rows' confidences, where the next pass may draft
+    // (the rows' class seldom changes between passes; where it does, a pass's rows draft as new rows)
+    a.scores = !s_.no_scores ? kScoresAll : policy != nullptr && policy->realized.may_draft(n) ? kScoresLast
+                                                                                               : kScoresNone;
     const auto t1 = Clock::now();
     stats_.loop.draft_ns += ns_between(t0, t1);
     // (rows fit: a draft never reaches beyond the row's max_len, its cache holds max_len + 2 positions)
@@ -240,7 +244,10 @@ int RunningBatch::take(int slot, int32_t* tokens, float* scores, int cap, int32_
   const Row& r = rows_[slot];
   const int k = std::min((int)r.out.size(), cap);
   std::copy(r.out.begin(), r.out.begin() + k, tokens);
-  std::copy(r.scores.begin(), r.scores.begin() + k, scores);
+  if (s_.no_scores)  // (the last token's of a pass may have one, for the policy: Acceptance::confidence)
+    std::fill(scores, scores + k, std::numeric_limits<float>::quiet_NaN());
+  else
+    std::copy(r.scores.begin(), r.scores.begin() + k, scores);
   *passes = r.passes;
   free_slot(slot);
   stats_.left += 1;

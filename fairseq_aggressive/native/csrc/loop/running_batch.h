@@ -50,6 +50,9 @@ struct RunSettings {
   float tau;
   int32_t has_forced, forced;  // 1, token: each row's first output is that token (PassArgs)
   DrafterSettings draft;
+  // 1: no output token's score is kept (take gives NaN; a pass then sums no
+  // log-normaliser beyond each row's last token's, where the policy reads it)
+  int32_t no_scores;
 };
 
 class RunningBatch {

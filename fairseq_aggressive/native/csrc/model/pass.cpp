@@ -134,6 +134,7 @@ class Pass {
     const int n = a_.n;
     // a forced token is a column: a vocabulary's, not a shortlist's
     if (a_.has_forced && (st_.shortlist || a_.forced < 0 || a_.forced >= m_.cfg.tgt_vocab)) return false;
+    if (a_.scores < kScoresAll || a_.scores > kScoresNone) return false;
     off_.assign(n + 1, 0);
     first_branch_.assign(n + 1, 0);
     for (int r = 0, k = 0; r < n; ++r) {
@@ -221,14 +222,12 @@ class Pass {
   // rejection needs no projection, and there the projection is bound by
   // arithmetic, so each position skipped is saved.  With larger projection
   // weights (eager_), the whole path in one round: the weights are read once
-  // for every position, where a second round would read them again from L3 or
-  // memory (on d=512 float32, a pass over 5 positions went from 1.40 to 1.16-1.20
-  // steps).  The 9+3's 8,424 words at d=128 are just beyond in both precisions;
-  // there whole IAD decodes took about the same time either way (2-core Zen 4
-  // guest, 1 thread, 300 sentences, alternating rounds: int8 1.88-2.17 ms per
-  // sentence both ways in 12; float32 in two runs of 8, rounds in chunks faster
-  // in 7 and in 3), where d=512 int8 in chunks was 1-10% slower in 6 rounds of
-  // 8.  Rows are independent in the kernels, so the chunks never change a result.
+  // for every position, not again from L3 or memory (d=512 float32: a pass over
+  // 5 positions from 1.40 to 1.16-1.20 steps).  The 9+3's 8,424 words at d=128
+  // are just beyond in both precisions; there whole IAD decodes took the same
+  // time either way (Zen 4, 1 thread, 300 sentences, alternating rounds), where
+  // d=512 int8 in chunks was 1-10% slower.  Rows are independent in the
+  // kernels, so the chunks never change a result.
   void next_positions(int round, std::vector<int>& todo) {
     todo.clear();
     for (int i = first_branch_[r0_]; i < first_branch_[r1_]; ++i) {
@@ -315,19 +314,28 @@ class Pass {
     return w;
   }
 
-  // The log-normaliser (logsumexp over the row's columns) of every position a
-  // row emits from (its winner's accepted tokens and the one after, before
-  // EOS cuts them), into lse_[p], computed across the pool: each is one row's
-  // own sum in a fixed order, whichever thread computes it
+  // the token branch w of row r emits at path index j: an accepted drafted one, then greedy's choice
+  int emitted(int r, int w, int j) const {
+    return j < matched_[w] ? a_.tokens[off_[r] + b_start_[w] + j] : chosen_[path(w, j)];
+  }
+  // how many branch w of row r emits: its accepted tokens and the one after, cut after EOS
+  int n_emitted(int r, int w) const {
+    for (int j = 0; j < matched_[w]; ++j)
+      if (emitted(r, w, j) == m_.cfg.eos) return j + 1;
+    return matched_[w] + 1;
+  }
+  // whether the j-th of ne emitted tokens gets its score (PassArgs::scores)
+  bool scored(int j, int ne) const { return a_.scores == kScoresAll || (a_.scores == kScoresLast && j == ne - 1); }
+
+  // The log-normaliser (logsumexp over the row's columns) of each position a row emits a scored token
+  // from, into lse_[p], across the pool: each is one row's own sum in a fixed order, whichever thread sums it
   void normalizers() {
     std::vector<int>& todo = emit_at_;
     todo.clear();
     for (int r = r0_; r < r1_; ++r) {
-      const int w = winner(r), o = off_[r];
-      for (int j = 0; j <= matched_[w]; ++j) {
-        todo.push_back(path(w, j));
-        if ((j < matched_[w] ? a_.tokens[o + b_start_[w] + j] : chosen_[path(w, j)]) == m_.cfg.eos) break;
-      }
+      const int w = winner(r), ne = n_emitted(r, w);
+      for (int j = 0; j < ne; ++j)
+        if (scored(j, ne)) todo.push_back(path(w, j));
     }
     lse_.resize(off_[a_.n]);  // (only the positions in todo are read)
     const int n = (int)todo.size(), chunks = std::min(n, m_.pool.size() > 1 && n >= 8 ? m_.pool.size() : 1);
@@ -346,29 +354,21 @@ class Pass {
   // cut after EOS; their scores and features.  Returns the number emitted.
   int emit(int r, int w) {
     const Sentence& s = sentence(r);
-    const int C = m_.cfg.C, o = off_[r];
-    auto emitted = [&](int j) { return j < matched_[w] ? a_.tokens[o + b_start_[w] + j] : chosen_[path(w, j)]; };
-    int ne = matched_[w] + 1, fin = 0;
-    for (int j = 0; j < ne; ++j)
-      if (emitted(j) == m_.cfg.eos) {
-        ne = j + 1;
-        fin = 1;
-        break;
-      }
+    const int C = m_.cfg.C, o = off_[r], ne = n_emitted(r, w);
     const float* x = m_.x.data();
     const ScoreRules rr = rules(r);
     for (int j = 0; j < ne; ++j) {
-      const int p = path(w, j), c = emitted(j);
-      const float* lg = logits_at(p);
-      const float lse = lse_[p];  // (normalizers)
-      const float val = rr.adjusted(lg, c == chosen_[p] ? column_[p] : column_of(m_, st_, s, c), s.len + j);
+      const int p = path(w, j), c = emitted(r, w, j);
       a_.choice[o + j] = c;
-      a_.score[o + j] = val - lse;
+      a_.score[o + j] = std::numeric_limits<float>::quiet_NaN();
+      if (scored(j, ne))  // (the log-normaliser: normalizers)
+        a_.score[o + j] = rr.adjusted(logits_at(p), c == chosen_[p] ? column_[p] : column_of(m_, st_, s, c),
+                                      s.len + j) - lse_[p];
       if (a_.feats != nullptr) std::copy(x + (size_t)p * C, x + (size_t)(p + 1) * C, a_.feats + (size_t)(o + j) * C);
     }
     a_.n_emit[r] = ne;
     a_.n_match[r] = matched_[w];
-    a_.done[r] = fin;
+    a_.done[r] = emitted(r, w, ne - 1) == m_.cfg.eos;
     if (a_.winner != nullptr) a_.winner[r] = w - first_branch_[r];
     return ne;
   }

@@ -55,7 +55,13 @@ struct PassArgs {
   // sentence's length limit); null: max_len for every row
   const int32_t* row_max_len;
   int32_t has_forced, forced;  // 1, token: output position 0 is that token (0: no rule)
+  int32_t scores;              // which emitted tokens get a score (kScoresAll, ...); the others NaN
 };
+
+// PassArgs::scores: every emitted token's; each row's last emitted token's
+// only (what a draft-length policy reads: Acceptance::confidence); none.  A
+// score needs a log-normaliser over the vocabulary; the choices never do.
+constexpr int32_t kScoresAll = 0, kScoresLast = 1, kScoresNone = 2;
 
 // 0, or -1 (nothing changed) if a row does not fit its sentence's cache, its
 // branches do not add up to it, or a forced token is outside the vocabulary
