@@ -2,6 +2,7 @@ import json
 import os
 import shutil
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,25 @@ torch.set_num_threads(torch_threads)
 # the native engine on 2 threads: its thread pool takes part in every exactness test (the
 # default policy gives small test models one thread; tests/test_threads.py checks it)
 os.environ.setdefault("FAIRSEQ_AGGRESSIVE_NATIVE_THREADS", os.environ.get("TEST_THREADS", "2"))
+
+
+def pytest_sessionstart(session):
+    """The engine's test library, which many tests load, starts building at once in the
+    background (where the engine cache lacks it): the worker that takes the cache's lock
+    builds it while the other runs its tests, and a test waits only when it needs it."""
+    if os.environ.get("FAIRSEQ_AGGRESSIVE_NO_NATIVE") or (
+            getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput")):
+        return  # (no engine; or the xdist controller, which runs no test)
+    # imported here, in the main thread: fairseq's imports are not safe to run beside collection's
+    from fairseq_aggressive.native import build as native_build
+
+    def build():
+        try:
+            native_build.test_library()
+        except Exception:  # (the tests that need it say why)
+            pass
+
+    threading.Thread(target=build, name="test-library-build", daemon=True).start()
 
 
 def _comparison_totals():

@@ -12,7 +12,9 @@ import pytest
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable, build
 from helpers import NATIVE_REASON, needs_native
 
-AMX_TARGETS = [t for t in ("generic-amx", "avx512amx") if NATIVE_REASON is None and t in build.runnable_targets()]
+# the emulated tiles (generic-amx: a library of their own to build) in the slow tier
+AMX_TARGETS = [pytest.param(t, marks=pytest.mark.slow) if t == "generic-amx" else t
+               for t in ("generic-amx", "avx512amx") if NATIVE_REASON is None and t in build.runnable_targets()]
 AMX_FLAGS = {"amx_tile", "amx_int8"}
 
 

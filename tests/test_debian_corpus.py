@@ -261,6 +261,7 @@ def _sentences(n, seed):
     return out
 
 
+@pytest.mark.slow  # (the preparation script end to end)
 def test_from_model_segments_and_binarizes_with_the_models_codes_and_dictionary(tmp_path, monkeypatch):
     """--from-model DIR: the corpus is segmented with DIR's bpe.codes and binarized with its joined
     dictionary (what a model built on another build of the corpus reads), not with codes and a

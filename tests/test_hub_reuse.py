@@ -120,6 +120,7 @@ def test_weights_changed_in_place_are_decoded(hub, lines):
 
 
 @needs_native
+@pytest.mark.slow  # (a whole script)
 def test_hub_latency_script(tmp_path):
     import re
     import subprocess

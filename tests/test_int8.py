@@ -16,7 +16,7 @@ from fairseq_aggressive.runtime.quantization import Int8Linear, is_int8, quantiz
 from helpers import (INT8_NEAR_TIE, INT8_SCORE_TOL, compare, fast_first, greedy, make_model, make_sample, make_task,
                      needs_native)
 from test_equivalence import NoisyOracleDrafter, batches, random_sources
-from test_native import OTHER_TARGETS, Oracle, _decode, _same_bits
+from test_native import OTHER_TARGETS, TARGET_SETS, Oracle, _decode, _same_bits
 
 
 
@@ -112,7 +112,8 @@ def test_native_refuses_a_partly_int8_model():
 
 
 @needs_native
-def test_native_int8_is_bit_exact():
+@pytest.mark.parametrize("others", TARGET_SETS)
+def test_native_int8_is_bit_exact(others):
     """Integer products are exact and each position is quantized on its own:
     the engine's int8 aggressive decoding equals its int8 greedy bit for bit,
     at any batch and draft cap, and every build target this CPU runs (int8 in
@@ -130,7 +131,7 @@ def test_native_int8_is_bit_exact():
         assert gen.stats.accepted > 0
         _same_bits(ref, out)
         _same_bits(ref, _decode(model, task, rows, bsz, max_len_b=40, max_draft_len=lmax)[0])  # IAD
-    for isa in OTHER_TARGETS:
+    for isa in others:
         other = NativeEngine(model, d, isa=isa)
         assert other.int8_linears == g0.native.int8_linears
         _same_bits(ref, _decode(model, task, rows, 4, native=other, max_len_b=40)[0])

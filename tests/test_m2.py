@@ -242,6 +242,7 @@ def _run(*args):
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # (the command)
 def test_cli_output_format(tmp_path):
     gold = tmp_path / "gold.m2"
     gold.write_text(TWO, encoding="utf-8")

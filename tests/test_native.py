@@ -9,7 +9,7 @@ import pytest
 
 from fairseq_aggressive.drafters import InputCopyDrafter
 from fairseq_aggressive.generator import build_generator
-from fairseq_aggressive.native import NativeEngine, NativeUnavailable, build
+from fairseq_aggressive.native import NativeEngine, NativeUnavailable, build, targets
 from fairseq_aggressive.verifiers import NativeVerifier
 from helpers import NATIVE_REASON, compare, fast_first, greedy, make_model, make_sample, make_task, needs_native
 from test_equivalence import SHAPES, NoisyOracleDrafter, batches, random_sources
@@ -21,6 +21,11 @@ NATIVE_SHAPES["gelu, post-norm, 8 heads"] = dict(activation_fn="gelu", encoder_a
 # in its int8 products only: tests/test_amx.py decodes on it, through its test library)
 OTHER_TARGETS = [t for t in build.runnable_targets()
                  if NATIVE_REASON is None and t != build.cpu_targets()[0].name and t != "generic-amx"]
+# those a wheel carries (make setup compiled them), and the test-only ones (generic-wide), compiled on
+# demand: the tests that compare every target take them as two sets, the second in the slow tier
+_SHIPPED = {t.name for t in targets.shipped()}
+TARGET_SETS = [pytest.param([t for t in OTHER_TARGETS if t in _SHIPPED], id="shipped"),
+               pytest.param([t for t in OTHER_TARGETS if t not in _SHIPPED], id="test-only", marks=pytest.mark.slow)]
 
 
 def _decode(model, task, rows, bsz, engine="native", native=None, drafter=None, **kw):
@@ -168,7 +173,8 @@ def test_projection_rounds_never_change_a_result(monkeypatch, precision):
 
 
 @needs_native
-def test_float16_valued_weights_are_stored_as_float16():
+@pytest.mark.parametrize("others", TARGET_SETS)
+def test_float16_valued_weights_are_stored_as_float16(others):
     """A model whose weights are float16 values (fairseq --fp16 checkpoints,
     float16 exports such as the shipped model) is stored as float16 where the
     target widens halves in hardware (F16C: avx2, avx512*): same arithmetic,
@@ -192,7 +198,7 @@ def test_float16_valued_weights_are_stored_as_float16():
         sample = make_sample(chunk, d.pad())
         cmp = compare(model, sample, greedy(model, d, sample, max_len_b=40), o, cmp)
     assert cmp.ok() and cmp.identical == len(rows), cmp
-    for isa in OTHER_TARGETS:
+    for isa in others:
         other = NativeEngine(model, d, isa=isa)
         assert other.half_linears == (gen.native.half_linears if other.isa.startswith("avx") else 0)
         _same_bits(out, _decode(model, task, rows, 8, native=other, max_len_b=40)[0])
@@ -230,7 +236,8 @@ def test_transformer_big_layer_shape():
 
 
 @needs_native
-@pytest.mark.parametrize("isa", OTHER_TARGETS)
+@pytest.mark.parametrize("isa", [t if t in _SHIPPED else pytest.param(t, marks=pytest.mark.slow)
+                                 for t in OTHER_TARGETS])
 def test_every_target_is_bit_identical(isa):
     """Every build target this CPU runs (the generic one ARM and non-AVX2 CPUs
     get, the AVX-512 layout in portable code, AVX-512 where present) computes
@@ -248,7 +255,8 @@ def test_every_target_is_bit_identical(isa):
 
 
 @needs_native
-def test_native_isa_option_picks_the_target():
+@pytest.mark.parametrize("others", TARGET_SETS)
+def test_native_isa_option_picks_the_target(others):
     """``--native-isa TARGET`` (the generator's ``native_isa``) decodes on that
     build target, with the default target's bits; a bad name is a clear
     error at task creation and in the generator; the benchmark's ``:TARGET``
@@ -264,7 +272,7 @@ def test_native_isa_option_picks_the_target():
     model = make_model(task, seed=3)
     rows = random_sources(random.Random(5), 12, len(d), d.eos(), repeat=True)
     ref, gen = _decode(model, task, rows, 4, max_len_b=30)
-    for isa in OTHER_TARGETS:
+    for isa in others:
         out, other = _decode(model, task, rows, 4, max_len_b=30, native_isa=isa)
         assert other.native.isa == isa.replace("-wide", "")
         _same_bits(ref, out)
@@ -419,7 +427,7 @@ def test_a_library_of_another_api_is_refused(monkeypatch):
 
 @needs_native
 @pytest.mark.parametrize("kind", ["float32", "float16", "int8"])
-@pytest.mark.parametrize("isa", ["default", "generic-amx"])  # generic-amx: the 16-register tile shapes
+@pytest.mark.parametrize("isa", fast_first(["default", "generic-amx"]))  # generic-amx: 16-register tile shapes
 def test_linear_rows_give_the_same_bits_in_any_block(kind, isa):
     """The linear kernels split M rows into register tiles of up to 9 rows (one
     block up to 9 with AVX-512, else blocks of at most 6, int8 in tiles of its
@@ -470,7 +478,8 @@ def test_linear_rows_give_the_same_bits_in_any_block(kind, isa):
 
 
 @needs_native
-def test_stream_hints_ask_for_the_line_ahead_and_stay_in_the_share():
+@pytest.mark.parametrize("isa", fast_first(["default", "generic"]))
+def test_stream_hints_ask_for_the_line_ahead_and_stay_in_the_share(isa):
     """A tile of several rows asks, once per cache line of its first panel, for
     the line kStreamAhead lines further on in each of its panels (64 lines,
     4096 bytes; 32 on the AMX target), running on into the next tile's panels,
@@ -478,12 +487,11 @@ def test_stream_hints_ask_for_the_line_ahead_and_stay_in_the_share():
     StreamHints computes once per tile against that definition, for panels
     shorter and longer than the distance, on this machine's target and the
     portable one."""
-    for isa in (None, "generic"):
-        lib = build.test_library(isa)
-        lines = lib.fa_test_stream_ahead_lines()
-        amx = isa is None and build.choose_target(None).name == "avx512amx"
-        assert lines == (32 if amx else 64)
-        _check_stream_hints(lib, lines * 64)
+    lib = build.test_library(None if isa == "default" else isa)
+    lines = lib.fa_test_stream_ahead_lines()
+    amx = isa == "default" and build.choose_target(None).name == "avx512amx"
+    assert lines == (32 if amx else 64)
+    _check_stream_hints(lib, lines * 64)
 
 
 def _check_stream_hints(lib, ahead):
@@ -511,7 +519,7 @@ def _check_stream_hints(lib, ahead):
 
 
 @needs_native
-@pytest.mark.parametrize("isa", ["default", "generic-amx"])  # generic-amx: the portable vectors (test_amx.py builds it too)
+@pytest.mark.parametrize("isa", fast_first(["default", "generic-amx"]))  # generic-amx: the portable vectors
 def test_attention_gives_the_bits_of_its_definition(isa):
     """attend computes 8 keys' scores at once (their lanes added as vectors
     after a transpose), the last few keys with the last one repeated, and the
@@ -545,7 +553,7 @@ def test_attention_gives_the_bits_of_its_definition(isa):
 
 
 @needs_native
-@pytest.mark.parametrize("isa", ["default", "generic", "generic-amx"])
+@pytest.mark.parametrize("isa", fast_first(["default", "generic", "generic-amx"]))
 def test_row_logsumexp_and_argmax_give_the_bits_of_their_definition(isa):
     """The log-softmax's logsumexp (exps summed as 8 lane partial sums) and
     greedy's argmax (the first maximum) give their definition's bits and index

@@ -208,6 +208,7 @@ def test_a_drain_that_runs_out_of_time_exits_nonzero_and_says_how_many(lines):
     assert n > 0 and f"{n} accepted sentence(s) went unanswered" in rest, rest
 
 
+@pytest.mark.slow  # (the command's help, loading fairseq)
 def test_help_lists_every_option_with_its_default():
     from fairseq_aggressive.decoding_options import OPTIONS
 

@@ -76,7 +76,8 @@ def test_shortlist_ids():
         VocabShortlist(d, d, 0)
 
 
-@pytest.mark.parametrize("engine", ["torch", pytest.param("native", marks=needs_native)])
+@pytest.mark.parametrize("engine", [pytest.param("native", marks=needs_native),
+                                    pytest.param("torch", marks=pytest.mark.slow)])
 def test_shortlist_aggressive_equals_fairseq_greedy_on_the_shortlist(engine):
     task = make_task()
     d = task.target_dictionary

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from fairseq_aggressive.native import build
-from helpers import needs_native
+from helpers import fast_first, needs_native
 
 
 @needs_native
-@pytest.mark.parametrize("isa", ["default", "generic"])
+@pytest.mark.parametrize("isa", fast_first(["default", "generic"]))
 def test_weights_and_buffers_start_on_a_cache_line(isa):
     lib = build.test_library(None if isa == "default" else isa)
     offsets = np.full(64, -1, dtype=np.int64)

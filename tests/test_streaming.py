@@ -115,6 +115,7 @@ def _cli(*args, stdin=None):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # (the command, twice)
 def test_the_translate_command(hub, lines, tmp_path):
     from fairseq_aggressive.translator import Translator
 
@@ -135,6 +136,7 @@ def test_the_translate_command(hub, lines, tmp_path):
     assert "sentences" not in piped.stderr  # not a terminal: no bar
 
 
+@pytest.mark.slow  # (the command, several times over)
 def test_the_translate_command_refuses_without_writing_half(lines, tmp_path):
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines[:5] + [" ".join(["слово"] * 2000)] + lines[5:9]) + "\n", encoding="utf-8")

@@ -11,7 +11,8 @@ Where the package has no library for the target (a source checkout that was
 never built, or one whose ``csrc/`` changed since), the engine is compiled at
 first use with the system C++ compiler into ``$FAIRSEQ_AGGRESSIVE_CACHE``
 (default ``~/.cache/fairseq_aggressive``), keyed by the sources, flags and
-compiler.  It is a plain C shared library loaded with :mod:`ctypes` (no torch
+compiler (processes that want one at once take turns: one builds it).  It is
+a plain C shared library loaded with :mod:`ctypes` (no torch
 headers); at load its API version (``fa_version``) and shared structs must be
 the ones :mod:`.c_api` expects.
 
@@ -19,6 +20,7 @@ Anything that keeps the engine from loading raises :class:`NativeUnavailable`
 with the reason; ``--engine auto`` then decodes on the torch path (same output,
 slower) after one warning.
 """
+import contextlib
 import ctypes
 import glob
 import hashlib
@@ -29,7 +31,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from typing import List, Optional
+from typing import Callable, List, Optional
+
+try:
+    import fcntl
+except ImportError:  # (no POSIX file locks: each process builds for itself)
+    fcntl = None
 
 from . import c_api, targets
 from .targets import Target
@@ -193,6 +200,34 @@ def _build(cxx: str, flags: List[str], path: str, units: Optional[List[str]] = N
         shutil.rmtree(work, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _dir_lock(directory: str):
+    """Held by one process at a time: an advisory lock on the directory itself
+    (no lock file: a failed build leaves the directory as it was)."""
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # (releases the lock)
+
+
+def _build_once(path: str, what: str, build: Callable[[], None], lock=_dir_lock) -> None:
+    """``path`` built by ``build()`` unless it exists.  Processes that want a
+    library of the cache at once (test workers, a server's processes on a fresh
+    install) take turns on the cache's ``lock``: one builds, the others then
+    find it built."""
+    if os.path.isfile(path):
+        return
+    with lock(os.path.dirname(path)):
+        if not os.path.isfile(path):
+            logger.info(f"building the native engine{what} ...")
+            build()
+
+
 def build_key(cxx: str, flags: List[str]) -> str:
     """A digest of every file under csrc/, the flags and the compiler."""
     h = hashlib.sha256(targets.source_key().encode())
@@ -209,9 +244,7 @@ def compile_target(target: Target) -> str:
     cxx = _compiler()
     flags = target.cflags + targets.defines()
     path = os.path.join(_cache_dir(), f"engine-{target.name}-{build_key(cxx, flags)}.so")
-    if not os.path.isfile(path):
-        logger.info(f"building the native engine ({target.name}) with {cxx} ...")
-        _build(cxx, flags, path)
+    _build_once(path, f" ({target.name}) with {cxx}", lambda: _build(cxx, flags, path))
     return path
 
 
@@ -229,9 +262,8 @@ def test_library(isa: Optional[str] = None) -> ctypes.CDLL:
     with _LOCK:
         if path in _LOADED:
             return _LOADED[path]
-        if not os.path.isfile(path):
-            logger.info(f"building the native engine's test library ({target.name}) with {cxx} ...")
-            _build(cxx, flags, path, targets.units() + targets.test_units())
+        _build_once(path, f"'s test library ({target.name}) with {cxx}",
+                    lambda: _build(cxx, flags, path, targets.units() + targets.test_units()))
         lib = _load(path)
         c_api.declare_testing(lib)
         _LOADED[path] = lib
