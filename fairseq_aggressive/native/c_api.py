@@ -34,7 +34,7 @@ class PassArgs(ctypes.Structure):
                 ("unk_penalty", ctypes.c_float), ("temperature", ctypes.c_float), ("beta", ctypes.c_int32),
                 ("tau", ctypes.c_float), ("choice", P), ("score", P), ("n_emit", P), ("n_match", P), ("done", P),
                 ("winner", P), ("feats", P), ("row_max_len", P), ("has_forced", ctypes.c_int32),
-                ("forced", ctypes.c_int32), ("scores", ctypes.c_int32)]
+                ("forced", ctypes.c_int32), ("scores", ctypes.c_int32), ("lse_ns", P)]
     del P
 
 

@@ -44,9 +44,8 @@ void halve_if_old(double& hits, double& trials) {
 }  // namespace
 
 #if defined(FA_TEST_HOOKS)
-// fa_set_drafted_pass_delay, fa_set_realized_check (testing/test_api.cpp): a
-// drafted pass that takes longer than the cost table knows, as on a loaded
-// CPU; the check on or off
+// fa_set_drafted_pass_delay, fa_set_realized_check (testing/test_api.cpp): a drafted pass that
+// takes longer than the cost table knows, as on a loaded CPU; the check on or off
 int drafted_pass_delay_us = 0;
 bool realized_check = true;
 #endif
@@ -75,10 +74,9 @@ void PassCost::observe(int M, double ms) {
   if (!ready() || !(ms > 0)) return;
   const auto& k = knots();
   const int n = (int)k.size();
-  // a pass far off the line moves it no more than kCostClamp of its value: a
-  // pass the OS interrupted (the errors' long tail is all upward) would
-  // otherwise drag the knots it visits above the typical pass, which makes
-  // the M a policy visits look dear against those it does not
+  // a pass far off the line moves it no more than kCostClamp of its value: a pass the OS interrupted
+  // (the errors' long tail is all upward) would drag the knots it visits above the typical pass,
+  // which makes the M a policy visits look dear against those it does not
   const double pred = this->ms(M);
   const double err = std::max(-kCostClamp * pred, std::min(kCostClamp * pred, ms - pred));
   if (M <= k[0]) {
@@ -328,10 +326,15 @@ std::vector<double> measure_pass_cost(Decoder& m) {
 void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows, std::vector<int>& lengths,
                    bool checked) {
   if (policy != nullptr) {
-    policy->choose(rows, lengths);
 #if defined(FA_TEST_HOOKS)
     checked = checked && realized_check;
 #endif
+    if (checked && !policy->realized.may_draft((int)rows.size())) {  // the model's choice would be overruled:
+      policy->realized.drafts((int)rows.size(), true);  // its turn counted, as where the model drafts
+      lengths.assign(rows.size(), 0);
+      return;
+    }
+    policy->choose(rows, lengths);
     if (checked) {
       const bool any = std::any_of(lengths.begin(), lengths.end(), [](int L) { return L > 0; });
       if (!policy->realized.drafts((int)rows.size(), any)) std::fill(lengths.begin(), lengths.end(), 0);
@@ -343,7 +346,8 @@ void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows,
 }
 
 void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, int tokens,
-                   std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began) {
+                   std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began,
+                   double drafting_ms) {
   if (policy == nullptr) return;
 #if defined(FA_TEST_HOOKS)
   if (drafted && drafted_pass_delay_us > 0) {
@@ -354,12 +358,11 @@ void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, i
 #endif
   using Ms = std::chrono::duration<double, std::milli>;
   const auto now = std::chrono::steady_clock::now();
-  // the pass counts at most kRealizedClamp times what the cost table expects of it: a
-  // pass the OS interrupted (a millisecond where a pass takes 0.05) would otherwise
-  // outweigh dozens of others, and where it was a drafted one, with one drafted pass in
-  // kExplore after it, keep drafting off for thousands of passes; a lasting change (load)
-  // moves the table itself
-  const double pass = std::min(Ms(now - pass_began).count(), kRealizedClamp * policy->cost.ms(positions));
+  // the pass counts at most kRealizedClamp times what the cost table expects of it: a pass the OS
+  // interrupted (a millisecond where a pass takes 0.05) would otherwise outweigh dozens of others
+  // (a drafted one: drafting off for thousands of passes); a lasting change moves the table itself
+  const double spent = Ms(now - pass_began).count() - (drafted ? 0.0 : std::max(0.0, drafting_ms));
+  const double pass = std::min(spent, kRealizedClamp * policy->cost.ms(positions));
   policy->realized.observe(rows, drafted, tokens, Ms(pass_began - began).count() + pass, policy->cost.ms(rows));
 }
 

@@ -153,9 +153,13 @@ void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows,
                    bool checked = false);
 // After a pass a policy chose the lengths of: what it tells the policy's
 // check (rows, positions verified, whether any drafted, tokens emitted, when
-// drafting began and when the pass began)
+// drafting began and when the pass began; `drafting_ms`: what the pass spent
+// only because drafting is on, which an undrafted pass counts without, as
+// greedy search's pass: the log-normalisers of the rows' confidences where
+// the batch keeps no scores)
 void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, int tokens,
-                   std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began);
+                   std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began,
+                   double drafting_ms = 0.0);
 
 // The policies of the decoders that read one copy of the weights, as each
 // last left it, by thread count (Weights::policies): a decoder made later

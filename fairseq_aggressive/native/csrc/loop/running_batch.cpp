@@ -181,6 +181,8 @@ int RunningBatch::run(Decoder& m, int max_passes, double min_ms, int32_t* finish
     // (the rows' class seldom changes between passes; where it does, a pass's rows draft as new rows)
     a.scores = !s_.no_scores ? kScoresAll : policy != nullptr && policy->realized.may_draft(n) ? kScoresLast
                                                                                                : kScoresNone;
+    int64_t lse_ns = 0;
+    a.lse_ns = a.scores == kScoresLast ? &lse_ns : nullptr;
     const auto t1 = Clock::now();
     stats_.loop.draft_ns += ns_between(t0, t1);
     // (rows fit: a draft never reaches beyond the row's max_len, its cache holds max_len + 2 positions)
@@ -193,7 +195,7 @@ int RunningBatch::run(Decoder& m, int max_passes, double min_ms, int32_t* finish
         policy->acceptance.observe(drafts_.cand[i].resynced, drafts_.cand[i].conf, drafts_.len[i], n_match_[i]);
         emitted += n_emit_[i];
       }
-      realized_pass(policy, n, (int)total, drafts_.drafted, emitted, t0, t1);
+      realized_pass(policy, n, (int)total, drafts_.drafted, emitted, t0, t1, lse_ns * 1e-6);
     }
     drafter_->learn(m, st_, Verified{n, active_.data(), offset_.data(), drafts_.len.data(), n_match_.data(),
                                       n_emit_.data(), done_.data(), choice_.data(), feats ? feats_.data() : nullptr,

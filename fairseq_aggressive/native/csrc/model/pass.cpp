@@ -1,11 +1,11 @@
-// The verification pass (see pass.h), in steps: lay out the rows and their
-// branches, run the decoder over them, then in rounds project the positions
-// still on a matching path, choose greedy's token there and accept along each
-// branch; finally per row keep the branch that accepted most, emit its tokens
-// and scores, and commit its keys and values to the cache.
+// The verification pass (see pass.h), in steps: lay out the rows and their branches, run the
+// decoder over them, then in rounds project the positions still on a matching path, choose
+// greedy's token there and accept along each branch; finally per row keep the branch that
+// accepted most, emit its tokens and scores, and commit its keys and values to the cache.
 #include "model/pass.h"
 
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <vector>
 
@@ -195,19 +195,19 @@ class Pass {
       accept();
     }
     StageClock c(Stage::kEmit);
+    const auto t0 = std::chrono::steady_clock::now();
     normalizers();
+    if (a_.lse_ns != nullptr) *a_.lse_ns += std::chrono::nanoseconds(std::chrono::steady_clock::now() - t0).count();
     for (int r = r0; r < r1; ++r) {
       const int w = winner(r);
       commit(r, w, emit(r, w));
     }
   }
 
-  // The most positions a group of rows verifies together (a row is never
-  // split): those whose logits take the projection's weight bytes, at least
-  // kMinGroupPositions.  A pass's logits are written, then read for the choice
-  // and for the scores; beyond L2 (64 rows of the int8 9+3: 2.2 MB against 1.1 MB
-  // of weights) each goes to L3, where a group's stay in L2 for one more read of
-  // the weights (with the attention's prefetch, 1.01-1.02x at 128 rows: pass-cost.md).
+  // The most positions a group of rows verifies together (a row is never split): those whose
+  // logits take the projection's weight bytes, at least kMinGroupPositions.  Logits are written,
+  // then read for the choice and the scores; beyond L2 (64 rows of the int8 9+3: 2.2 MB against
+  // 1.1 MB of weights) they would go to L3 (1.01-1.02x at 128 rows with the attention's prefetch).
   int group_positions() const {
     const Linear& proj = st_.shortlist ? m_.sl_common : m_.w.proj;
     const size_t per_position = (size_t)std::max(1, proj.N) * sizeof(float);

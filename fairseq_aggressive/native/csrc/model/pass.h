@@ -56,6 +56,7 @@ struct PassArgs {
   const int32_t* row_max_len;
   int32_t has_forced, forced;  // 1, token: output position 0 is that token (0: no rule)
   int32_t scores;              // which emitted tokens get a score (kScoresAll, ...); the others NaN
+  int64_t* lse_ns;             // or null: the nanoseconds the scores' log-normalisers took, added
 };
 
 // PassArgs::scores: every emitted token's; each row's last emitted token's
