@@ -57,18 +57,22 @@ def test_streamed_outputs_are_each_sentences_own(hub, lines, settings):
 def test_its_encoding_and_decoding_are_the_hubs(hub, lines):
     """The running decoder's own lookup of source ids and join of output symbols give the
     hub's encode() and decode() exactly: the sample, odd whitespace, unknown words, <unk> and
-    EOS among the tokens."""
+    EOS among the tokens; the second time from the ids it kept of each word (the hub's BPE
+    is subword-nmt's, which segments each space-separated word on its own)."""
     import torch
 
     from fairseq_aggressive.translator import Translator
 
     dec = Translator(hub, decoding="iad").running_decoder()
-    texts = lines + ["", "  a  b\t c ", "ЙЖ \u2003 x", "<unk> unknownwordxyz Ωmega", "a\u00a0b", "\x1c x \x1f"]
-    for s in texts:
-        ids = hub.encode(s).tolist()
-        assert dec.encode(s).tolist() == ids, s
-        out = ids[:-1] + [hub.tgt_dict.unk(), hub.tgt_dict.eos()]
-        assert dec.finish(out) == hub.decode(torch.tensor(out)), s
+    texts = lines + ["", "  a  b\t c ", "ЙЖ \u2003 x", "<unk> unknownwordxyz Ωmega", "a\u00a0b", "\x1c x \x1f",
+                     "a\r\nb \r\n", "\r\n x\ty  \r", "unknownwordxyz unknownwordxyz"]
+    for round in range(2):
+        for s in texts:
+            ids = hub.encode(s).tolist()
+            assert dec.encode(s).tolist() == ids, (round, s)
+            out = ids[:-1] + [hub.tgt_dict.unk(), hub.tgt_dict.eos()]
+            assert dec.finish(out) == hub.decode(torch.tensor(out)), s
+        assert "unknownwordxyz" in dec._words  # (the words' ids were kept)
 
 
 def test_a_prepared_sentences_copy_source_is_the_drafters(hub, lines):

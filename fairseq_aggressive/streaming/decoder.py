@@ -38,6 +38,7 @@ class RunningDecoder:
         self._to_tgt = None  # (the drafter's source-to-target id map as a list, made on first use)
         task = getattr(self.hub, "task", None)  # symbols after every source's EOS (--source-suffix)
         self._suffix = task.source_suffix_ids() if hasattr(task, "source_suffix_ids") else []
+        self._words = {}  # (a word's source ids after subword-nmt's BPE: _word_ids)
 
     @classmethod
     def of(cls, translator) -> Optional["RunningDecoder"]:
@@ -135,9 +136,37 @@ class RunningDecoder:
         the ids looked up in one pass instead of fairseq's ``encode_line`` (which
         fills a tensor item by item: most of a short sentence's time outside the engine)."""
         d = self.hub.src_dict
-        line = self.hub.apply_bpe(self.hub.tokenize(text))
+        tokens = self.hub.tokenize(text)
+        ids = self._word_ids(tokens)
+        if ids is None:
+            ix, unk = d.indices, d.unk_index
+            ids = [ix.get(w, unk) for w in self.hub.apply_bpe(tokens).split()]
+        return ids + [d.eos_index] + self._suffix
+
+    def _word_ids(self, tokens: str) -> Optional[List[int]]:
+        """The source ids of ``tokens`` word by word, each word's kept once made,
+        where the hub's BPE is subword-nmt's (else None): it segments each
+        space-separated word on its own (``segment_tokens``), so a word's ids never
+        depend on its neighbours, and its per-word Python is most of a short
+        sentence's time before the engine."""
+        from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE
+
+        bpe = getattr(self.hub, "bpe", None)
+        if not isinstance(bpe, SubwordNMTBPE):
+            return None
+        d, cache, out = self.hub.src_dict, self._words, []
         ix, unk = d.indices, d.unk_index
-        return [ix.get(w, unk) for w in line.split()] + [d.eos_index] + self._suffix
+        for word in tokens.strip("\r\n ").split(" "):  # (as subword-nmt's process_line splits)
+            if not word:
+                continue
+            ids = cache.get(word)
+            if ids is None:
+                ids = [ix.get(w, unk) for w in " ".join(bpe.bpe.segment_tokens([word])).split()]
+                if len(cache) >= 1 << 17:
+                    cache.clear()
+                cache[word] = ids
+            out.extend(ids)
+        return out
 
     def encode(self, text: str):
         """The hub's ``encode(text)``: :meth:`ids` as a tensor."""
