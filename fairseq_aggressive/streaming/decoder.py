@@ -38,7 +38,12 @@ class RunningDecoder:
         self._to_tgt = None  # (the drafter's source-to-target id map as a list, made on first use)
         task = getattr(self.hub, "task", None)  # symbols after every source's EOS (--source-suffix)
         self._suffix = task.source_suffix_ids() if hasattr(task, "source_suffix_ids") else []
-        self._words = {}  # (a word's source ids after subword-nmt's BPE: _word_ids)
+        from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE
+
+        bpe = getattr(self.hub, "bpe", None)
+        # subword-nmt's segmenter (else None) and each word's source ids after it (_word_ids)
+        self._segmenter = bpe.bpe if isinstance(bpe, SubwordNMTBPE) else None
+        self._words = {}
 
     @classmethod
     def of(cls, translator) -> Optional["RunningDecoder"]:
@@ -149,10 +154,7 @@ class RunningDecoder:
         space-separated word on its own (``segment_tokens``), so a word's ids never
         depend on its neighbours, and its per-word Python is most of a short
         sentence's time before the engine."""
-        from fairseq.data.encoders.subword_nmt_bpe import SubwordNMTBPE
-
-        bpe = getattr(self.hub, "bpe", None)
-        if not isinstance(bpe, SubwordNMTBPE):
+        if self._segmenter is None:
             return None
         d, cache, out = self.hub.src_dict, self._words, []
         ix, unk = d.indices, d.unk_index
@@ -161,7 +163,7 @@ class RunningDecoder:
                 continue
             ids = cache.get(word)
             if ids is None:
-                ids = [ix.get(w, unk) for w in " ".join(bpe.bpe.segment_tokens([word])).split()]
+                ids = [ix.get(w, unk) for w in " ".join(self._segmenter.segment_tokens([word])).split()]
                 if len(cache) >= 1 << 17:
                     cache.clear()
                 cache[word] = ids
