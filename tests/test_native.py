@@ -591,6 +591,44 @@ def test_row_logsumexp_and_argmax_give_the_bits_of_their_definition(isa):
 
 
 @needs_native
+@pytest.mark.parametrize("isa", fast_first(["default", "generic"]))
+def test_confidence_normaliser_is_its_definition_and_within_its_bound(isa):
+    """A draft-length policy's confidence (a row's last score when outputs
+    carry no scores) sums a coarse exp: the bits of its definition on this
+    machine's target and the portable one, never below the logsumexp of
+    scores and at most 0.06 above it, for row lengths around multiples of 64,
+    peaked and flat rows, -inf columns and an all -inf row."""
+    import ctypes
+    import numpy as np
+
+    lib = build.test_library(None if isa == "default" else isa)
+    rng = np.random.default_rng(9)
+    cases = 0
+    for n in (1, 7, 63, 64, 65, 127, 128, 129, 200, 8424):
+        for kind in ("peaked", "flat", "neginf", "allneginf"):
+            x = (rng.standard_normal(n) * (8 if kind == "peaked" else 1)).astype(np.float32)
+            if kind == "peaked":
+                x[rng.integers(0, n)] = x.max() + 10
+            elif kind == "neginf":
+                x[::3] = -np.inf
+                x[-1] = 1.0
+            elif kind == "allneginf":
+                x[:] = -np.inf
+            coarse, ref = ctypes.c_float(), ctypes.c_float(np.nan)
+            full, arg = ctypes.c_float(), ctypes.c_int()
+            assert lib.fa_test_logsumexp_coarse(n, x.ctypes.data, ctypes.byref(coarse), ctypes.byref(ref)) == 0
+            assert lib.fa_test_row_reductions(n, x.ctypes.data, ctypes.byref(full), ctypes.byref(arg),
+                                              ctypes.byref(ctypes.c_float()), ctypes.byref(ctypes.c_int())) == 0
+            assert np.float32(coarse.value).view(np.uint32) == np.float32(ref.value).view(np.uint32), (n, kind)
+            if kind == "allneginf":
+                assert coarse.value == -np.inf
+            else:
+                assert full.value - 1e-5 <= coarse.value <= full.value + 0.06, (n, kind, coarse.value, full.value)
+            cases += 1
+    assert cases == 40
+
+
+@needs_native
 def test_test_entry_points_are_only_in_the_test_library():
     """The pool's self-test and its lost-completion hook are built into the test
     library (csrc/testing/), not into the engine decoding loads."""
@@ -598,8 +636,8 @@ def test_test_entry_points_are_only_in_the_test_library():
 
     lib = library()
     for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes", "fa_test_linear",
-                 "fa_test_attend", "fa_test_row_reductions", "fa_test_stream_ahead_lines", "fa_set_amx_min_rows",
-                 "fa_amx_products", "fa_test_amx_caller_shapes"):
+                 "fa_test_attend", "fa_test_row_reductions", "fa_test_logsumexp_coarse", "fa_test_stream_ahead_lines",
+                 "fa_set_amx_min_rows", "fa_amx_products", "fa_test_amx_caller_shapes"):
         with pytest.raises(AttributeError):
             getattr(lib, name)
         assert getattr(build.test_library(), name) is not None

@@ -342,8 +342,8 @@ class Pass {
     m_.pool.run(
         [&](int c) {
           for (int k = (int)((int64_t)n * c / chunks); k < (int)((int64_t)n * (c + 1) / chunks); ++k) {
-            const int p = todo[k];
-            lse_[p] = logsumexp(logits_at(p), columns(m_, st_, sentence(row_at(p))));
+            const int p = todo[k], nc = columns(m_, st_, sentence(row_at(p)));
+            lse_[p] = a_.scores == kScoresLast ? logsumexp_coarse(logits_at(p), nc) : logsumexp(logits_at(p), nc);
           }
         },
         chunks);

@@ -60,8 +60,10 @@ struct PassArgs {
 };
 
 // PassArgs::scores: every emitted token's; each row's last emitted token's
-// only (what a draft-length policy reads: Acceptance::confidence); none.  A
-// score needs a log-normaliser over the vocabulary; the choices never do.
+// only, a confidence for a draft-length policy (Acceptance::confidence), its
+// normaliser summed with a coarse exp (logsumexp_coarse: several times
+// cheaper, the log-probability at most 0.06 low); none.  A score needs a
+// log-normaliser over the vocabulary; the choices never do.
 constexpr int32_t kScoresAll = 0, kScoresLast = 1, kScoresNone = 2;
 
 // 0, or -1 (nothing changed) if a row does not fit its sentence's cache, its

@@ -282,6 +282,37 @@ int fa_test_row_reductions(int n, const float* x, float* lse, int* arg, float* r
   return -1;
 }
 
+// A row's confidence normaliser: *coarse from the engine's logsumexp_coarse,
+// *ref from its definition (the maximum m; each value's 2^y, y = max((x - m)
+// log2(e), -126), as the float whose bits are (int)(y 2^23 + 127 2^23); 64
+// partial sums, value j into sum j mod 64 over whole groups of 64, added from
+// sum 0, then the rest one by one).  Returns 0, or -1 on an exception.
+int fa_test_logsumexp_coarse(int n, const float* x, float* coarse, float* ref) try {
+  *coarse = fa::logsumexp_coarse(x, n);
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int j = 0; j < n; ++j) mx = std::max(mx, x[j]);
+  if (mx == -std::numeric_limits<float>::infinity()) {
+    *ref = mx;
+    return 0;
+  }
+  auto term = [&](float v) {
+    const int32_t bits = (int32_t)(std::max((v - mx) * 1.44269504088896341f, -126.f) * 8388608.f + 1065353216.f);
+    float e;
+    std::memcpy(&e, &bits, 4);
+    return e;
+  };
+  float part[64] = {}, sum = 0.f;
+  const int whole = n / 64 * 64;
+  for (int j = 0; j < whole; ++j) part[j % 64] = part[j % 64] + term(x[j]);
+  for (int l = 0; l < 64; ++l) sum = sum + part[l];
+  for (int j = whole; j < n; ++j) sum = sum + term(x[j]);
+  *ref = mx + std::log(sum);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_test_logsumexp_coarse: %s\n", e.what());
+  return -1;
+}
+
 // The stage times (csrc/model/stages.h) of this process: for each stage i <
 // min(n, stages), ns[2 i] nanoseconds and ns[2 i + 1] entries, then zeroed
 // when reset.  Returns the number of stages.
