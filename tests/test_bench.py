@@ -355,3 +355,28 @@ def test_a_round_that_decodes_differently_stops_the_run():
     with pytest.raises(SystemExit, match="b decoded sentence 0 differently in a later round"):
         decode_blocks([list(gens)], gens, _batches(2), bench, per_sent, {"a": 0.0, "b": 0.0}, {"a": 0, "b": 0},
                       _Dict(), _Dict(), None)
+
+
+def test_an_output_file_that_cannot_be_written_is_refused_before_decoding(tmp_path, monkeypatch):
+    """--bench-json, --bench-plot and --bench-edit-plot are written at the end of a
+    run: a missing folder or a folder named as the file stops the command at once,
+    with the flag and the path, before any model or data is read."""
+    from fairseq_aggressive.bench import cli
+
+    def no_run(*a, **k):
+        raise AssertionError("the run started")
+
+    monkeypatch.setattr(cli, "run", no_run)
+    base = [str(tmp_path / "no-data"), "--path", str(tmp_path / "no-model.pt"), "--user-dir", "fairseq_aggressive",
+            "--task", "aggressive_translation", "-s", "src", "-t", "tgt"]
+    for flag in ("--bench-json", "--bench-plot", "--bench-edit-plot"):
+        with pytest.raises(SystemExit) as e:
+            cli.main(base + [flag, str(tmp_path / "missing" / "out.json")])
+        assert e.value.code == 2
+        with pytest.raises(SystemExit) as e:
+            cli.main(base + [flag, str(tmp_path)])
+        assert e.value.code == 2
+    assert cli.output_refusal(args(bench_json=str(tmp_path / "missing" / "x.json"), bench_plot=None,
+                                   bench_edit_plot=None)).endswith("does not exist")
+    assert "is a folder" in cli.output_refusal(args(bench_json=None, bench_plot=str(tmp_path), bench_edit_plot=None))
+    assert cli.output_refusal(args(bench_json=str(tmp_path / "x.json"), bench_plot=None, bench_edit_plot=None)) is None
