@@ -19,8 +19,8 @@ float max_of(const float* x, int n);
 float abs_max_of(const float* x, int n);
 // log(sum(exp(x))) over n values
 float logsumexp(const float* x, int n);
-// logsumexp with a coarse exp, several times cheaper: at least logsumexp and
-// at most 0.06 above it (a confidence, never a score)
+// logsumexp with a coarse exp, several times cheaper: at most 0.06 above
+// logsumexp, and below it by rounding only (a confidence, never a score)
 float logsumexp_coarse(const float* x, int n);
 // index of the first maximum of x[0..n) (0 if every value is NaN)
 int argmax_first(const float* x, int n);
