@@ -357,11 +357,14 @@ def test_a_round_that_decodes_differently_stops_the_run():
                       _Dict(), _Dict(), None)
 
 
-def test_an_output_file_that_cannot_be_written_is_refused_before_decoding(tmp_path, monkeypatch):
-    """--bench-json, --bench-plot and --bench-edit-plot are written at the end of a
-    run: a missing folder or a folder named as the file stops the command at once,
-    with the flag and the path, before any model or data is read."""
+def test_an_output_file_that_cannot_be_written_is_refused_before_decoding(tmp_path, monkeypatch, capsys):
+    """--bench-json, --bench-plot and --bench-edit-plot (and the diagnostics' --json) are
+    written when a run ends: a missing folder or a folder named as the file stops the
+    command as it starts (exit 2, the flag and the reason), before any model or data is read."""
+    import argparse
+
     from fairseq_aggressive.bench import cli
+    from fairseq_aggressive.bench.provenance import output_file
 
     def no_run(*a, **k):
         raise AssertionError("the run started")
@@ -370,13 +373,12 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_decoding(tmp_pa
     base = [str(tmp_path / "no-data"), "--path", str(tmp_path / "no-model.pt"), "--user-dir", "fairseq_aggressive",
             "--task", "aggressive_translation", "-s", "src", "-t", "tgt"]
     for flag in ("--bench-json", "--bench-plot", "--bench-edit-plot"):
-        with pytest.raises(SystemExit) as e:
-            cli.main(base + [flag, str(tmp_path / "missing" / "out.json")])
-        assert e.value.code == 2
-        with pytest.raises(SystemExit) as e:
-            cli.main(base + [flag, str(tmp_path)])
-        assert e.value.code == 2
-    assert cli.output_refusal(args(bench_json=str(tmp_path / "missing" / "x.json"), bench_plot=None,
-                                   bench_edit_plot=None)).endswith("does not exist")
-    assert "is a folder" in cli.output_refusal(args(bench_json=None, bench_plot=str(tmp_path), bench_edit_plot=None))
-    assert cli.output_refusal(args(bench_json=str(tmp_path / "x.json"), bench_plot=None, bench_edit_plot=None)) is None
+        for path, reason in ((tmp_path / "missing" / "out.json", "does not exist"), (tmp_path, "is a folder")):
+            with pytest.raises(SystemExit) as e:
+                cli.main(base + [flag, str(path)])
+            assert e.value.code == 2
+            err = capsys.readouterr().err
+            assert flag in err and reason in err, err
+    assert output_file(str(tmp_path / "x.json")) == str(tmp_path / "x.json")
+    with pytest.raises(argparse.ArgumentTypeError, match="does not exist"):
+        output_file(str(tmp_path / "missing" / "x.json"))

@@ -66,7 +66,6 @@ the JSON name the machine: CPU model, torch's CPU capability, native bf16,
 threads, torch and fairseq versions.
 """
 import json
-import os
 import sys
 
 from .options import add_bench_args
@@ -74,23 +73,6 @@ from .provenance import provenance
 from .report import plot, plot_edit_spans, print_edit_table, print_position_table, print_table
 from .run import run
 from .workers import print_workers_table, run_workers
-
-
-def output_refusal(args):
-    """Why an output file the run would write at its end cannot be written (its
-    folder missing, or the path a folder), or None: checked before any decoding."""
-    for flag, path in (("--bench-json", args.bench_json), ("--bench-plot", args.bench_plot),
-                       ("--bench-edit-plot", args.bench_edit_plot)):
-        if not path:
-            continue
-        folder = os.path.dirname(os.path.abspath(path))
-        if os.path.isdir(path):
-            return f"{flag} {path} is a folder: name a file"
-        if not os.path.isdir(folder):
-            return f"{flag} {path}: its folder {folder} does not exist"
-        if not os.access(folder, os.W_OK):
-            return f"{flag} {path}: its folder {folder} is not writable"
-    return None
 
 
 def main(argv=None):
@@ -110,9 +92,6 @@ def main(argv=None):
         parser.error("--threads must be >= 1")
     if args.bench_rounds < 1:
         parser.error("--bench-rounds must be >= 1")
-    refusal = output_refusal(args)
-    if refusal:
-        parser.error(refusal)
     if args.bench_workers:
         res = run_workers(sys.argv[1:] if argv is None else list(argv), args)
         res.update(provenance(sys.argv if argv is None else ["fairseq-aggressive-bench"] + list(argv)))

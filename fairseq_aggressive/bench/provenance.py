@@ -29,6 +29,22 @@ def provenance(argv: Optional[List[str]] = None) -> Dict[str, Optional[str]]:
     return {"command": " ".join([os.path.basename(args[0])] + [shlex.quote(a) for a in args[1:]]), "commit": commit()}
 
 
+def output_file(path: str) -> str:
+    """An argparse type for a file a command writes when its run ends (a result
+    JSON, a plot): refused as the command starts where it could not be written
+    (its folder missing or not writable, or the path a folder), not after the run."""
+    import argparse
+
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"{path} is a folder: name a file")
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{path}: its folder {folder} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{path}: its folder {folder} is not writable")
+    return path
+
+
 def write_result(path: str, res: Dict, script: str, machine: Optional[Dict] = None) -> None:
     """A diagnostic's figures ``res`` written to ``path`` as a result ``scripts/results.py add``
     stores: with the machine (``machine_info()`` unless given), the command as typed from the

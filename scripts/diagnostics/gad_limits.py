@@ -24,13 +24,15 @@ import torch
 
 
 def main(argv=None):
+    from fairseq_aggressive.bench.provenance import output_file
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--drafter", required=True, help="block_nat checkpoint")
     p.add_argument("--verifier", required=True, help="the autoregressive verifier it drafts for")
     p.add_argument("--subset", default="train", help="split of the drafter's data (default: train)")
     p.add_argument("--sentences", type=int, default=600)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", default=None, help="write the figures here (a result scripts/results.py stores)")
+    p.add_argument("--json", type=output_file, default=None,
+                   help="write the figures here (a result scripts/results.py stores)")
     a = p.parse_args(argv)
 
     from fairseq import checkpoint_utils, tasks

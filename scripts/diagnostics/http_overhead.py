@@ -96,6 +96,7 @@ def _inprocess_capacity(backend, lines, outs, clients):
 
 
 def main(argv=None):
+    from fairseq_aggressive.bench.provenance import output_file
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model_dir")
     p.add_argument("input", help="sentences, one a line")
@@ -107,7 +108,7 @@ def main(argv=None):
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--max-batch", type=int, default=32)
     p.add_argument("--load", type=int, default=0, help="CPU-bound processes beside the run")
-    p.add_argument("--json", help="write the figures here (scripts/results.py add stores them)")
+    p.add_argument("--json", type=output_file, help="write the figures here (scripts/results.py add stores them)")
     args = p.parse_args(argv)
 
     import logging

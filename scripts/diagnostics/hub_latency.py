@@ -33,6 +33,7 @@ def _threads() -> int:
 
 
 def main(argv=None) -> int:
+    from fairseq_aggressive.bench.provenance import output_file
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model_dir")
     ap.add_argument("--input", required=True)
@@ -43,7 +44,8 @@ def main(argv=None) -> int:
     ap.add_argument("--source-lang")
     ap.add_argument("--target-lang")
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
-    ap.add_argument("--json", default=None, help="write the figures here (a result scripts/results.py stores)")
+    ap.add_argument("--json", type=output_file, default=None,
+                    help="write the figures here (a result scripts/results.py stores)")
     a = ap.parse_args(argv)
     if a.sentences < 1 or len(set(a.modes)) != len(a.modes):
         ap.error("--sentences >= 1 and distinct --modes")

@@ -35,6 +35,7 @@ from fairseq_aggressive.diagnostics.loading import load_model_and_samples
 
 
 def main(argv=None):
+    from fairseq_aggressive.bench.provenance import output_file
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data")
     ap.add_argument("--path", required=True)
@@ -52,7 +53,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=1, help="alternating rounds over the widths")
     ap.add_argument("--stages", action="store_true",
                     help="time each stage of the passes (the engine's test library)")
-    ap.add_argument("--json", default=None, help="write the run's figures here (a result scripts/results.py stores)")
+    ap.add_argument("--json", type=output_file, default=None,
+                    help="write the run's figures here (a result scripts/results.py stores)")
     ap.add_argument("--amx-min-rows", type=int, default=None,
                     help="AMX targets: the fewest rows an int8 product runs on AMX tiles (the engine's test library)")
     args = ap.parse_args(argv)

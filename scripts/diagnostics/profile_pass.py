@@ -49,6 +49,7 @@ def timed(obj, name, bucket, key):
 
 
 def main(argv=None):
+    from fairseq_aggressive.bench.provenance import output_file
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("data")
     ap.add_argument("--path", required=True)
@@ -58,7 +59,8 @@ def main(argv=None):
     ap.add_argument("--max-len-a", type=float, default=1.2)
     ap.add_argument("--max-len-b", type=int, default=10)
     ap.add_argument("--reps", type=int, default=200, help="repetitions per width in part 2")
-    ap.add_argument("--json", default=None, help="write the figures here (a result scripts/results.py stores)")
+    ap.add_argument("--json", type=output_file, default=None,
+                    help="write the figures here (a result scripts/results.py stores)")
     a = ap.parse_args(argv)
 
     torch.set_num_threads(a.threads)

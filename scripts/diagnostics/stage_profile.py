@@ -102,6 +102,7 @@ def profile(t, lines, alone, rows, stages):
 
 
 def main(argv=None):
+    from fairseq_aggressive.bench.provenance import output_file
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model_dir")
     p.add_argument("input")
@@ -112,7 +113,7 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=None, help="engine threads (default: every usable CPU)")
     p.add_argument("--rounds", type=int, default=2, help="runs per row count (the fastest is kept)")
     p.add_argument("--load", type=int, default=0)
-    p.add_argument("--json", default=None)
+    p.add_argument("--json", type=output_file, default=None)
     args = p.parse_args(argv)
 
     import logging
