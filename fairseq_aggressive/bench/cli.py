@@ -65,11 +65,12 @@ decoding only (data loading and model loading are excluded).  The table and
 the JSON name the machine: CPU model, torch's CPU capability, native bf16,
 threads, torch and fairseq versions.
 """
+import argparse
 import json
 import sys
 
 from .options import add_bench_args
-from .provenance import provenance
+from .provenance import output_file, provenance
 from .report import plot, plot_edit_spans, print_edit_table, print_position_table, print_table
 from .run import run
 from .workers import print_workers_table, run_workers
@@ -92,6 +93,14 @@ def main(argv=None):
         parser.error("--threads must be >= 1")
     if args.bench_rounds < 1:
         parser.error("--bench-rounds must be >= 1")
+    # (checked here, not as the flags' type: a pipeline parses its planned commands before it makes their folders)
+    for flag, path in (("--bench-json", args.bench_json), ("--bench-plot", args.bench_plot),
+                       ("--bench-edit-plot", args.bench_edit_plot)):
+        if path:
+            try:
+                output_file(path)
+            except argparse.ArgumentTypeError as e:
+                parser.error(f"argument {flag}: {e}")
     if args.bench_workers:
         res = run_workers(sys.argv[1:] if argv is None else list(argv), args)
         res.update(provenance(sys.argv if argv is None else ["fairseq-aggressive-bench"] + list(argv)))

@@ -1,7 +1,6 @@
 """The benchmark's command-line options (``fairseq-aggressive-bench`` adds them
 to fairseq's generation parser)."""
 from .modes import GRAMMAR, SHORTLIST_DEFAULT
-from .provenance import output_file
 
 
 def add_bench_args(parser):
@@ -43,8 +42,8 @@ def add_bench_args(parser):
                    help="decode every batch R times with every mode, the modes taking turns in an order "
                    "that rotates from batch to batch and round to round; times are the mean of the rounds "
                    "and every round's outputs must equal the first's (a noisy machine: R 3 or more)")
-    g.add_argument("--bench-json", default=None, type=output_file, help="write all results as JSON here")
-    g.add_argument("--bench-plot", default=None, type=output_file, help="write a PNG of speedup vs edit ratio here")
-    g.add_argument("--bench-edit-plot", default=None, type=output_file,
+    g.add_argument("--bench-json", default=None, help="write all results as JSON here")
+    g.add_argument("--bench-plot", default=None, help="write a PNG of speedup vs edit ratio here")
+    g.add_argument("--bench-edit-plot", default=None,
                    help="write a PNG of passes per sentence against edit spans here")
     return parser
