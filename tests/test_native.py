@@ -553,6 +553,37 @@ def test_attention_gives_the_bits_of_its_definition(isa):
 
 
 @needs_native
+@pytest.mark.parametrize("isa", fast_first(["default", "generic-amx"]))
+def test_attention_of_queries_together_gives_each_query_its_own_bits(isa):
+    """The encoder's positions go through their sentence's keys and values
+    together (attend_queries: up to 4 queries share each key's and value's
+    loads): every output is the bits attend gives that query alone, for query
+    counts around multiples of 4, head widths it groups (1-4 vectors) and those
+    it does not, key counts around multiples of 8, and query rows of stride
+    3 x C (the encoder's q/k/v rows)."""
+    import numpy as np
+
+    lib = build.test_library(None if isa == "default" else isa)
+    rng = np.random.default_rng(12)
+    cases = 0
+    for D in (8, 16, 20, 32, 64):
+        for n in (1, 7, 8, 9, 25, 40):
+            for nq in (1, 3, 4, 5, 8, 9, 25):
+                ld, q_ld = (D, 3 * 4 * D) if nq % 2 else (3 * D + 8, D)
+                scale = 4.0 if nq % 3 == 0 else 0.3
+                k, v = (rng.standard_normal((n, ld)).astype(np.float32) * scale for _ in range(2))
+                q = rng.standard_normal((nq, q_ld)).astype(np.float32) * scale
+                out, ref = np.full((nq, D), np.nan, np.float32), np.full((nq, D), np.nan, np.float32)
+                rc = lib.fa_test_attend_queries(D, n, nq, q_ld, ld, q.ctypes.data, k.ctypes.data, v.ctypes.data,
+                                                out.ctypes.data, ref.ctypes.data)
+                assert rc == 0
+                assert np.isfinite(ref).all()
+                assert np.array_equal(out.view(np.uint32), ref.view(np.uint32)), (D, n, nq, ld, q_ld)
+                cases += 1
+    assert cases == 5 * 6 * 7
+
+
+@needs_native
 @pytest.mark.parametrize("isa", fast_first(["default", "generic", "generic-amx"]))
 def test_row_logsumexp_and_argmax_give_the_bits_of_their_definition(isa):
     """The log-softmax's logsumexp (exps summed as 8 lane partial sums) and
@@ -636,7 +667,8 @@ def test_test_entry_points_are_only_in_the_test_library():
 
     lib = library()
     for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes", "fa_test_linear",
-                 "fa_test_attend", "fa_test_row_reductions", "fa_test_logsumexp_coarse", "fa_test_stream_ahead_lines",
+                 "fa_test_attend", "fa_test_attend_queries", "fa_test_row_reductions", "fa_test_logsumexp_coarse",
+                 "fa_test_stream_ahead_lines",
                  "fa_set_amx_min_rows", "fa_amx_products", "fa_test_amx_caller_shapes"):
         with pytest.raises(AttributeError):
             getattr(lib, name)

@@ -201,7 +201,7 @@ def declare(lib) -> None:
 
 
 def declare_testing(lib) -> None:
-    """The test library's extra functions (csrc/testing/test_api.cpp)."""
+    """The test library's extra functions (csrc/testing/)."""
     I, I64, L64 = ctypes.c_int, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)
     lib.fa_pool_selftest.restype = I64
     lib.fa_pool_selftest.argtypes = [I, I, I, I, I, I, I, L64]
@@ -234,6 +234,8 @@ def declare_testing(lib) -> None:
     lib.fa_test_stream_ahead_lines.argtypes = []
     lib.fa_test_stream_hints.argtypes = [I64, I, I, I, I64, P]
     lib.fa_test_attend.argtypes = [I, I, I, I64, P, P, P, P, P, P, P]
+    lib.fa_test_attend_queries.restype = I
+    lib.fa_test_attend_queries.argtypes = [I, I, I, I64, I64, P, P, P, P, P]
     lib.fa_test_row_reductions.restype = I
     lib.fa_test_storage_offsets.restype = I
     lib.fa_test_storage_offsets.argtypes = [L64, I]

@@ -54,18 +54,22 @@ inline void dot8(const float* q, const float* const* key, int D, float* out) {
     for (int j = 0; j < LANES; ++j) out[j] = std::fma(q[d], key[j][d], out[j]);
 }
 
-// the scores q . k of n keys (rows of stride ld) into out, 8 at a time; the
-// last few with the last key repeated in the unused places
-inline void dots(const float* q, const float* k, size_t ld, int n, int D, float* out) {
+// the scores q[i] . k of n keys (rows of stride ld) into out[i] for each of
+// the Q queries, 8 keys at a time (each query's dot8 over the same keys, so
+// one query's scores do not depend on the others); the last few with the last
+// key repeated in the unused places
+inline void dots(const float* const* q, int Q, const float* k, size_t ld, int n, int D, float* const* out) {
   const float* key[LANES];
   for (int j = 0; j < n; j += LANES) {
     for (int i = 0; i < LANES; ++i) key[i] = k + (size_t)std::min(j + i, n - 1) * ld;
-    if (j + LANES <= n) {
-      dot8(q, key, D, out + j);
-    } else {
-      float tail[LANES];
-      dot8(q, key, D, tail);
-      std::copy(tail, tail + (n - j), out + j);
+    for (int i = 0; i < Q; ++i) {
+      if (j + LANES <= n) {
+        dot8(q[i], key, D, out[i] + j);
+      } else {
+        float tail[LANES];
+        dot8(q[i], key, D, tail);
+        std::copy(tail, tail + (n - j), out[i] + j);
+      }
     }
   }
 }
@@ -217,27 +221,72 @@ inline const float* value_row(const float* v, const float* v2, size_t ld, int n,
   return j < n ? v + j * ld : v2 + (j - n) * ld;
 }
 
-// out (NV vectors) = sum over the N keys j, in order, of p[j] * value row j,
-// each output one fused multiply-add chain
-template <int NV>
-void weighted_values(const float* p, const float* v, const float* v2, size_t ld, int n, int N, float* out) {
-  V8 acc[NV];
-  for (int i = 0; i < NV; ++i) acc[i] = V8::zero();
+// out[i] (NV vectors) = sum over the N keys j, in order, of p[i][j] * value
+// row j, for each of the Q queries, each output one fused multiply-add chain
+// (a query's operations do not depend on Q; the value rows are read once for
+// all Q, whose chains run side by side)
+template <int NV, int Q>
+void weighted_values(const float* const* p, const float* v, const float* v2, size_t ld, int n, int N,
+                     float* const* out) {
+  V8 acc[Q][NV];
+  for (int q = 0; q < Q; ++q)
+    for (int i = 0; i < NV; ++i) acc[q][i] = V8::zero();
   for (int j = 0; j < N; ++j) {
-    const V8 pj = V8::bcast(p[j]);
     const float* vj = value_row(v, v2, ld, n, j);
-    for (int i = 0; i < NV; ++i) acc[i] = V8::fma(pj, V8::load(vj + i * LANES), acc[i]);
+    V8 vv[NV];
+    for (int i = 0; i < NV; ++i) vv[i] = V8::load(vj + i * LANES);
+    for (int q = 0; q < Q; ++q) {
+      const V8 pj = V8::bcast(p[q][j]);
+      for (int i = 0; i < NV; ++i) acc[q][i] = V8::fma(pj, vv[i], acc[q][i]);
+    }
   }
-  for (int i = 0; i < NV; ++i) acc[i].store(out + i * LANES);
+  for (int q = 0; q < Q; ++q)
+    for (int i = 0; i < NV; ++i) acc[q][i].store(out[q] + i * LANES);
 }
 
-// weighted_values for head widths of 1 .. 16 vectors (the accumulators stay in registers)
-using WeightedValues = void (*)(const float*, const float*, const float*, size_t, int, int, float*);
+// weighted_values of one query for head widths of 1 .. 16 vectors (the accumulators stay in registers)
+using WeightedValues = void (*)(const float* const*, const float*, const float*, size_t, int, int, float* const*);
 template <int... I>
 constexpr std::array<WeightedValues, sizeof...(I)> weighted_values_table(std::integer_sequence<int, I...>) {
-  return {&weighted_values<I + 1>...};
+  return {&weighted_values<I + 1, 1>...};
 }
 constexpr auto kWeightedValues = weighted_values_table(std::make_integer_sequence<int, 16>{});
+
+// weighted_values of Q = 1 .. kAttendQueries queries for head widths of 1 .. 4
+// vectors ([NV - 1][Q - 1]; wider heads go one query at a time)
+template <int NV, int... Q>
+constexpr std::array<WeightedValues, sizeof...(Q)> queries_row(std::integer_sequence<int, Q...>) {
+  return {&weighted_values<NV, Q + 1>...};
+}
+constexpr int kQueriesNV = 4;
+using QueriesRow = std::array<WeightedValues, kAttendQueries>;
+constexpr std::array<QueriesRow, kQueriesNV> kWeightedValuesQ = {
+    queries_row<1>(std::make_integer_sequence<int, kAttendQueries>{}),
+    queries_row<2>(std::make_integer_sequence<int, kAttendQueries>{}),
+    queries_row<3>(std::make_integer_sequence<int, kAttendQueries>{}),
+    queries_row<4>(std::make_integer_sequence<int, kAttendQueries>{})};
+
+// scores s[0..N) into the softmax's weights, in place: exp(s - max) summed as
+// 8-lane partial sums in a fixed order, each divided by the sum (s has room
+// for N rounded up to a multiple of 8, plus 8)
+void softmax_weights(float* s, int N) {
+  const float mx = max_of(s, N);
+  const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
+  V8 s8 = V8::zero();
+  int j = 0;
+  for (; j + LANES <= N; j += LANES) {
+    V8 e = V8::exp(V8::fma(mv, neg1, V8::load(s + j)));
+    e.store(s + j);
+    s8 = V8::add(s8, e);
+  }
+  float sum = lane_sum(s8);
+  if (j < N) {  // the last few: the same exp on a vector (s has room), added one by one
+    V8::exp(V8::fma(mv, neg1, V8::load(s + j))).store(s + j);
+    for (; j < N; ++j) sum = sum + s[j];
+  }
+  const V8 sv = V8::bcast(sum);
+  for (j = 0; j < N; j += LANES) V8::div(V8::load(s + j), sv).store(s + j);
+}
 
 }  // namespace
 
@@ -246,32 +295,42 @@ constexpr auto kWeightedValues = weighted_values_table(std::make_integer_sequenc
 // the same operations whether they are one segment or two.
 void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out, float* scratch,
             const float* k2, const float* v2, int n2) {
-  dots(q, k, ld, n, D, scratch);
-  if (n2 > 0) dots(q, k2, ld, n2, D, scratch + n);
+  dots(&q, 1, k, ld, n, D, &scratch);
+  if (n2 > 0) {
+    float* after = scratch + n;
+    dots(&q, 1, k2, ld, n2, D, &after);
+  }
   const int N = n + n2;
-  const float mx = max_of(scratch, N);
-  const V8 mv = V8::bcast(mx), neg1 = V8::bcast(-1.f);
-  V8 s8 = V8::zero();
-  int j = 0;
-  for (; j + LANES <= N; j += LANES) {
-    V8 e = V8::exp(V8::fma(mv, neg1, V8::load(scratch + j)));
-    e.store(scratch + j);
-    s8 = V8::add(s8, e);
-  }
-  float sum = lane_sum(s8);
-  if (j < N) {  // the last few: the same exp on a vector (scratch has room), added one by one
-    V8::exp(V8::fma(mv, neg1, V8::load(scratch + j))).store(scratch + j);
-    for (; j < N; ++j) sum = sum + scratch[j];
-  }
-  const V8 sv = V8::bcast(sum);
-  for (j = 0; j < N; j += LANES) V8::div(V8::load(scratch + j), sv).store(scratch + j);  // the weights
+  softmax_weights(scratch, N);
   if (D % LANES == 0 && D / LANES <= (int)kWeightedValues.size())
-    return kWeightedValues[D / LANES - 1](scratch, v, v2, ld, n, N, out);
+    return kWeightedValues[D / LANES - 1](&scratch, v, v2, ld, n, N, &out);
   // other head widths: the same operations one value at a time
   for (int d = 0; d < D; ++d) out[d] = 0.f;
-  for (j = 0; j < N; ++j) {
+  for (int j = 0; j < N; ++j) {
     const float* vj = value_row(v, v2, ld, n, j);
     for (int d = 0; d < D; ++d) out[d] = std::fma(scratch[j], vj[d], out[d]);
+  }
+}
+
+void attend_queries(const float* q, size_t q_ld, int nq, const float* k, const float* v, size_t ld, int n, int D,
+                    float* out, size_t out_ld, float* scratch) {
+  const size_t stride = (size_t)n + 16;
+  if (D % LANES != 0 || D / LANES > kQueriesNV) {
+    for (int i = 0; i < nq; ++i) attend(q + i * q_ld, k, v, ld, n, D, out + i * out_ld, scratch);
+    return;
+  }
+  const float* qs[kAttendQueries];
+  float *ss[kAttendQueries], *os[kAttendQueries];
+  for (int i0 = 0; i0 < nq; i0 += kAttendQueries) {
+    const int Q = std::min(kAttendQueries, nq - i0);
+    for (int i = 0; i < Q; ++i) {
+      qs[i] = q + (size_t)(i0 + i) * q_ld;
+      ss[i] = scratch + i * stride;
+      os[i] = out + (size_t)(i0 + i) * out_ld;
+    }
+    dots(qs, Q, k, ld, n, D, ss);
+    for (int i = 0; i < Q; ++i) softmax_weights(ss[i], n);
+    kWeightedValuesQ[D / LANES - 1][Q - 1](ss, v, nullptr, ld, n, n, os);
   }
 }
 

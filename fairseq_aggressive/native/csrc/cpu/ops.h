@@ -45,6 +45,15 @@ void relu_rows(float* x, size_t n);
 void attend(const float* q, const float* k, const float* v, size_t ld, int n, int D, float* out, float* scratch,
             const float* k2 = nullptr, const float* v2 = nullptr, int n2 = 0);
 
+// attend for nq queries (rows of stride q_ld) over the same n keys and
+// values, out rows of stride out_ld: each query's output attend's, bit for
+// bit; kAttendQueries of them at a time share each key's and value's loads
+// and run their chains side by side (one query's attention is one long chain
+// of dependent steps).  scratch: kAttendQueries * (n + 16) floats.
+constexpr int kAttendQueries = 4;
+void attend_queries(const float* q, size_t q_ld, int nq, const float* k, const float* v, size_t ld, int n, int D,
+                    float* out, size_t out_ld, float* scratch);
+
 // Rows r < M of x (C floats each): scale * E[tok[r]] (or *mask for tok[r] < 0)
 // + P[pos[r]] (when P is given) + add[r] (when add is given).
 void embed_rows(float* x, int C, int M, const int32_t* tok, const int32_t* pos, const float* E, const float* P,

@@ -67,31 +67,38 @@ void add_to(Decoder& m, float* x, const float* y, int M) {
   over_rows(m, M, C, [&](int r0, int r1) { add_rows(x + (size_t)r0 * C, y + (size_t)r0 * C, (size_t)(r1 - r0) * C); });
 }
 
-// f(row, head, scratch) for every head and every row of the groups [first[g],
+// f(group, head, scratch) for every head of every group of rows [first[g],
 // first[g + 1]) (a group: one sentence's rows, which read the same keys and
-// values).  For each head a group's rows run one after another, so the head's
-// keys and values, read from the cache for the group's first row, are still
-// in L1 for the others (a row over all its heads, then the next row, read
-// every row's keys from L2 or beyond again).  Split across the pool by (group,
-// head) when there is enough work; scratch holds max_keys + 16 floats
-// (attend's).  Only the order of the calls changes with the split: each call
-// computes the same values.
-void for_heads(Decoder& m, const std::vector<int>& first, int max_keys, const std::function<void(int, int, float*)>& f) {
+// values), split across the pool by (group, head) when there is enough work
+// (the rows' queries over max_keys keys); scratch holds scratch_floats.  Only
+// the order of the calls changes with the split: each call computes the same
+// values.
+void for_head_groups(Decoder& m, const std::vector<int>& first, int max_keys, size_t scratch_floats,
+                     const std::function<void(int, int, float*)>& f) {
   const int G = (int)first.size() - 1, H = m.cfg.H, tasks = G * H, M = first[G];
   const int chunks = (m.pool.size() > 1 && (int64_t)M * max_keys * m.cfg.C >= 16384)
                          ? std::min(tasks, m.pool.size() * 2) : 1;
-  ensure(m.att, (size_t)chunks * (max_keys + 16));
+  ensure(m.att, (size_t)chunks * scratch_floats);
   float* base = m.att.data();
-  const size_t stride = (size_t)max_keys + 16;
   m.pool.run(
       [&](int c) {
         const int t0 = (int)((int64_t)tasks * c / chunks), t1 = (int)((int64_t)tasks * (c + 1) / chunks);
-        for (int t = t0; t < t1; ++t) {
-          const int g = t / H, hh = t % H;
-          for (int row = first[g]; row < first[g + 1]; ++row) f(row, hh, base + c * stride);
-        }
+        for (int t = t0; t < t1; ++t) f(t / H, t % H, base + c * scratch_floats);
       },
       chunks);
+}
+
+// f(row, head, scratch) for every head and every row of the groups of
+// for_head_groups.  For each head a group's rows run one after another, so
+// the head's keys and values, read from the cache for the group's first row,
+// are still in L1 for the others (a row over all its heads, then the next
+// row, read every row's keys from L2 or beyond again); scratch holds
+// max_keys + 16 floats (attend's).
+void for_heads(Decoder& m, const std::vector<int>& first, int max_keys,
+               const std::function<void(int, int, float*)>& f) {
+  for_head_groups(m, first, max_keys, (size_t)max_keys + 16, [&](int g, int hh, float* scratch) {
+    for (int row = first[g]; row < first[g + 1]; ++row) f(row, hh, scratch);
+  });
 }
 
 // The keys and values of layer l, head h of sentence s (cross: its encoder's)
@@ -224,11 +231,11 @@ State* encode(Decoder& m, int B, const int32_t* tokens, const int32_t* src_len, 
         }
       }
     });
-    for_heads(m, start, max_s, [&](int row, int hh, float* scratch) {
-      const int b = (int)(std::upper_bound(start.begin(), start.end(), row) - start.begin()) - 1;
+    // a sentence's positions all read its keys and values: its queries go through them together
+    for_head_groups(m, start, max_s, (size_t)kAttendQueries * (max_s + 16), [&](int b, int hh, float* scratch) {
       const size_t at = kv_at(0, hh, start[b], H, M, D);
-      attend(qkv + (size_t)row * 3 * C + hh * D, keys + at, vals + at, D, src_len[b], D,
-             m.q.data() + (size_t)row * C + hh * D, scratch);
+      attend_queries(qkv + (size_t)start[b] * 3 * C + hh * D, 3 * C, src_len[b], keys + at, vals + at, D, src_len[b], D,
+                     m.q.data() + (size_t)start[b] * C + hh * D, C, scratch);
     });
     linear(m.pool, L.out, m.q.data(), C, M, m.a.data(), C);
     add_to(m, x, m.a.data(), M);

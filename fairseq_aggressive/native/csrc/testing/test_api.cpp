@@ -209,52 +209,6 @@ int fa_test_stream_hints(int64_t panel_bytes, int nr, int steps, int step, int64
   return -1;
 }
 
-// Attention of one query over n keys (then n2 more at k2/v2), rows of stride
-// ld, head width D: out from the engine's attend, ref from the operations it
-// is defined by, one value at a time (per key: 8 lane partial sums over d, d
-// mod 8 = lane, added from lane 0, then the d beyond the last whole 8 by fused
-// multiply-adds; the softmax: exp(s - max) with fexp, summed as 8 lane partials
-// over whole groups of 8 keys added from lane 0, then the rest one by one; out[d]:
-// one fused multiply-add chain over the keys in order with weights e / sum).
-// Returns 0, or -1 on an exception (the message on stderr).
-int fa_test_attend(int D, int n, int n2, int64_t ld, const float* q, const float* k, const float* v, const float* k2,
-                   const float* v2, float* out, float* ref) try {
-  const int N = n + n2;
-  std::vector<float> scratch(((size_t)N + 7) / 8 * 8 + 16);
-  fa::attend(q, k, v, (size_t)ld, n, D, out, scratch.data(), k2, v2, n2);
-  auto key = [&](int j) { return j < n ? k + (size_t)j * ld : k2 + (size_t)(j - n) * ld; };
-  auto val = [&](int j) { return j < n ? v + (size_t)j * ld : v2 + (size_t)(j - n) * ld; };
-  std::vector<float> s(N), e(N);
-  for (int j = 0; j < N; ++j) {
-    const float* kj = key(j);
-    const int whole = D / 8 * 8;
-    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int d = 0; d < whole; ++d) lane[d % 8] = std::fma(q[d], kj[d], lane[d % 8]);
-    float dot = 0.f;
-    if (D >= 8)
-      for (int l = 0; l < 8; ++l) dot = dot + lane[l];
-    for (int d = whole; d < D; ++d) dot = std::fma(q[d], kj[d], dot);
-    s[j] = dot;
-  }
-  float mx = s[0];
-  for (int j = 1; j < N; ++j) mx = std::max(mx, s[j]);
-  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0}, sum = 0.f;
-  const int whole = N / 8 * 8;
-  for (int j = 0; j < N; ++j) e[j] = fa::fexp(s[j] - mx);
-  for (int j = 0; j < whole; ++j) part[j % 8] = part[j % 8] + e[j];
-  for (int l = 0; l < 8; ++l) sum = sum + part[l];
-  for (int j = whole; j < N; ++j) sum = sum + e[j];
-  for (int d = 0; d < D; ++d) {
-    float acc = 0.f;
-    for (int j = 0; j < N; ++j) acc = std::fma(e[j] / sum, val(j)[d], acc);
-    ref[d] = acc;
-  }
-  return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "fa_test_attend: %s\n", e.what());
-  return -1;
-}
-
 // A row's logsumexp and first argmax (the scores of emitted tokens, greedy's
 // choice): lse/arg from the engine's, ref_lse/ref_arg from their definitions
 // (the maximum; exp(x - max) with fexp, summed as 8 lane partials over whole
