@@ -315,7 +315,7 @@ void attend(const float* q, const float* k, const float* v, size_t ld, int n, in
 void attend_queries(const float* q, size_t q_ld, int nq, const float* k, const float* v, size_t ld, int n, int D,
                     float* out, size_t out_ld, float* scratch) {
   const size_t stride = (size_t)n + 16;
-  if (D % LANES != 0 || D / LANES > kQueriesNV) {
+  if (nq == 1 || D % LANES != 0 || D / LANES > kQueriesNV) {  // (one query: attend's own path, less to set up)
     for (int i = 0; i < nq; ++i) attend(q + i * q_ld, k, v, ld, n, D, out + i * out_ld, scratch);
     return;
   }

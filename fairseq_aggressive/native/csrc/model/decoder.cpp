@@ -337,17 +337,17 @@ void decoder_rows(Decoder& m, State& st, int n, const int32_t* sent, const int32
       float* qr = m.kv.data() + (size_t)row * C;
       for (int c = 0; c < C; ++c) qr[c] *= m.scaling;
     }
-    for_heads(m, off, max_keys, [&](int row, int hh, float* scratch) {
-      const int r = (int)(std::upper_bound(off.begin(), off.end(), row) - off.begin()) - 1;
+    // a row's positions (a drafted row's several) all read its source's keys and values: together
+    for_head_groups(m, off, max_keys, (size_t)kAttendQueries * (max_keys + 16), [&](int r, int hh, float* scratch) {
       const Sentence& s = st.sents[sent[r]].enc ? *st.sents[sent[r]].enc : st.sents[sent[r]];
       const float* ek = s.enc_k.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
       const float* ev = s.enc_v.data() + kv_at((int)l, hh, 0, H, s.src_len, D);
-      if (row == off[r] && r + 1 < n) {  // the next row's
+      if (r + 1 < n) {  // the next row's
         const Sentence& next = st.sents[sent[r + 1]];
         prefetch_kv(next.enc ? *next.enc : next, (int)l, hh, H, D, true);
       }
-      attend(m.kv.data() + (size_t)row * C + hh * D, ek, ev, D, s.src_len, D, m.q.data() + (size_t)row * C + hh * D,
-             scratch);
+      attend_queries(m.kv.data() + (size_t)off[r] * C + hh * D, C, off[r + 1] - off[r], ek, ev, D, s.src_len, D,
+                     m.q.data() + (size_t)off[r] * C + hh * D, C, scratch);
     });
     clock.emplace(Stage::kCrossOut);
     linear(m.pool, L.cout, m.q.data(), C, M, m.a.data(), C);
