@@ -357,6 +357,59 @@ def test_a_round_that_decodes_differently_stops_the_run():
                       _Dict(), _Dict(), None)
 
 
+def test_streaming_modes_take_turns_round_by_round(monkeypatch):
+    """The -stream modes are timed as the batch modes are: each round streams every sentence
+    with every mode, the modes taking turns (every other round in the reverse order), so
+    that a drift of the host's speed falls on all of them; times are the rounds' mean."""
+    import importlib
+    from types import SimpleNamespace
+
+    from fairseq_aggressive.bench.stream import decode_streams
+    from fairseq_aggressive.streaming import decoder
+
+    stream = importlib.import_module("fairseq_aggressive.streaming.stream")  # (the package's name is its function)
+
+    log = []
+
+    class Stats:
+        def __init__(self):
+            self.sentences = self.tokens = self.loops = 0
+
+        def add_loop(self, loop):
+            self.loops += 1
+
+    class Dec:
+        def __init__(self, name):
+            self.name = name
+
+        def prepared(self, src):
+            return src.tolist()
+
+        def lanes(self, rows):
+            return 2
+
+        def make_batches(self, lanes):
+            return [SimpleNamespace(name=self.name, stats=lambda: SimpleNamespace(loop=None)) for _ in range(lanes)]
+
+    def lanes(batches, prepared, rows):
+        if prepared:  # (the warm-up's is empty here)
+            log.append(batches[0].name)
+        return [(p[::-1], 1) for p in prepared]  # (token lists, as the running batch gives them)
+
+    monkeypatch.setattr(decoder.RunningDecoder, "of_generator", classmethod(lambda cls, gen, cost: Dec(gen.name)))
+    monkeypatch.setattr(stream, "stream_lanes", lanes)
+    gens = {m: (None, SimpleNamespace(name=m, stats=Stats())) for m in ("a", "b", "c")}
+    per_sent = {i: {"id": i} for i in range(4)}
+    totals = {m: 0.0 for m in gens}
+    bench = argparse.Namespace(warmup=0, bench_rounds=3)
+    words = SimpleNamespace(string=lambda toks, bpe=None: " ".join(map(str, toks)))
+    decode_streams(list(gens), gens, {}, _batches(2), bench, per_sent, totals, 8, 1, words, None)
+    assert log == ["a", "b", "c", "c", "b", "a", "a", "b", "c"]
+    assert per_sent[1]["b"]["tokens"] == [2, 7, 6]
+    assert all(gens[m][1].stats.loops == 2 and gens[m][1].stats.sentences == 4 for m in gens)  # the last round's
+    assert sum(per_sent[i]["c"]["ms"] for i in range(4)) == pytest.approx(1000 * totals["c"])
+
+
 def test_an_output_file_that_cannot_be_written_is_refused_before_decoding(tmp_path, monkeypatch, capsys):
     """--bench-json, --bench-plot and --bench-edit-plot (and the diagnostics' --json) are
     written when a run ends: a missing folder or a folder named as the file stops the

@@ -2,8 +2,8 @@
 sentence of the run through ``--batch-size`` rows of the engine's running batch, a row that
 ends refilled at the next pass boundary, the rows split among lanes of one thread each
 (``NativeEngine.default_lanes``; :func:`~fairseq_aggressive.streaming.stream.stream_lanes`),
-timed whole per round; each sentence is recorded as the batch modes record theirs (its
-tokens, its share of the time, its passes)."""
+timed whole per round, the modes taking turns round by round; each sentence is recorded as the
+batch modes record theirs (its tokens, its share of the time, its passes)."""
 import time
 from typing import List
 
@@ -25,6 +25,7 @@ def decode_streams(modes: List[str], gens, draft_costs, batches, bench, per_sent
             sources[sid] = utils.strip_pad(row, src_pad)
     ids = sorted(sources)
     rounds = max(1, getattr(bench, "bench_rounds", 1))
+    setups = {}
     for m in modes:
         mdl, gen = gens[m]
         dec = RunningDecoder.of_generator(gen, draft_costs.get(m))
@@ -35,7 +36,12 @@ def decode_streams(modes: List[str], gens, draft_costs, batches, bench, per_sent
         lanes = dec.lanes(rows)
         list(stream_lanes(dec.make_batches(lanes), prepared[: bench.warmup], rows))
         gen.stats.__init__()
-        for r in range(rounds):
+        setups[m] = (gen, dec, prepared, lanes)
+    # the modes take turns round by round, every other round in the reverse order, so that a drift of
+    # the host's speed over the run falls on all of them alike (their ratios are side by side)
+    for r in range(rounds):
+        for m in modes if r % 2 == 0 else modes[::-1]:
+            gen, dec, prepared, lanes = setups[m]
             batches = dec.make_batches(lanes)
             t0 = time.perf_counter()
             with gc_paused():  # (as Translator.translate_batch decodes)
