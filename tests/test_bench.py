@@ -388,10 +388,13 @@ def test_streaming_modes_take_turns_round_by_round(monkeypatch):
         def lanes(self, rows):
             return 2
 
+        def lane_rows(self):
+            return None
+
         def make_batches(self, lanes):
             return [SimpleNamespace(name=self.name, stats=lambda: SimpleNamespace(loop=None)) for _ in range(lanes)]
 
-    def lanes(batches, prepared, rows):
+    def lanes(batches, prepared, rows, lane_rows=None):
         if prepared:  # (the warm-up's is empty here)
             log.append(batches[0].name)
         return [(p[::-1], 1) for p in prepared]  # (token lists, as the running batch gives them)

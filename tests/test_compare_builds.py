@@ -2,8 +2,9 @@
 compare_builds_streamed.py (two engine library files, a null pair here: a copy
 of the one this checkout loads, stream the same sentences in turns, every
 output checked against the sentence's own translate(s); the same file on both
-sides is refused) and lanes_side_by_side.py (static batches whole and in
-lanes, the outputs checked equal)."""
+sides is refused), lanes_side_by_side.py (static batches whole and in
+lanes, the outputs checked equal) and lane_rows_side_by_side.py (streams with
+and without each lane's bound on its rows, the outputs checked)."""
 import os
 import re
 import shutil
@@ -60,3 +61,17 @@ def test_lanes_side_by_side():
     proc = subprocess.run([sys.executable, script, *ARGS, "--batch-size", "1"], capture_output=True, text=True,
                           timeout=300, cwd=ROOT)
     assert proc.returncode != 0 and "must be >= 2" in proc.stderr
+
+
+def test_lane_rows_side_by_side():
+    script = os.path.join(ROOT, "scripts", "diagnostics", "lane_rows_side_by_side.py")
+    proc = subprocess.run([sys.executable, script, *ARGS, "--rows", "4,40", "--sentences", "40", "--rounds", "1",
+                           "--repeat", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"rows a lane at most: 16;", proc.stdout), proc.stdout  # (the 9+3: 3 layers of width 128)
+    got = re.findall(r"^(\d+) rows: bound ([\d.]+) ms a sentence, unbound ([\d.]+): the bound ([\d.]+)x as fast$",
+                     proc.stdout, re.M)
+    assert [g[0] for g in got] == ["4", "40"] and all(float(x) > 0 for g in got for x in g[1:]), proc.stdout
+    proc = subprocess.run([sys.executable, script, *ARGS, "--rows", "0"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode != 0 and "must be >= 1" in proc.stderr

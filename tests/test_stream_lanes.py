@@ -28,6 +28,7 @@ class Batch:
     def __init__(self, seed, pause=0.0005, fail_after=None):
         self.rng, self.pause, self.fail_after = random.Random(seed), pause, fail_after
         self.rows, self.finished, self.next_slot, self.runs = {}, {}, 0, 0
+        self.most = 0  # the most rows it held at once
 
     def join(self, sources, copies, max_lens):
         slots = []
@@ -35,6 +36,7 @@ class Batch:
             self.rows[self.next_slot] = [src, src[0] % 5 + 1]
             slots.append(self.next_slot)
             self.next_slot += 1
+        self.most = max(self.most, len(self.rows))
         return slots
 
     def run(self, max_passes, min_ms=0.0):
@@ -85,6 +87,19 @@ def test_every_sentence_once_in_order(lanes, rows):
 def test_one_lane_is_the_plain_stream():
     got = [tokens for tokens, _ in stream_lanes([Batch(0)], prepared(50), 4)]
     assert got == want(50)
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3])
+def test_a_lane_holds_at_most_lane_rows(lanes):
+    """Rows beyond ``lane_rows`` a lane are not decoded at once: the sentences wait to join
+    (each lane fills up to its bound), and every output still comes once, in order."""
+    batches = [Batch(k) for k in range(lanes)]
+    got = [tokens for tokens, _ in stream_lanes(batches, prepared(300), 64, lane_rows=5)]
+    assert got == want(300)
+    assert [b.most for b in batches] == [5] * lanes
+    wide = [Batch(k) for k in range(lanes)]  # (no bound: each lane holds its share of the rows)
+    assert [tokens for tokens, _ in stream_lanes(wide, prepared(300), 64)] == want(300)
+    assert all(b.most > 5 for b in wide)
 
 
 def test_a_sentence_that_cannot_be_prepared_is_named_after_those_before_it():

@@ -54,6 +54,43 @@ def test_streamed_outputs_are_each_sentences_own(hub, lines, settings):
     assert t.translate_batch(shuffled, rows=16) == alone[::-1]
 
 
+def test_a_lane_decodes_as_many_rows_as_its_caches_hold(hub, lines, monkeypatch):
+    """Where the weights are small enough for lanes, a lane decodes at most as many rows as keep
+    their attention caches within LANE_CACHE_BYTES (at least MIN_LANE_ROWS); the stream's other
+    sentences wait to join, and every output is still the sentence's own."""
+    from fairseq_aggressive.native import engine as E
+    from fairseq_aggressive.native.running import RunningBatch
+    from fairseq_aggressive.streaming import stream
+    from fairseq_aggressive.translator import Translator
+
+    t = Translator(hub, decoding="iad")
+    eng = t.running_decoder().engine
+    per_row = 3 * 2 * 128 * 4 * E.ROW_POSITIONS  # (the 9+3: 3 decoder layers of width 128)
+    assert eng.lane_rows() == E.LANE_CACHE_BYTES // per_row == 16
+    most = []
+    run = RunningBatch.run
+
+    def counted(self, *a, **k):
+        most.append(self.active)
+        return run(self, *a, **k)
+
+    monkeypatch.setattr(RunningBatch, "run", counted)
+    monkeypatch.setattr(E, "LANE_CACHE_BYTES", per_row * 3)
+    monkeypatch.setattr(E, "MIN_LANE_ROWS", 2)
+    assert eng.lane_rows() == 3
+    alone = [t.translate(s) for s in lines[:40]]
+    most.clear()
+    assert list(stream(t, lines[:40], 32)) == alone
+    assert max(most) == 3
+    monkeypatch.setattr(E, "MIN_LANE_ROWS", 8)
+    assert eng.lane_rows() == 8
+    monkeypatch.setattr(E, "LANE_WEIGHT_BYTES", eng.pass_weight_bytes)  # (weights whose reads more rows share)
+    assert eng.lane_rows() is None
+    most.clear()
+    assert list(stream(t, lines[:40], 32)) == alone
+    assert max(most) > 8
+
+
 def test_its_encoding_and_decoding_are_the_hubs(hub, lines):
     """The running decoder's own lookup of source ids and join of output symbols give the
     hub's encode() and decode() exactly: the sample, odd whitespace, unknown words, <unk> and

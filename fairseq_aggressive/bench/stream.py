@@ -34,7 +34,7 @@ def decode_streams(modes: List[str], gens, draft_costs, batches, bench, per_sent
                              "(a shortlist, a torch verifier or a drafter the engine has no counterpart of)")
         prepared = [dec.prepared(sources[i]) for i in ids]
         lanes = dec.lanes(rows)
-        list(stream_lanes(dec.make_batches(lanes), prepared[: bench.warmup], rows))
+        list(stream_lanes(dec.make_batches(lanes), prepared[: bench.warmup], rows, lane_rows=dec.lane_rows()))
         gen.stats.__init__()
         setups[m] = (gen, dec, prepared, lanes)
     # the modes take turns round by round, every other round in the reverse order, so that a drift of
@@ -45,7 +45,7 @@ def decode_streams(modes: List[str], gens, draft_costs, batches, bench, per_sent
             batches = dec.make_batches(lanes)
             t0 = time.perf_counter()
             with gc_paused():  # (as Translator.translate_batch decodes)
-                outs = list(stream_lanes(batches, prepared, rows))
+                outs = list(stream_lanes(batches, prepared, rows, lane_rows=dec.lane_rows()))
             dt = (time.perf_counter() - t0) / rounds
             totals[m] += dt
             if r == rounds - 1:  # the counters of the last round, as the batch modes keep theirs

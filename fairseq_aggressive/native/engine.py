@@ -63,6 +63,19 @@ _SHARED_LOCK = threading.Lock()
 # tiles ask for weights ahead from the same size on (kPrefetchModelBytes).
 LANE_WEIGHT_BYTES = 8 << 20
 
+# What the attention caches of one lane's rows may hold (float32 keys and values of every
+# decoder layer, its own and its source's, counted at ROW_POSITIONS positions a row) where the
+# weights are small enough for lanes (NativeEngine.lane_rows): each pass reads every row's
+# caches once, and past the caches those reads crowd out the weights.  On a 2-core Zen 4 guest
+# (1 MiB L2 a core, 32 MiB L3) the 9+3 (192 KiB a row: 16 rows a lane) streamed through two
+# lanes with this bound against none (scripts/diagnostics/lane_rows_side_by_side.py): 0.99-1.03x
+# at 32 rows, 1.03-1.11x at 64, 1.12-1.33x at 128 (greedy and IAD, float32 and int8; int8 greedy
+# 1.28x at 128 beside two busy processes); time a sentence at 128 rows within 3% of 32's.
+LANE_CACHE_BYTES = 3 << 20
+ROW_POSITIONS = 64
+# the fewest rows a lane keeps decoding where rows are many (what its products need to fill a tile)
+MIN_LANE_ROWS = 8
+
 
 class NativeEngine:
     """One model in the compiled engine; decodes batches with :meth:`begin` /
@@ -100,6 +113,8 @@ class NativeEngine:
         self.src_pad = enc.padding_idx
         self.eos, self.pad = tgt_dict.eos(), tgt_dict.pad()
         self.embed_dim = dec.embed_dim
+        # a row's attention caches a position: keys and values of each decoder layer, float32
+        self.row_cache_bytes = len(dec.layers) * 2 * C * 4
         self.handle = self.lib.fa_model_new(ctypes.byref(cfg))
         if not self.handle:
             raise NativeUnavailable(f"the native engine cannot make this model: {self.lib.fa_new_error().decode()}")
@@ -145,6 +160,16 @@ class NativeEngine:
         pass: where those outgrow the caches, the passes are bound by reading them, and k
         lanes read them k times."""
         return self.threads if self.pass_weight_bytes < LANE_WEIGHT_BYTES else 1
+
+    def lane_rows(self) -> Optional[int]:
+        """The most rows one running batch on these weights keeps decoding at once (a stream's
+        other sentences wait for a row): None (no bound) where the weights outgrow
+        :data:`LANE_WEIGHT_BYTES`, whose reads more rows share; else as many as keep their
+        attention caches (at :data:`ROW_POSITIONS` positions) within :data:`LANE_CACHE_BYTES`,
+        at least :data:`MIN_LANE_ROWS`.  A row's output does not depend on the others."""
+        if self.pass_weight_bytes >= LANE_WEIGHT_BYTES:
+            return None
+        return max(MIN_LANE_ROWS, LANE_CACHE_BYTES // (self.row_cache_bytes * ROW_POSITIONS))
 
     def lanes(self, k: int) -> list:
         """``k`` one-thread engines on these weights (:meth:`share`), made on first use and

@@ -29,7 +29,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("model_dir", help="a model directory: model.pt, dict.*.txt, bpe.codes, MODEL.json")
     p.add_argument("-i", "--input", default="-", help="sentences, one a line (-: standard input)")
     p.add_argument("-o", "--output", default="-", help="where the outputs go (-: standard output)")
-    p.add_argument("--rows", type=int, default=32, help="sentences decoding at once")
+    p.add_argument("--rows", type=int, default=32, help="sentences decoding at once, at most (a lane takes no more rows than "
+                   "keep their attention caches in the CPU's caches: NativeEngine.lane_rows)")
     p.add_argument("--lanes", type=int, default=None,
                    help="running batches the rows are split among, one thread each (default: one per engine "
                         "thread where the weights a pass reads are below 8 MB, else 1)")

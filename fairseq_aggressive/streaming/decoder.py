@@ -85,6 +85,11 @@ class RunningDecoder:
         reads stay in the caches: ``NativeEngine.default_lanes``); never more than the rows."""
         return max(1, min(rows, lanes if lanes is not None else self.engine.default_lanes()))
 
+    def lane_rows(self) -> Optional[int]:
+        """The most rows a lane decodes at once (``NativeEngine.lane_rows``: as many as keep
+        their attention caches in the CPU's caches where the weights are small; None: no bound)."""
+        return self.engine.lane_rows()
+
     def make_batches(self, lanes: int) -> list:
         """A running batch per lane: one on the Translator's engine, or (``lanes`` > 1) one
         on each of the engine's ``lanes`` one-thread lanes (``NativeEngine.lanes``, with

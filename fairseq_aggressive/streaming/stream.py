@@ -34,15 +34,16 @@ def stream(translator, sentences: Iterable[str], rows: int = 32, decoder=None, l
         return
     text = threading.Lock()  # a lane's prepare and this thread's finish take turns with the text tools
     prepared = (dec.prepare(s) for s in sentences)  # (read as rows free up; TooLong where one cannot)
-    for tokens, _ in stream_lanes(dec.make_batches(dec.lanes(rows, lanes)), prepared, rows, min_ms, text):
+    batches = dec.make_batches(dec.lanes(rows, lanes))
+    for tokens, _ in stream_lanes(batches, prepared, rows, min_ms, text, lane_rows=dec.lane_rows()):
         with text:
             out = dec.finish(tokens)
         yield out
 
 
 def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float = 1.0,
-                 lock: Optional[threading.Lock] = None, ahead: Optional[int] = None
-                 ) -> Iterator[Tuple[List[int], int]]:
+                 lock: Optional[threading.Lock] = None, ahead: Optional[int] = None,
+                 lane_rows: Optional[int] = None) -> Iterator[Tuple[List[int], int]]:
     """:func:`stream_prepared` with the ``rows`` split among the running batches
     ``batches`` (lanes: each on an engine of its own, one thread each, on one
     copy of the weights), each driven by a thread of its own that takes the
@@ -61,9 +62,12 @@ def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float
     deadlock: a lane waits only while it holds no sentence, and the consumer
     waits only for the sentence at its position, which is read (else fewer than
     ``ahead`` would be out) and held by a lane that does not wait, or already
-    given to the consumer's queue."""
+    given to the consumer's queue.
+
+    ``lane_rows``: the most rows a lane decodes at once (its share of ``rows`` if fewer;
+    ``NativeEngine.lane_rows``): beyond it the sentences wait to join, as beyond ``rows``."""
     if len(batches) == 1:
-        yield from stream_prepared(batches[0], prepared, rows, min_ms)
+        yield from stream_prepared(batches[0], prepared, rows if lane_rows is None else min(rows, lane_rows), min_ms)
         return
     from .decoder import TooLong
 
@@ -117,6 +121,8 @@ def stream_lanes(batches: Sequence, prepared: Iterable, rows: int, min_ms: float
             results.put((-1, None))
 
     shares = [rows // n + (k < rows % n) for k in range(n)]
+    if lane_rows is not None:
+        shares = [min(share, lane_rows) for share in shares]
     threads = [threading.Thread(target=lane, args=(k, shares[k]), name=f"fairseq-aggressive-lane-{k}", daemon=True)
                for k in range(n)]
     for t in threads:
