@@ -8,9 +8,10 @@ in one process, every output checked against the sentence's own
 
     python scripts/diagnostics/lane_rows_side_by_side.py models/uagec-9x3 data/uagec-sample/test.tok.src \\
         [--rows 32,64,128] [--rounds 4] [--repeat 2] [--sentences 300] [--int8] [--decoding greedy|iad]
-        [--load N]
+        [--load N] [--bound N]
 
-Prints the bound, and for each row count the median ms per sentence of each
+``--bound N`` holds the bound side's lanes to N rows instead of the engine's
+bound (what another bound would give).  Prints the bound, and for each row count the median ms per sentence of each
 way and their ratio; ``--load N`` beside N CPU-bound processes.
 """
 import argparse
@@ -30,10 +31,12 @@ def main(argv=None) -> int:
     ap.add_argument("--int8", action="store_true")
     ap.add_argument("--decoding", choices=["greedy", "iad"], default="greedy")
     ap.add_argument("--load", type=int, default=0, help="CPU-bound processes beside it")
+    ap.add_argument("--bound", type=int, default=None, help="the bound side's rows a lane (default: the engine's)")
     a = ap.parse_args(argv)
     rows = [int(x) for x in a.rows.split(",")]
-    if a.rounds < 1 or a.repeat < 1 or a.sentences < 1 or any(r < 1 for r in rows):
-        ap.error("--rows, --rounds, --repeat and --sentences must be >= 1")
+    bad_bound = a.bound is not None and a.bound < 1
+    if a.rounds < 1 or a.repeat < 1 or a.sentences < 1 or any(r < 1 for r in rows) or bad_bound:
+        ap.error("--rows, --rounds, --repeat, --sentences and --bound must be >= 1")
 
     from fairseq_aggressive.bench.load import cpu_load
     from fairseq_aggressive.diagnostics.loading import translator_and_lines
@@ -48,6 +51,8 @@ def main(argv=None) -> int:
         print(f"error: --decoding {a.decoding} does not run in the engine's running batch here", file=sys.stderr)
         return 2
     ways["unbound"].lane_rows = lambda: None
+    if a.bound is not None:
+        ways["bound"].lane_rows = lambda: a.bound
     bound = ways["bound"].lane_rows()
     print(f"machine: {describe_machine(machine_info())}; {a.decoding}, {'int8' if a.int8 else 'float32'}; "
           f"{len(lines)} sentences x {a.repeat} a round; lanes: {ways['bound'].lanes(max(rows))}; "
