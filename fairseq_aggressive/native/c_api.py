@@ -217,6 +217,10 @@ def declare_testing(lib) -> None:
     lib.fa_set_realized_check.argtypes = [I]
     lib.fa_set_eager_projection_bytes.restype = None
     lib.fa_set_eager_projection_bytes.argtypes = [ctypes.c_void_p, I64]
+    lib.fa_set_screen.restype = None
+    lib.fa_set_screen.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_float]
+    lib.fa_screen_counts.restype = None
+    lib.fa_screen_counts.argtypes = [L64]
     P = ctypes.c_void_p
     lib.fa_test_linear.restype = I
     lib.fa_set_amx_min_rows.restype = I

@@ -320,6 +320,19 @@ int product_pieces() { return g_product_pieces.load(std::memory_order_relaxed); 
 void set_product_pieces(int pieces) { g_product_pieces.store(std::max(pieces, 1), std::memory_order_relaxed); }
 #endif
 
+void linear_panels(const Linear& L, const float* x, const int32_t* panels, int np, float* y) {
+  const size_t pstride = (size_t)L.K * PANEL;
+  for (int i = 0; i < np; ++i) {  // (the tile of linear()'s one-row blocks, one panel at a time)
+    const size_t at = (size_t)panels[i] * pstride;
+    if (L.half)
+      tile<1, 1, uint16_t, false>(x, L.K, L.K, L.wh.data() + at, pstride, y, 0, panels[i] * PANEL, L.N, L.b.data(),
+                                  L.has_bias, Ahead());
+    else
+      tile<1, 1, float, false>(x, L.K, L.K, L.w.data() + at, pstride, y, 0, panels[i] * PANEL, L.N, L.b.data(),
+                               L.has_bias, Ahead());
+  }
+}
+
 void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy) {
   if (L.q8)
     linear_q8(pool, L, x, ldx, M, y, ldy);

@@ -80,6 +80,11 @@ struct Linear {
 // y (M x N, row stride ldy) = x (M x K, row stride ldx) W^T + b, on the pool's threads
 void linear(Pool& pool, const Linear& L, const float* x, int ldx, int M, float* y, int ldy);
 
+// Outputs of one row x of a float layer (not int8): the panels panels[0..np)
+// (outputs PANEL * p .. PANEL * p + PANEL - 1 each) into y at their columns,
+// each output bit for bit linear()'s; the caller's thread only
+void linear_panels(const Linear& L, const float* x, const int32_t* panels, int np, float* y);
+
 // The order of a product's panel groups on the calling thread.  Each decoder
 // pass sets the other order than its decoder's last pass (decoder_rows), so
 // one pass reads each product's weights forward and the next backward.  A

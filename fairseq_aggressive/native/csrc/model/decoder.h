@@ -38,6 +38,10 @@ struct Decoder {
   // projection weight bytes beyond which a pass projects a path at once
   // (pass.cpp's eager_projection; fa_set_eager_projection_bytes moves it)
   size_t eager_projection_bytes = kEagerProjectionBytes;
+  // the screened projection (screen.h): whether passes use it, and a factor on its bound
+  // (fa_set_screen; below 1 the bound no longer holds: a mutant for the tests)
+  bool screen_on = true;
+  float screen_slack = 1.f;
 #endif
   Pool pool{1};
   // the order of the last decoder pass's products (set_panels_backward, linear.h)

@@ -10,52 +10,13 @@
 #include <vector>
 
 #include "cpu/ops.h"
+#include "model/score_rules.h"
+#include "model/screen.h"
 #include "model/stages.h"
 
 namespace fa {
 
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// fairseq's adjustments of the output scores at an output position: pad is
-// never chosen, unk pays unk_penalty, from max_len on only EOS remains, before
-// min_len EOS is excluded; at output position 0 only the forced token remains
-// where one is (fairseq's prefix token takes the place of its min_len rule
-// there).  Columns of the special symbols are their ids.
-struct ScoreRules {
-  int pad, unk, eos, max_len, min_len;
-  float unk_penalty;
-  int forced;  // the column output position 0 must take, or -1
-
-  // the adjusted score of column v of the logits lg at output position out_pos
-  float adjusted(const float* lg, int v, int out_pos) const {
-    if (out_pos == 0 && forced >= 0 && out_pos < max_len) {
-      if (v != forced) return kNegInf;
-      return v == unk ? lg[v] - unk_penalty : lg[v];
-    }
-    if (v == pad || (out_pos >= max_len && v != eos) || (out_pos < min_len && v == eos)) return kNegInf;
-    return v == unk ? lg[v] - unk_penalty : lg[v];
-  }
-
-  // greedy's choice among the W columns of lg: the first maximum of the
-  // adjusted scores.  Below max_len only the special columns differ from the
-  // logits, so they are adjusted in place for the argmax and restored.
-  int choose(float* lg, int W, int out_pos) const {
-    if (out_pos >= max_len) return eos;  // every other column is excluded
-    if (out_pos == 0 && forced >= 0) return forced;
-    const int special[3] = {pad, unk, eos};
-    float saved[3], adj[3];
-    for (int i = 0; i < 3; ++i) {
-      saved[i] = lg[special[i]];
-      adj[i] = adjusted(lg, special[i], out_pos);
-    }
-    for (int i = 0; i < 3; ++i) lg[special[i]] = adj[i];
-    const int u = argmax_first(lg, W);  // columns ascend by id: ties go to the lowest id
-    for (int i = 2; i >= 0; --i) lg[special[i]] = saved[i];
-    return u;
-  }
-};
 
 constexpr int kMinGroupPositions = 16;  // the fewest a group of rows verifies together (group_positions)
 
@@ -65,6 +26,21 @@ size_t eager_projection_bytes(const Decoder& m) { return m.eager_projection_byte
 #else
 constexpr size_t eager_projection_bytes(const Decoder&) { return kEagerProjectionBytes; }
 #endif
+#if defined(FA_TEST_HOOKS)
+bool screen_on(const Decoder& m) { return m.screen_on; }
+#else
+constexpr bool screen_on(const Decoder&) { return true; }
+#endif
+
+// Whether a pass may project through the screen (screen.h): it keeps no score but
+// the last token's confidence (whose log-normaliser then sums the screen's logits
+// where the float ones were not computed), it chooses greedy's first maximum
+// (GAD++'s top-beta rule reads every logit; a temperature's division could tie
+// two logits), and it projects to the whole vocabulary
+bool screens(const Decoder& m, const State& st, const PassArgs& a) {
+  return m.w.screen.ready() && screen_on(m) && !st.shortlist && a.scores != kScoresAll && a.beta <= 1 &&
+         a.temperature == 1.f;
+}
 
 class Pass {
  public:
@@ -73,7 +49,8 @@ class Pass {
         st_(st),
         a_(a),
         rules_{m.cfg.pad, m.cfg.unk, m.cfg.eos, a.max_len, a.min_len, a.unk_penalty, a.has_forced ? a.forced : -1},
-        eager_((st.shortlist ? m.sl_common.bytes() : m.w.proj.bytes()) > eager_projection_bytes(m)) {}
+        eager_((st.shortlist ? m.sl_common.bytes() : m.w.proj.bytes()) > eager_projection_bytes(m)),
+        screen_(screens(m, st, a)) {}
 
   int run() {
     StageClock clock(Stage::kPass);
@@ -95,6 +72,7 @@ class Pass {
   const ScoreRules rules_;
   bool tree_ = false;
   const bool eager_;  // project every position of a path in its first round
+  const bool screen_;  // project through the screen (screens)
   int max_keys_ = 0, arena_ = 0, r0_ = 0, r1_ = 0;  // [r0_, r1_): the rows verified now (verify_rows)
   // rows: flat positions off[r] .. off[r + 1]; branches first_branch[r] .. first_branch[r + 1]
   std::vector<int> off_, first_branch_;
@@ -256,7 +234,11 @@ class Pass {
       sent_of[k] = a_.sent[row_at(todo[k])];
     }
     ensure(m_.logits, (size_t)(arena_ + cnt) * m_.cfg.tgt_vocab);
-    fa::project(m_, st_, m_.h.data(), cnt, sent_of.data(), m_.logits.data() + (size_t)arena_ * m_.cfg.tgt_vocab);
+    float* out = m_.logits.data() + (size_t)arena_ * m_.cfg.tgt_vocab;
+    if (screen_)
+      project_screened(m_, m_.h.data(), cnt, out);
+    else
+      fa::project(m_, st_, m_.h.data(), cnt, sent_of.data(), out);
     arena_ += cnt;
   }
 

@@ -314,6 +314,7 @@ std::string build_weights(Weights& W, const Config& cfg) {
   W.for_each_decoder_linear([&](const Linear& L) { dec_bytes += L.bytes(); });
   W.for_each_encoder_linear([&](Linear& L) { L.prefetch = enc_bytes >= kPrefetchModelBytes; });
   W.for_each_decoder_linear([&](Linear& L) { L.prefetch = dec_bytes >= kPrefetchModelBytes; });
+  if (b.error.empty()) build_screen(W.proj, W.screen);
   return b.error;
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "cpu/linear.h"
+#include "model/screen.h"
 
 namespace fa {
 
@@ -102,6 +103,7 @@ struct Weights {
   std::vector<EncLayer> enc;
   std::vector<DecLayer> dec;
   Linear proj;
+  Screen screen;  // the output projection's int8 screen, where it is float (screen.h)
   bool built = false;
   // the draft-length policies its decoders left (draft_lengths.h); not weights, shared as they are
   std::shared_ptr<PolicyCache> policies;

@@ -20,6 +20,7 @@
 #include "cpu/linear.h"
 #include "cpu/linear_int8.h"
 #include "model/decoder.h"
+#include "model/screen.h"
 #include "cpu/ops.h"
 #include "pool/parallel.h"
 #include "model/stages.h"
@@ -122,6 +123,24 @@ void fa_set_realized_check(int on) { fa::realized_check = on != 0; }
 // whole path in one round (0: always, -1: never); results never depend on it.
 void fa_set_eager_projection_bytes(void* mp, int64_t bytes) {
   static_cast<fa::Decoder*>(mp)->eager_projection_bytes = bytes < 0 ? SIZE_MAX : (size_t)bytes;
+}
+
+// Test hook: whether the model's passes may project through the screen
+// (model/screen.h), and a factor on its bound (below 1 it no longer holds:
+// outputs may then differ, a mutant the tests use)
+void fa_set_screen(void* mp, int on, float slack) {
+  auto* m = static_cast<fa::Decoder*>(mp);
+  m->screen_on = on != 0;
+  m->screen_slack = slack;
+}
+
+// The screen's counts in this process (model/screen.h): rows screened, panels
+// computed exactly, rows projected whole
+void fa_screen_counts(int64_t* out) {
+  const fa::ScreenCounts c = fa::screen_counts();
+  out[0] = c.rows;
+  out[1] = c.panels;
+  out[2] = c.whole;
 }
 
 // y (M x N) = x (M x K) W^T + b on a pool of `threads`, through the engine's
