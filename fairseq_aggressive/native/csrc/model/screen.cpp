@@ -106,9 +106,17 @@ bool screen_row(const Decoder& m, const float* x, float* z, std::vector<int32_t>
 
 }  // namespace
 
+// The screen pays where int8 products run several to a float product's one (vectors of int8
+// pairs or quadruples); the generic build multiplies one lane at a time either way
+#if defined(FA_ISA_AVX2) || defined(FA_ISA_AVX512) || defined(FA_ISA_NEON)
+constexpr bool kScreenPays = true;
+#else
+constexpr bool kScreenPays = false;
+#endif
+
 void build_screen(const Linear& proj, Screen& s) {
   s = Screen();
-  if (proj.q8 || proj.has_bias || proj.N == 0) return;
+  if (!kScreenPays || proj.q8 || proj.has_bias || proj.N == 0) return;
   const int N = proj.N, K = proj.K;
   std::vector<int8_t> q((size_t)N * K);
   std::vector<float> scale(N);
