@@ -157,6 +157,7 @@ def _check_phases(r, n):
     assert point["p50_ms"] <= point["p99_ms"]
 
 
+@pytest.mark.e2e  # (the bench end to end: three servers, each driven through every phase)
 @pytest.mark.slow
 @needs_native
 def test_bench_serve_ours(tmp_path):
@@ -182,7 +183,8 @@ def test_bench_serve_ours(tmp_path):
 
 @needs_native
 @pytest.mark.skipif(importlib.util.find_spec("ctranslate2") is None, reason="ctranslate2 is not installed")
-@pytest.mark.slow  # (the bench end to end, with CTranslate2's server)
+@pytest.mark.e2e  # (the bench end to end, with CTranslate2's server)
+@pytest.mark.slow
 def test_bench_serve_ct2(tmp_path):
     # float32: CTranslate2's greedy is the engine's here, so the BPE, the length limit and
     # the BPE's removal in the CTranslate2 server are checked too

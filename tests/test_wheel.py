@@ -20,8 +20,8 @@ import pytest
 from helpers import ROOT, run
 
 # builds the wheel (five compilations of the engine on x86-64 where build/native/ has none: about
-# three minutes on 2 cores)
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+# three minutes on 2 cores) and installs it into a fresh environment: a whole run end to end
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1800)]
 
 MODEL = os.path.join(ROOT, "models", "uagec-9x3")
 SENTENCES = 40
