@@ -19,18 +19,10 @@ void pack_into(LineVector<T>& dst, const T* W, int n, int k, int P) {
 
 }  // namespace
 
-// Float16 storage pays where one instruction widens a vector of halves (F16C, NEON's fcvtl);
-// the generic code would convert every weight of every pass in software, so
-// it widens them once here (the same float values, so the same results)
-#if defined(FA_ISA_AVX2) || defined(FA_ISA_AVX512) || defined(FA_ISA_NEON)
-constexpr bool kHalfStorage = true;
-#else
-constexpr bool kHalfStorage = false;
-#endif
-
 void Linear::pack(const float* W, const uint16_t* Wh, const float* bias, int n, int k) {
   std::vector<float> widened;
-  if (Wh != nullptr && !kHalfStorage) {
+  if (Wh != nullptr && !kVectorISA) {  // (float16 storage pays only where one instruction widens a
+    // vector of halves; the generic code would convert every weight of every pass, so it widens them once here)
     widened.resize((size_t)n * k);
     for (size_t i = 0; i < widened.size(); ++i) widened[i] = half_to_float(Wh[i]);
     W = widened.data();

@@ -129,6 +129,15 @@ namespace fa {
 
 constexpr int LANES = 8;  // row operations' lanes, on every target
 
+// Whether the target's instructions work on vectors: one widens a vector of float16 weights, one
+// multiplies int8 pairs or quadruples several to a float product's one.  The generic build computes
+// one lane at a time, so storage and screens that pay only through those instructions stay off there.
+#if defined(FA_ISA_AVX2) || defined(FA_ISA_AVX512) || defined(FA_ISA_NEON)
+constexpr bool kVectorISA = true;
+#else
+constexpr bool kVectorISA = false;
+#endif
+
 #if defined(FA_ISA_AVX512)
 constexpr int PANEL = 16;
 #ifdef FA_VNNI

@@ -21,14 +21,6 @@ float weight_at(const Linear& L, int n, int k) {
   return L.half ? half_to_float(L.wh[at]) : L.w[at];
 }
 
-float lanes_max(V8 v) {
-  float t[LANES];
-  v.store(t);
-  float m = t[0];
-  for (int l = 1; l < LANES; ++l) m = std::max(m, t[l]);
-  return m;
-}
-
 // x rounded up by a relative margin far above a float's rounding (2^-20)
 float up(double x) { return (float)(x * (1.0 + 1.0 / (1 << 20))); }
 
@@ -45,10 +37,25 @@ void count(int64_t, int64_t, int64_t) {}
 constexpr float slack(const Decoder&) { return 1.f; }
 #endif
 
+// A row's scratch: the columns the filter keeps, the panels to compute exactly
+struct RowScratch {
+  std::vector<int32_t> cols, panels;
+};
+
 // Row r of out: the screen's logits made exact where they could be the maximum
 // (screen.h); false where the row needs the whole projection (x zero or not finite,
-// or so many candidates that the panels would cost about as much)
-bool screen_row(const Decoder& m, const float* x, float* z, std::vector<int32_t>& panels) {
+// or so many candidates that the panels would cost about as much).
+//
+// Column n's bound is e_n = a W_n + b T_n + c |z~_n|.  A column is a candidate where
+// z~_n + e_n >= L, L = max over the ordinary columns of z~_n - e_n.  Two passes over
+// the row find them without evaluating e_n at every column: the maximum mx of z~
+// gives a lower bound L0 = mx - (A + c |mx|) <= L (A = a max W + b max T, so e_n <= A +
+// c |z~_n| at its column), and since f(t) = t + c |t| rises with t (c < 1), a column
+// with f(z~_n) < L0 - A has z~_n + e_n < L0 <= L: only columns with z~_n >= theta =
+// f^-1(L0 - A) (rounded down) can be candidates.  Among those few, L itself (the
+// column that attains it has z~_n - e_n >= L0, so it is among them) and the
+// candidates are exactly the whole row's.
+bool screen_row(const Decoder& m, const float* x, float* z, RowScratch& rs) {
   const Linear& P = m.w.proj;
   const Screen& S = m.w.screen;
   const int K = P.K, V = P.N;
@@ -65,37 +72,30 @@ bool screen_row(const Decoder& m, const float* x, float* z, std::vector<int32_t>
               c = up(margin / (1 << 20));
   const int special[3] = {m.cfg.pad, m.cfg.unk, m.cfg.eos};
   for (int s : special) z[s] = -std::numeric_limits<float>::infinity();  // (computed below)
+  const float mx = max_of(z, V);
+  if (!std::isfinite(mx)) return false;
+  const double A = (double)a * S.w1_max + (double)b * S.t_max_all, L0 = mx - (A + (double)c * std::fabs(mx));
+  const double y = L0 - A, theta = y >= 0 ? y / (1.0 + c) : y / (1.0 - c);
+  const float th = (float)(theta - std::fabs(theta) / (1 << 20)) - std::numeric_limits<float>::min();
+  rs.cols.clear();
+  const V8 vth = V8::bcast(th);
+  int n = 0;
+  for (; n + LANES <= V; n += LANES)
+    for (unsigned hit = V8::at_least_lanes(V8::load(z + n), vth); hit; hit &= hit - 1)
+      rs.cols.push_back(n + __builtin_ctz(hit));
+  for (; n < V; ++n)
+    if (z[n] >= th) rs.cols.push_back(n);
+  if ((int)rs.cols.size() * 8 > V) return false;  // (a flat row: the whole projection costs about as much)
   const float* w1 = S.w1.data();
   const float* tm = S.t_max.data();
-  const V8 va = V8::bcast(a), vb = V8::bcast(b), vc = V8::bcast(c), neg1 = V8::bcast(-1.f);
-  auto bound = [&](V8 zv, int n) {  // e_n of 8 columns from n
-    const V8 mag = V8::max(zv, V8::mul(zv, neg1));
-    return V8::fma(va, V8::load(w1 + n), V8::fma(vb, V8::load(tm + n), V8::mul(vc, mag)));
-  };
-  auto bound_at = [&](int n) { return a * w1[n] + (b * tm[n] + c * std::fabs(z[n])); };
-  // the best lower bound over the ordinary columns (-inf columns give -inf)
-  V8 best = V8::bcast(-std::numeric_limits<float>::infinity());
-  int n = 0;
-  for (; n + LANES <= V; n += LANES) {
-    const V8 zv = V8::load(z + n);
-    best = V8::max(best, V8::sub(zv, bound(zv, n)));
-  }
-  float L = lanes_max(best);
-  for (; n < V; ++n) L = std::max(L, z[n] - bound_at(n));
-  // the panels of every column whose upper bound reaches L, and of the special columns
+  auto bound_at = [&](int col) { return a * w1[col] + (b * tm[col] + c * std::fabs(z[col])); };
+  float L = -std::numeric_limits<float>::infinity();
+  for (int col : rs.cols) L = std::max(L, z[col] - bound_at(col));
+  // the panels of every column whose upper bound reaches L (cols ascend), and of the special columns
+  std::vector<int32_t>& panels = rs.panels;
   panels.clear();
-  const V8 vl = V8::bcast(L);
-  auto take = [&](int col) {
-    const int p = col / PANEL;
-    if (panels.empty() || panels.back() != p) panels.push_back(p);
-  };
-  for (n = 0; n + LANES <= V; n += LANES) {
-    const V8 zv = V8::load(z + n);
-    for (unsigned hit = V8::at_least_lanes(V8::add(zv, bound(zv, n)), vl); hit; hit &= hit - 1)
-      take(n + __builtin_ctz(hit));
-  }
-  for (; n < V; ++n)
-    if (z[n] + bound_at(n) >= L) take(n);
+  for (int col : rs.cols)
+    if (z[col] + bound_at(col) >= L && (panels.empty() || panels.back() != col / PANEL)) panels.push_back(col / PANEL);
   for (int s : special) panels.push_back(s / PANEL);
   std::sort(panels.begin(), panels.end());
   panels.erase(std::unique(panels.begin(), panels.end()), panels.end());
@@ -106,17 +106,10 @@ bool screen_row(const Decoder& m, const float* x, float* z, std::vector<int32_t>
 
 }  // namespace
 
-// The screen pays where int8 products run several to a float product's one (vectors of int8
-// pairs or quadruples); the generic build multiplies one lane at a time either way
-#if defined(FA_ISA_AVX2) || defined(FA_ISA_AVX512) || defined(FA_ISA_NEON)
-constexpr bool kScreenPays = true;
-#else
-constexpr bool kScreenPays = false;
-#endif
-
 void build_screen(const Linear& proj, Screen& s) {
   s = Screen();
-  if (!kScreenPays || proj.q8 || proj.has_bias || proj.N == 0) return;
+  // (the screen pays where int8 products run several to a float product's one: kVectorISA)
+  if (!kVectorISA || proj.q8 || proj.has_bias || proj.N == 0) return;
   const int N = proj.N, K = proj.K;
   std::vector<int8_t> q((size_t)N * K);
   std::vector<float> scale(N);
@@ -137,6 +130,8 @@ void build_screen(const Linear& proj, Screen& s) {
     scale[n] = sw;
     s.w1[n] = up(w1);
     s.t_max[n] = up(tmax);
+    s.w1_max = std::max(s.w1_max, s.w1[n]);
+    s.t_max_all = std::max(s.t_max_all, s.t_max[n]);
   }
   s.q.pack_q8(q.data(), scale.data(), nullptr, N, K);
   s.q.prefetch = proj.prefetch;
@@ -145,16 +140,17 @@ void build_screen(const Linear& proj, Screen& s) {
 void project_screened(Decoder& m, const float* h, int M, float* out) {
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
   linear(m.pool, m.w.screen.q, h, C, M, out, V);
-  std::vector<int> whole(M, 0);
+  thread_local std::vector<int> whole;  // (the calling thread's, kept across passes)
+  whole.assign(M, 0);
   const int chunks = std::min(M, m.pool.size() > 1 && M >= 8 ? m.pool.size() : 1);
   std::atomic<int64_t> n_panels{0};
   m.pool.run(
       [&](int c) {
-        std::vector<int32_t> panels;
+        thread_local RowScratch rs;  // (each pool thread's own, kept across passes)
         int64_t np = 0;
         for (int r = (int)((int64_t)M * c / chunks); r < (int)((int64_t)M * (c + 1) / chunks); ++r) {
-          whole[r] = !screen_row(m, h + (size_t)r * C, out + (size_t)r * V, panels);
-          np += whole[r] ? 0 : (int64_t)panels.size();
+          whole[r] = !screen_row(m, h + (size_t)r * C, out + (size_t)r * V, rs);
+          np += whole[r] ? 0 : (int64_t)rs.panels.size();
         }
         n_panels.fetch_add(np, std::memory_order_relaxed);
       },

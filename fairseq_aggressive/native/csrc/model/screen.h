@@ -38,6 +38,7 @@ struct Screen {
   Linear q;                  // the output projection in int8, a scale per output
   std::vector<float> w1;     // per output: sum_k |w_nk| (rounded up)
   std::vector<float> t_max;  // per output: max_k |w_nk - s_n p_nk| (rounded up)
+  float w1_max = 0.f, t_max_all = 0.f;  // their maxima over the outputs
   bool ready() const { return q.N > 0; }
 };
 
