@@ -190,6 +190,16 @@ BIN = os.path.dirname(sys.executable)
 USER_DIR = os.path.join(ROOT, "fairseq_aggressive")
 
 
+GEC_MODEL = "models/uagec-9x3"  # the shipped GEC model (paths from the repository root, where the suite runs)
+GEC_SAMPLE = "data/uagec-sample/test.tok.src"  # the bundled UA-GEC sample's tokenized sources
+
+
+def sample_lines(n: int) -> list:
+    """The first ``n`` sentences of the bundled UA-GEC sample (GEC_SAMPLE), stripped."""
+    with open(os.path.join(ROOT, GEC_SAMPLE), encoding="utf-8") as f:
+        return [next(f).strip() for _ in range(n)]
+
+
 def run(cmd, **kw):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)

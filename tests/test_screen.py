@@ -10,17 +10,16 @@ import ctypes
 
 import pytest
 
-from helpers import needs_native
+from helpers import GEC_MODEL, needs_native, sample_lines
 
 pytestmark = needs_native
 
-MODEL = "models/uagec-9x3"
+MODEL = GEC_MODEL
 
 
 @pytest.fixture(scope="module")
 def lines():
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        return [next(f).strip() for _ in range(120)]
+    return sample_lines(120)
 
 
 @pytest.fixture
@@ -48,14 +47,17 @@ def _set_screen(lib, translator, on, slack, rows):
 def test_streams_through_the_screen_give_each_sentences_own_output(test_lib, lines, decoding):
     from fairseq_aggressive.translator import Translator, load_hub
 
-    t = Translator(load_hub(MODEL), decoding="iad", **({"max_draft_len": 0} if decoding == "greedy" else {}))
+    t = Translator(load_hub(MODEL), decoding="iad", native_threads=2,
+                   **({"max_draft_len": 0} if decoding == "greedy" else {}))
     before = _counts(test_lib)
     alone = [t.translate(s) for s in lines]  # (scores: every logit, never the screen)
     assert _counts(test_lib) == before
     for rows in (1, 8, 32):
         assert t.translate_batch(lines, rows=rows) == alone, rows
+    # one running batch on both threads: a pass's rows screened by the pool's threads at once
+    assert t.translate_batch(lines, rows=32, lanes=1) == alone
     rows_screened, panels, whole = (b - a for a, b in zip(before, _counts(test_lib)))
-    assert rows_screened >= 3 * len(lines) * 10  # (every streamed position: about 25 a sentence)
+    assert rows_screened >= 4 * len(lines) * 10  # (every streamed position: about 25 a sentence)
     assert panels <= 3 * rows_screened and whole <= rows_screened // 100  # (the special columns' panel and one)
 
 

@@ -140,7 +140,10 @@ void build_screen(const Linear& proj, Screen& s) {
 void project_screened(Decoder& m, const float* h, int M, float* out) {
   const int C = m.cfg.C, V = m.cfg.tgt_vocab;
   linear(m.pool, m.w.screen.q, h, C, M, out, V);
-  thread_local std::vector<int> whole;  // (the calling thread's, kept across passes)
+  // the calling thread's, kept across passes; the pool's threads write into it through this reference
+  // (a lambda names a thread_local directly, so inside it `whole_of_thread` would be each thread's own)
+  thread_local std::vector<int> whole_of_thread;
+  std::vector<int>& whole = whole_of_thread;
   whole.assign(M, 0);
   const int chunks = std::min(M, m.pool.size() > 1 && M >= 8 ? m.pool.size() : 1);
   std::atomic<int64_t> n_panels{0};
