@@ -361,9 +361,9 @@ void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, i
   // the pass counts at most kRealizedClamp times what the cost table expects of it: a pass the OS
   // interrupted (a millisecond where a pass takes 0.05) would otherwise outweigh dozens of others
   // (a drafted one: drafting off for thousands of passes); a lasting change moves the table itself
-  const double spent = Ms(now - pass_began).count() - (drafted ? 0.0 : std::max(0.0, drafting_ms));
-  const double pass = std::min(spent, kRealizedClamp * policy->cost.ms(positions));
-  policy->realized.observe(rows, drafted, tokens, Ms(pass_began - began).count() + pass, policy->cost.ms(rows));
+  const double pass = std::min(Ms(now - pass_began).count(), kRealizedClamp * policy->cost.ms(positions));
+  const double spent = Ms(pass_began - began).count() + pass - (drafted ? 0.0 : std::max(0.0, drafting_ms));
+  policy->realized.observe(rows, drafted, tokens, std::max(spent, 0.01 * pass), policy->cost.ms(rows));
 }
 
 DraftPolicy& draft_policy(Decoder& m) {

@@ -155,8 +155,8 @@ void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows,
 // check (rows, positions verified, whether any drafted, tokens emitted, when
 // drafting began and when the pass began; `drafting_ms`: what the pass spent
 // only because drafting is on, which an undrafted pass counts without, as
-// greedy search's pass: the log-normalisers of the rows' confidences where
-// the batch keeps no scores)
+// greedy search's pass: the drafter's proposal, and the log-normalisers of
+// the rows' confidences where the batch keeps no scores)
 void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, int tokens,
                    std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began,
                    double drafting_ms = 0.0);
