@@ -16,7 +16,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable
 from fairseq_aggressive.native.beam import CopyDrafts, NativeBeamGenerator
-from helpers import make_model, make_sample, make_task, needs_native
+from helpers import make_model, make_sample, make_task, needs_native, sample_lines
 from test_equivalence import SHAPES, batches, random_sources
 
 pytestmark = needs_native
@@ -168,8 +168,7 @@ def test_shipped_gec_model_drafted():
 
     hub = load_hub("models/uagec-9x3")
     model, d = hub.models[0], hub.tgt_dict
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        rows = [hub.encode(next(f).strip()).tolist() for _ in range(16)]
+    rows = [hub.encode(s).tolist() for s in sample_lines(16)]
     engine = _engine(model, d, threads=2)
     sources = [[d.index(hub.src_dict[t]) for t in row] for row in rows]  # the copy source in target ids
     counts = _compare(engine, d, rows, 1, 5, sources, max_draft=4, draft_hyps=5)

@@ -14,7 +14,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_aggressive.native.beam import NativeBeamGenerator
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable
-from helpers import make_model, make_sample, make_task, needs_native
+from helpers import make_model, make_sample, make_task, needs_native, sample_lines
 from test_equivalence import SHAPES, batches, random_sources
 
 pytestmark = needs_native
@@ -148,8 +148,7 @@ def test_shipped_gec_model():
 
     hub = load_hub("models/uagec-9x3")
     model, d = hub.models[0], hub.tgt_dict
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        rows = [hub.encode(next(f).strip()).tolist() for _ in range(24)]
+    rows = [hub.encode(s).tolist() for s in sample_lines(24)]
     ref, native = _pair(model, d, 5, threads=2, max_len_a=1.2, max_len_b=10)
     _check(model, d, ref, native, rows, 8)
     _check(model, d, ref, native, rows[:6], 1)
@@ -163,8 +162,7 @@ def test_shipped_model_gives_the_same_beams_on_any_thread_count():
 
     hub = load_hub("models/uagec-9x3")
     model, d = hub.models[0], hub.tgt_dict
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        rows = [hub.encode(next(f).strip()).tolist() for _ in range(16)]
+    rows = [hub.encode(s).tolist() for s in sample_lines(16)]
     ref = SequenceGenerator([model], d, beam_size=5, max_len_a=1.2, max_len_b=10)
     outs = []
     for threads in (1, 2, 3, 8):
@@ -226,8 +224,7 @@ def test_hub_translate_with_the_engine():
     from fairseq_aggressive.translator import load_hub
 
     hub = load_hub("models/uagec-9x3")
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        lines = [next(f).strip() for _ in range(8)]
+    lines = sample_lines(8)
     assert hub.translate(lines, beam=4, engine="native") == hub.translate(lines, beam=4)
     with pytest.raises(ValueError, match="decodes plain beam search, not SequenceGenerator with Sampling"):
         hub.translate(lines[:1], beam=2, engine="native", sampling=True)

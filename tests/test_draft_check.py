@@ -12,7 +12,7 @@ outputs are greedy's throughout."""
 import pytest
 import torch
 
-from helpers import needs_native
+from helpers import needs_native, sample_lines
 
 pytestmark = needs_native
 
@@ -23,8 +23,7 @@ DELAY_US = 2000  # a 9+3 pass at batch 1 takes about 0.1-0.3 ms
 
 @pytest.fixture(scope="module")
 def sentences():
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        return [next(f).strip() for _ in range(N_SENT)]
+    return sample_lines(N_SENT)
 
 
 @pytest.fixture

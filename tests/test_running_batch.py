@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import needs_native
+from helpers import needs_native, sample_lines
 
 pytestmark = needs_native
 
@@ -28,8 +28,7 @@ def hub():
 
 @pytest.fixture(scope="module")
 def lines():
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        return [next(f).strip() for _ in range(N_SENT)]
+    return sample_lines(N_SENT)
 
 
 def _alone(translator, tokens):

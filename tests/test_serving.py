@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from helpers import needs_native
+from helpers import needs_native, sample_lines
 
 pytestmark = needs_native
 
@@ -24,8 +24,7 @@ MODEL = "models/uagec-9x3"
 
 @pytest.fixture(scope="module")
 def lines():
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        return [next(f).strip() for _ in range(64)]
+    return sample_lines(64)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from helpers import needs_native
+from helpers import needs_native, sample_lines
 
 pytestmark = needs_native
 
@@ -19,8 +19,7 @@ MODEL = "models/uagec-9x3"
 
 @pytest.fixture(scope="module")
 def lines():
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        return [next(f).strip() for _ in range(48)]
+    return sample_lines(48)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import time
 import pytest
 
 import hostile
-from helpers import needs_native
+from helpers import needs_native, sample_lines
 
 pytestmark = [needs_native, pytest.mark.soak, pytest.mark.timeout(600)]
 
@@ -68,8 +68,7 @@ def test_soak(tmp_path):
     from fairseq_aggressive.serving.server import free_port
     from fairseq_aggressive.translator import Translator
 
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        lines = [next(f).strip() for _ in range(80)]
+    lines = sample_lines(80)
     probe = DecodeBackend(MODEL, workers=1, native_threads=1)
     copies = {s: set(probe.prepare(0, s).copy) for s in lines}
     probe.close()

@@ -10,17 +10,16 @@ import sys
 
 import pytest
 
-from helpers import needs_native
+from helpers import GEC_MODEL, needs_native, sample_lines
 
 pytestmark = needs_native
 
-MODEL = "models/uagec-9x3"
+MODEL = GEC_MODEL
 
 
 @pytest.fixture(scope="module")
 def lines():
-    with open("data/uagec-sample/test.tok.src", encoding="utf-8") as f:
-        return [next(f).strip() for _ in range(120)]
+    return sample_lines(120)
 
 
 @pytest.fixture(scope="module")
