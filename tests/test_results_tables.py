@@ -140,3 +140,19 @@ def test_the_server_table_gives_one_at_a_time_p50_and_p99():
     lat = run["systems"]["iad"]["latency"]
     row = next(line for line in TABLES["serving"]([run]) if line.startswith("| iad |"))
     assert row.split(" | ")[1] == f"{lat['p50_ms']:.2f} / {lat['p99_ms']:.1f}", row
+
+
+def test_streams_at_a_glance_takes_each_precisions_faster_mode_against_ct2():
+    run = load(ROOT, "streaming/bench-9x3-b32-quiet.json")[0]
+    ms = {m: run["modes"][m]["mean_ms_per_sentence"] for m in run["modes"]}
+    cells = [c.strip() for c in TABLES["streams-at-a-glance"]([run])[2].split("|")[1:-1]]
+    assert cells[:2] == ["9+3", "32"]
+    assert cells[2] == f"{ms['greedy-native-stream']:.2f} / {ms['iad-stream']:.2f}"
+    best = min(ms["greedy-native-stream"], ms["iad-stream"])
+    assert cells[3] == f"{ms['ct2-best'] / best:.2f}"
+    best8 = min(ms["greedy-native-int8-stream"], ms["iad-int8-stream"])
+    assert cells[5] == f"{ms['ct2-best'] / best8:.2f}"
+    del run["modes"]["iad-stream"]  # a run without a mode: its cell says so, the other mode stands
+    cells = [c.strip() for c in TABLES["streams-at-a-glance"]([run])[2].split("|")[1:-1]]
+    assert cells[2] == f"{ms['greedy-native-stream']:.2f} / -"
+    assert cells[3] == f"{ms['ct2-best'] / ms['greedy-native-stream']:.2f}"

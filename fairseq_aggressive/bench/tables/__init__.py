@@ -4,12 +4,13 @@ names its maker by its key in :data:`TABLES`."""
 from typing import Callable, Dict, List
 
 from .decoding import (at_a_glance, beam_vs_ct2, bench, drafted_vs_greedy, drafters, edit_spans, gad_limits,
-                       http_overhead, hub_latency, serving, targets, torch_pass)
+                       http_overhead, hub_latency, serving, streams_at_a_glance, targets, torch_pass)
 from .engine import (exactness, loop_in_engine, pass_cost, pass_rows, pass_stages, pass_vs_step, side_by_side,
                      stage_profile, vs_ct2, workers)
 
 TABLES: Dict[str, Callable[[List[Dict]], List[str]]] = {
     "at-a-glance": at_a_glance,
+    "streams-at-a-glance": streams_at_a_glance,
     "bench": bench,
     "drafted-vs-greedy": drafted_vs_greedy,
     "serving": serving,

@@ -33,6 +33,39 @@ def at_a_glance(results: List[Dict]) -> List[str]:
                                                   f"{g8 / i8:.2f}", f"{c / i8:.2f}"])
 
 
+STREAM_MODES = ("greedy-native-stream", "iad-stream", "greedy-native-int8-stream", "iad-int8-stream")
+
+
+def ct2_run(r: Dict) -> str:
+    """CTranslate2's best of a run: ms per sentence (its compute type; its workers where more than one)."""
+    c = r["modes"]["ct2-best"].get("ct2_config", {})
+    workers = c.get("workers", 1)
+    how = f"{workers} workers of {c.get('threads', '?')} thread" if workers > 1 else f"{c.get('threads', '?')} thread"
+    return f"{ms_of(r, 'ct2-best'):.2f} ({c.get('compute_type', '?')}, {how}{'' if c.get('threads') == 1 else 's'})"
+
+
+def streams_at_a_glance(results: List[Dict]) -> List[str]:
+    """Streamed decoding (``Translator.translate_batch``): ms per sentence of greedy and IAD in float32 and
+    int8 ("-" where a run lacks the mode), the faster of each precision against CTranslate2's best of
+    the same run, and that best."""
+    lines = ["| model | rows | float32 ms: greedy / IAD | x CTranslate2 best | int8 ms: greedy / IAD | "
+             "x CTranslate2 best | CTranslate2 best ms |", "|---|---|---|---|---|---|---|"]
+
+    def pair(a, b):
+        return " / ".join("-" if x is None else f"{x:.2f}" for x in (a, b))
+
+    def against(c, a, b):
+        have = [x for x in (a, b) if x is not None]
+        return "-" if not have or c is None else f"{c / min(have):.2f}"
+
+    for r in sorted(results, key=row_key):
+        g, i, g8, i8 = (ms_of(r, m) for m in STREAM_MODES)
+        c = ms_of(r, "ct2-best")
+        lines.append(f"| {model_and_load(r)} | {r['batch_size']} | {pair(g, i)} | {against(c, g, i)} | "
+                     f"{pair(g8, i8)} | {against(c, g8, i8)} | {'-' if c is None else ct2_run(r)} |")
+    return lines
+
+
 def serving(results: List[Dict]) -> List[str]:
     """The server benchmark (fairseq-aggressive-bench-serve): per system, one request at a time (p50 /
     p99), the capacity, and p50 / p99 at 0.7 and 0.9 of its capacity; one table per stored run."""
