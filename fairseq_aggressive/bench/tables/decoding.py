@@ -2,6 +2,7 @@
 server, beam search, where a torch-verifier pass spends its time, what limits GAD's acceptance."""
 from typing import Dict, List
 
+from ..ct2 import describe_config
 from .common import ct2_cell, ct2_config, equal_to_greedy, model_and_load, ms_of, row_key, run_order, short
 
 
@@ -37,11 +38,10 @@ STREAM_MODES = ("greedy-native-stream", "iad-stream", "greedy-native-int8-stream
 
 
 def ct2_run(r: Dict) -> str:
-    """CTranslate2's best of a run: ms per sentence (its compute type; its workers where more than one)."""
+    """CTranslate2's best of a run: ms per sentence (its configuration, as the bench names it)."""
     c = r["modes"]["ct2-best"].get("ct2_config", {})
-    workers = c.get("workers", 1)
-    how = f"{workers} workers of {c.get('threads', '?')} thread" if workers > 1 else f"{c.get('threads', '?')} thread"
-    return f"{ms_of(r, 'ct2-best'):.2f} ({c.get('compute_type', '?')}, {how}{'' if c.get('threads') == 1 else 's'})"
+    how = describe_config(c.get("compute_type", "?"), c.get("threads", 1), c.get("workers", 1))
+    return f"{ms_of(r, 'ct2-best'):.2f} ({how})"
 
 
 def streams_at_a_glance(results: List[Dict]) -> List[str]:
