@@ -130,29 +130,38 @@ float logsumexp(const float* x, int n) {
   return mx + std::log(sum);
 }
 
-// exp(x) as 2^y, y = x log2(e) (at least -126), its fraction linear (the
-// exponent's bits from y): above exp(x) by at most 6.2%, from a multiply, an
-// add and a conversion.  64 running sums, value j into sum j mod 64, added in
-// order, then the values past the last 64 one by one: plain float operations
-// in a fixed order that the compiler vectorises on every target alike.
+// exp(x - m) as 2^y, y = (x - m) log2(e), its fraction linear: the float
+// whose bits are y 2^23 + 127 2^23, computed as x a + b (a = log2(e) 2^23,
+// b = 127 2^23 - m a) and at least 2^23 (y >= -126; a NaN gives that too),
+// truncated to an integer: above exp by at most 6.2%, from a multiply, an add,
+// a maximum and a conversion.  64 running sums, value j into sum j mod 64,
+// added in order, then the values past the last 64 one by one: plain float
+// operations in a fixed order that the compiler vectorises on every target
+// alike (through a block of bits, not a call per value, which it would not).
 float logsumexp_coarse(const float* x, int n) {
   const float mx = max_of(x, n);
   if (mx == -std::numeric_limits<float>::infinity()) return mx;
-  auto coarse = [mx](float v) {
-    const float y = std::max((v - mx) * 1.44269504088896341f, -126.f);
-    const int32_t bits = (int32_t)(y * 8388608.f + 1065353216.f);  // (y + 127) 2^23: a positive float's bits
-    float e;
-    std::memcpy(&e, &bits, 4);
-    return e;
-  };
+  constexpr float a = 12102203.f;  // log2(e) 2^23
+  const float b = 1065353216.f - mx * a;
+  auto bits = [a, b](float v) { return (int32_t)std::max(8388608.f, v * a + b); };
   constexpr int kSums = 64;
   float part[kSums] = {};
-  int v = 0;
-  for (; v + kSums <= n; v += kSums)
-    for (int l = 0; l < kSums; ++l) part[l] = part[l] + coarse(x[v + l]);
+  const float* p = x;
+  for (const float* const whole = x + n / kSums * kSums; p != whole; p += kSums) {
+    int32_t w[kSums];
+    float e[kSums];
+    for (int l = 0; l < kSums; ++l) w[l] = bits(p[l]);
+    std::memcpy(e, w, sizeof e);
+    for (int l = 0; l < kSums; ++l) part[l] = part[l] + e[l];
+  }
   float sum = 0.f;
   for (int l = 0; l < kSums; ++l) sum = sum + part[l];
-  for (; v < n; ++v) sum = sum + coarse(x[v]);
+  for (; p != x + n; ++p) {
+    const int32_t w = bits(*p);
+    float e;
+    std::memcpy(&e, &w, 4);
+    sum = sum + e;
+  }
   return mx + std::log(sum);
 }
 

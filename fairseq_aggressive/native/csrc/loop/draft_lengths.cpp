@@ -161,16 +161,26 @@ bool Realized::drafts(int rows, bool model_drafts) {
 }
 
 bool Realized::may_draft(int rows) const {
+#if defined(FA_TEST_HOOKS)
+  if (!realized_check) return true;  // the check off: the model's choice, with its rows' confidences
+#endif
   const int c = rows_class(rows, kClasses);
   if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses) return true;
   return drafted_better(c) || turn_[c] + 1 >= kExplore;
 }
 
-void Realized::observe(int rows, bool drafted, int tokens, double ms, double greedy_ms) {
+void Realized::observe(int rows, bool drafted, int tokens, double ms, double greedy_ms, double carried_ms) {
   if (!(ms > 0) || !(greedy_ms > 0) || rows <= 0) return;
   const int c = rows_class(rows, kClasses), d = drafted ? 1 : 0;
+  double t = ms / greedy_ms;
+  if (drafted) {
+    t += carried_[c];
+    carried_[c] = 0;
+  } else {
+    carried_[c] += std::max(0.0, carried_ms) / greedy_ms;
+  }
   tokens_[d][c] = tokens_[d][c] * kKeep + double(tokens) / rows;
-  time_[d][c] = time_[d][c] * kKeep + ms / greedy_ms;
+  time_[d][c] = time_[d][c] * kKeep + t;
   passes_[d][c] += 1;
 }
 
@@ -347,7 +357,7 @@ void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows,
 
 void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, int tokens,
                    std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began,
-                   double drafting_ms) {
+                   double drafting_ms, double confidences_ms) {
   if (policy == nullptr) return;
 #if defined(FA_TEST_HOOKS)
   if (drafted && drafted_pass_delay_us > 0) {
@@ -363,7 +373,8 @@ void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, i
   // (a drafted one: drafting off for thousands of passes); a lasting change moves the table itself
   const double pass = std::min(Ms(now - pass_began).count(), kRealizedClamp * policy->cost.ms(positions));
   const double spent = Ms(pass_began - began).count() + pass - (drafted ? 0.0 : std::max(0.0, drafting_ms));
-  policy->realized.observe(rows, drafted, tokens, std::max(spent, 0.01 * pass), policy->cost.ms(rows));
+  policy->realized.observe(rows, drafted, tokens, std::max(spent, 0.01 * pass), policy->cost.ms(rows),
+                           drafted ? 0.0 : std::min(confidences_ms, pass));
 }
 
 DraftPolicy& draft_policy(Decoder& m) {

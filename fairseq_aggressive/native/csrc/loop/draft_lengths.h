@@ -90,36 +90,44 @@ class DraftCost {
 // per row over time, against the same for passes that did not draft (whose
 // ratio says how far the table is off now: load from other processes, a
 // longer cache), from the passes timed, by the rows (classes of powers of two),
-// in sums that forget old passes (kKeep per pass).  Where drafted passes went
-// slower (by more than kSlack), passes do not draft, except one in kExplore,
-// which keeps measuring them; the same keeps the other side measured where
-// drafting wins.  With
-// every drafter's pass timed, drafting that loses to greedy on this machine
-// now (a full batch, a loaded CPU) is seen and stopped, whatever the model
-// predicted.
+// in sums that forget old passes (kKeep per pass).  A pass that did not draft
+// counts as greedy search's would have run, without what it spent only because
+// a drafter is on (its proposal, the rows' confidences); of that, what passes
+// that may draft spend and those that may not save (the confidences) is
+// drafting's, so the next drafted pass of its rows carries it: drafting pays
+// for the passes where it was ready but the model drafted nothing.  Where
+// drafted passes did not go faster by kMargin, passes do not draft, except one
+// in kExplore, which keeps measuring them; the same keeps the other side
+// measured where drafting wins.  With every drafter's pass timed, drafting
+// that loses to greedy on this machine now (a full batch, a loaded CPU), or
+// wins too little to be told from it, is seen and stopped, whatever the model
+// predicted: where in doubt, greedy's passes, which cost nothing to draft.
 class Realized {
  public:
   static constexpr int kClasses = 8, kExplore = 64, kMinPasses = 8;
   static constexpr double kKeep = 1.0 - 1.0 / 64;
-  // drafted passes count as slower beyond this: the sums' noise on a quiet
-  // machine is about this size, and the model's choice stands within it
-  static constexpr double kSlack = 0.02;
+  // drafted passes must go this much faster to draft on: the sums' noise on a
+  // quiet machine is about this size
+  static constexpr double kMargin = 0.02;
   // whether passes of these rows should draft, given that the model says `model_drafts`
   bool drafts(int rows, bool model_drafts);
   // whether the next pass of these rows may draft (false: drafts would return
   // false whatever the model says), so that its rows' confidences are worth
   // their log-normalisers (RunningBatch without scores)
   bool may_draft(int rows) const;
-  // a pass of `rows` rows, drafted or not, emitted `tokens` in `ms`; the table's greedy pass over them: `greedy_ms`
-  void observe(int rows, bool drafted, int tokens, double ms, double greedy_ms);
+  // a pass of `rows` rows, drafted or not, emitted `tokens` in `ms` (an undrafted pass's without what
+  // a drafter costs), of which the next drafted pass carries `carried_ms`; the table's greedy pass over
+  // them: `greedy_ms`
+  void observe(int rows, bool drafted, int tokens, double ms, double greedy_ms, double carried_ms = 0.0);
 
  private:
   double tokens_[2][kClasses] = {}, time_[2][kClasses] = {};
+  double carried_[kClasses] = {};  // undrafted passes' confidences since the last drafted pass
   int passes_[2][kClasses] = {};
   int turn_[kClasses] = {};
-  // drafted passes of class c went faster, or slower within kSlack
+  // drafted passes of class c went faster by kMargin
   bool drafted_better(int c) const {
-    return tokens_[1][c] * time_[0][c] > (1 - kSlack) * tokens_[0][c] * time_[1][c];
+    return tokens_[1][c] * time_[0][c] > (1 + kMargin) * tokens_[0][c] * time_[1][c];
   }
 };
 
@@ -154,12 +162,14 @@ void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows,
 // After a pass a policy chose the lengths of: what it tells the policy's
 // check (rows, positions verified, whether any drafted, tokens emitted, when
 // drafting began and when the pass began; `drafting_ms`: what the pass spent
-// only because drafting is on, which an undrafted pass counts without, as
+// only because a drafter is on, which an undrafted pass counts without, as
 // greedy search's pass: the drafter's proposal, and the log-normalisers of
-// the rows' confidences where the batch keeps no scores)
+// the rows' confidences where the batch keeps no scores; `confidences_ms`:
+// of those, what the check's own verdict saves where it says not to draft,
+// the confidences, which the next drafted pass carries where this one did not draft)
 void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, int tokens,
                    std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began,
-                   double drafting_ms = 0.0);
+                   double drafting_ms = 0.0, double confidences_ms = 0.0);
 
 // The policies of the decoders that read one copy of the weights, as each
 // last left it, by thread count (Weights::policies): a decoder made later

@@ -198,9 +198,9 @@ int RunningBatch::run(Decoder& m, int max_passes, double min_ms, int32_t* finish
       }
       // a pass that did not draft counts as greedy search's would have run: without the proposal and the
       // log-normalisers, which only drafting asks for (so drafting has to beat greedy itself, not its
-      // own undrafted passes)
+      // own undrafted passes); the log-normalisers, which passes that may not draft save, are drafting's
       realized_pass(policy, n, (int)total, drafts_.drafted, emitted, t0, t1,
-                    lse_ns * 1e-6 + std::chrono::duration<double, std::milli>(proposed - t0).count());
+                    lse_ns * 1e-6 + std::chrono::duration<double, std::milli>(proposed - t0).count(), lse_ns * 1e-6);
     }
     drafter_->learn(m, st_, Verified{n, active_.data(), offset_.data(), drafts_.len.data(), n_match_.data(),
                                       n_emit_.data(), done_.data(), choice_.data(), feats ? feats_.data() : nullptr,

@@ -256,8 +256,8 @@ int fa_test_row_reductions(int n, const float* x, float* lse, int* arg, float* r
 }
 
 // A row's confidence normaliser: *coarse from the engine's logsumexp_coarse,
-// *ref from its definition (the maximum m; each value's 2^y, y = max((x - m)
-// log2(e), -126), as the float whose bits are (int)(y 2^23 + 127 2^23); 64
+// *ref from its definition (the maximum m; each value's 2^y as the float whose
+// bits are (int)max(2^23, x a + b), a = log2(e) 2^23, b = 127 2^23 - m a; 64
 // partial sums, value j into sum j mod 64 over whole groups of 64, added from
 // sum 0, then the rest one by one).  Returns 0, or -1 on an exception.
 int fa_test_logsumexp_coarse(int n, const float* x, float* coarse, float* ref) try {
@@ -268,8 +268,9 @@ int fa_test_logsumexp_coarse(int n, const float* x, float* coarse, float* ref) t
     *ref = mx;
     return 0;
   }
+  const float a = 12102203.f, b = 1065353216.f - mx * a;
   auto term = [&](float v) {
-    const int32_t bits = (int32_t)(std::max((v - mx) * 1.44269504088896341f, -126.f) * 8388608.f + 1065353216.f);
+    const int32_t bits = (int32_t)std::max(8388608.f, v * a + b);
     float e;
     std::memcpy(&e, &bits, 4);
     return e;
