@@ -111,3 +111,38 @@ def test_drafted_passes_slower_than_greedy_stop_drafting(test_lib, sentences, lo
         blind_out, blind = loop(hub, iad, sentences)
     assert blind_out == ref
     assert blind > 0.7 * quiet, (blind, quiet)
+
+
+def _verdicts(passes):
+    """The check's verdicts (may the next pass draft) after each of ``passes``
+    (rows, drafted, tokens, ms, greedy_ms, carried_ms), on a fresh check."""
+    import ctypes
+
+    import numpy as np
+
+    from fairseq_aggressive.native import build
+
+    lib = build.test_library()
+    p = np.ascontiguousarray(passes, dtype=np.float64).reshape(-1)
+    may = np.zeros(len(passes), dtype=np.int32)
+    assert lib.fa_test_realized(len(passes), ctypes.c_void_p(p.ctypes.data), ctypes.c_void_p(may.ctypes.data)) == 0
+    return may.tolist()
+
+
+@pytest.mark.parametrize("faster, drafts", [(0.99, False), (1.01, False), (1.05, True), (1.5, True)])
+def test_drafting_goes_on_only_where_its_passes_beat_greedy_by_the_margin(faster, drafts):
+    """Drafted passes (2 tokens a row) taking turns with undrafted ones (1 token, greedy's
+    time): drafting stays on only where the drafted ones went at least 2% faster (in doubt,
+    greedy, whose passes spend nothing on confidences)."""
+    passes = [(1, 0, 1, 1.0, 1.0, 0.0) if i % 2 else (1, 1, 2, 2.0 / faster, 1.0, 0.0) for i in range(200)]
+    assert _verdicts(passes)[-1] == int(drafts)
+
+
+@pytest.mark.parametrize("carried, drafts", [(0.0, True), (0.05, False)])
+def test_the_confidences_of_undrafted_passes_count_against_drafting(carried, drafts):
+    """One pass in ten drafts, 20% faster than greedy; the nine others spend `carried` of a
+    greedy pass on their rows' confidences, which only drafting asks for: with 5% a pass the
+    nine cost more than the drafted pass saves, and drafting stops."""
+    passes = [(4, 1, 8, 8.0 / 1.2 / 4, 1.0, 0.0) if i % 10 == 0 else (4, 0, 4, 1.0, 1.0, carried)
+              for i in range(400)]
+    assert _verdicts(passes)[-1] == int(drafts)

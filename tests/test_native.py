@@ -668,6 +668,7 @@ def test_test_entry_points_are_only_in_the_test_library():
     lib = library()
     for name in ("fa_pool_selftest", "fa_pool_lose_next_count", "fa_set_eager_projection_bytes", "fa_test_linear",
                  "fa_test_attend", "fa_test_attend_queries", "fa_test_row_reductions", "fa_test_logsumexp_coarse",
+                 "fa_test_realized",
                  "fa_test_stream_ahead_lines",
                  "fa_set_amx_min_rows", "fa_amx_products", "fa_test_amx_caller_shapes"):
         with pytest.raises(AttributeError):

@@ -246,6 +246,8 @@ def declare_testing(lib) -> None:
     lib.fa_test_row_reductions.argtypes = [I, P, P, P, P, P]
     lib.fa_test_logsumexp_coarse.restype = I
     lib.fa_test_logsumexp_coarse.argtypes = [I, P, P, P]
+    lib.fa_test_realized.restype = I
+    lib.fa_test_realized.argtypes = [I, P, P]
     lib.fa_stage_times.restype = I
     lib.fa_stage_times.argtypes = [L64, I, I]
 

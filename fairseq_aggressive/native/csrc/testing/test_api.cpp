@@ -25,6 +25,7 @@
 #include "pool/parallel.h"
 #include "model/stages.h"
 #include "cpu/weight_hints.h"
+#include "loop/draft_lengths.h"
 
 namespace fa {
 extern int beam_mutant;            // beam_search.cpp
@@ -284,6 +285,23 @@ int fa_test_logsumexp_coarse(int n, const float* x, float* coarse, float* ref) t
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fa_test_logsumexp_coarse: %s\n", e.what());
+  return -1;
+}
+
+// The draft check (loop/draft_lengths.h, Realized) on synthetic passes: a fresh
+// check observes n passes, pass i from p[6 i .. 6 i + 5] (rows, drafted,
+// tokens, ms, greedy_ms, carried_ms); may[i]: whether it then lets the next pass
+// of those rows draft.  Returns 0, or -1 on an exception.
+int fa_test_realized(int n, const double* p, int32_t* may) try {
+  fa::Realized r;
+  for (int i = 0; i < n; ++i) {
+    const double* q = p + 6 * (size_t)i;
+    r.observe((int)q[0], q[1] != 0, (int)q[2], q[3], q[4], q[5]);
+    may[i] = r.may_draft((int)q[0]) ? 1 : 0;
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fa_test_realized: %s\n", e.what());
   return -1;
 }
 
