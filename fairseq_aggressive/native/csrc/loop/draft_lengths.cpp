@@ -24,16 +24,6 @@ constexpr double kRecent = 2000.0;
 // pass's cost and its acceptance are estimates: a promise smaller than their error
 // is as likely a loss)
 constexpr double kMargin = 0.03;
-// the most a pass counts in the check on whole passes, in times its cost in the table (realized_pass)
-constexpr double kRealizedClamp = 3.0;
-
-// the class of a pass's rows: floor(log2(rows)), at most classes - 1
-int rows_class(int rows, int classes) {
-  int c = 0;
-  while ((1 << (c + 1)) <= rows && c < classes - 1) ++c;
-  return c;
-}
-
 void halve_if_old(double& hits, double& trials) {
   if (trials > kRecent) {
     hits *= 0.5;
@@ -43,12 +33,6 @@ void halve_if_old(double& hits, double& trials) {
 
 }  // namespace
 
-#if defined(FA_TEST_HOOKS)
-// fa_set_drafted_pass_delay, fa_set_realized_check (testing/test_api.cpp): a drafted pass that
-// takes longer than the cost table knows, as on a loaded CPU; the check on or off
-int drafted_pass_delay_us = 0;
-bool realized_check = true;
-#endif
 
 const std::vector<int>& PassCost::knots() {
   static const std::vector<int> k = {1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128};
@@ -145,43 +129,6 @@ void DraftCost::observe(int rows, int steps, double ms) {
   const double per = ms / (steps + 1);
   step_ms_[c] = seen_[c] ? step_ms_[c] + kCostRate * (per - step_ms_[c]) : per;
   seen_[c] = true;
-}
-
-bool Realized::drafts(int rows, bool model_drafts) {
-  if (!model_drafts) return false;
-  const int c = rows_class(rows, kClasses);
-  if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses)  // both sides measured first
-    return passes_[1][c] <= passes_[0][c];
-  const bool better = drafted_better(c);
-  if (++turn_[c] >= kExplore) {
-    turn_[c] = 0;
-    return !better;
-  }
-  return better;
-}
-
-bool Realized::may_draft(int rows) const {
-#if defined(FA_TEST_HOOKS)
-  if (!realized_check) return true;  // the check off: the model's choice, with its rows' confidences
-#endif
-  const int c = rows_class(rows, kClasses);
-  if (passes_[0][c] < kMinPasses || passes_[1][c] < kMinPasses) return true;
-  return drafted_better(c) || turn_[c] + 1 >= kExplore;
-}
-
-void Realized::observe(int rows, bool drafted, int tokens, double ms, double greedy_ms, double carried_ms) {
-  if (!(ms > 0) || !(greedy_ms > 0) || rows <= 0) return;
-  const int c = rows_class(rows, kClasses), d = drafted ? 1 : 0;
-  double t = ms / greedy_ms;
-  if (drafted) {
-    t += carried_[c];
-    carried_[c] = 0;
-  } else {
-    carried_[c] += std::max(0.0, carried_ms) / greedy_ms;
-  }
-  tokens_[d][c] = tokens_[d][c] * kKeep + double(tokens) / rows;
-  time_[d][c] = time_[d][c] * kKeep + t;
-  passes_[d][c] += 1;
 }
 
 int DraftPolicy::steps(const std::vector<DraftCandidate>& rows) {
@@ -353,28 +300,6 @@ void draft_lengths(DraftPolicy* policy, const std::vector<DraftCandidate>& rows,
   }
   lengths.resize(rows.size());
   for (size_t i = 0; i < rows.size(); ++i) lengths[i] = rows[i].cap;
-}
-
-void realized_pass(DraftPolicy* policy, int rows, int positions, bool drafted, int tokens,
-                   std::chrono::steady_clock::time_point began, std::chrono::steady_clock::time_point pass_began,
-                   double drafting_ms, double confidences_ms) {
-  if (policy == nullptr) return;
-#if defined(FA_TEST_HOOKS)
-  if (drafted && drafted_pass_delay_us > 0) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(drafted_pass_delay_us);
-    while (std::chrono::steady_clock::now() < until) {
-    }
-  }
-#endif
-  using Ms = std::chrono::duration<double, std::milli>;
-  const auto now = std::chrono::steady_clock::now();
-  // the pass counts at most kRealizedClamp times what the cost table expects of it: a pass the OS
-  // interrupted (a millisecond where a pass takes 0.05) would otherwise outweigh dozens of others
-  // (a drafted one: drafting off for thousands of passes); a lasting change moves the table itself
-  const double pass = std::min(Ms(now - pass_began).count(), kRealizedClamp * policy->cost.ms(positions));
-  const double spent = Ms(pass_began - began).count() + pass - (drafted ? 0.0 : std::max(0.0, drafting_ms));
-  policy->realized.observe(rows, drafted, tokens, std::max(spent, 0.01 * pass), policy->cost.ms(rows),
-                           drafted ? 0.0 : std::min(confidences_ms, pass));
 }
 
 DraftPolicy& draft_policy(Decoder& m) {

@@ -27,6 +27,17 @@ namespace fa {
 
 struct Decoder;
 
+// the class of a pass's rows: floor(log2(rows)), at most classes - 1
+inline int rows_class(int rows, int classes) {
+  int c = 0;
+  while ((1 << (c + 1)) <= rows && c < classes - 1) ++c;
+  return c;
+}
+
+#if defined(FA_TEST_HOOKS)
+extern bool realized_check;  // draft_check.cpp (fa_set_realized_check): the check on whole passes on or off
+#endif
+
 // The most tokens a row may draft: what is left before its length limit, at
 // most max_draft (-1: no cap, the engine's one spelling of it)
 inline int draft_room(int left, int max_draft) { return max_draft < 0 ? left : std::min(left, max_draft); }
@@ -96,19 +107,19 @@ class DraftCost {
 // that may draft spend and those that may not save (the confidences) is
 // drafting's, so the next drafted pass of its rows carries it: drafting pays
 // for the passes where it was ready but the model drafted nothing.  Where
-// drafted passes did not go faster by kMargin, passes do not draft, except one
+// drafted passes did not go faster by kMinGain, passes do not draft, except one
 // in kExplore, which keeps measuring them; the same keeps the other side
 // measured where drafting wins.  With every drafter's pass timed, drafting
 // that loses to greedy on this machine now (a full batch, a loaded CPU), or
 // wins too little to be told from it, is seen and stopped, whatever the model
-// predicted: where in doubt, greedy's passes, which cost nothing to draft.
+// predicted: where in doubt, greedy's passes, which spend nothing on confidences.
 class Realized {
  public:
   static constexpr int kClasses = 8, kExplore = 64, kMinPasses = 8;
   static constexpr double kKeep = 1.0 - 1.0 / 64;
   // drafted passes must go this much faster to draft on: the sums' noise on a
   // quiet machine is about this size
-  static constexpr double kMargin = 0.02;
+  static constexpr double kMinGain = 0.02;
   // whether passes of these rows should draft, given that the model says `model_drafts`
   bool drafts(int rows, bool model_drafts);
   // whether the next pass of these rows may draft (false: drafts would return
@@ -125,9 +136,9 @@ class Realized {
   double carried_[kClasses] = {};  // undrafted passes' confidences since the last drafted pass
   int passes_[2][kClasses] = {};
   int turn_[kClasses] = {};
-  // drafted passes of class c went faster by kMargin
+  // drafted passes of class c went faster by kMinGain
   bool drafted_better(int c) const {
-    return tokens_[1][c] * time_[0][c] > (1 + kMargin) * tokens_[0][c] * time_[1][c];
+    return tokens_[1][c] * time_[0][c] > (1 + kMinGain) * tokens_[0][c] * time_[1][c];
   }
 };
 

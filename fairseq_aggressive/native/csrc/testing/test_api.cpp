@@ -29,9 +29,8 @@
 
 namespace fa {
 extern int beam_mutant;            // beam_search.cpp
-extern int drafted_pass_delay_us;  // draft_lengths.cpp
+extern int drafted_pass_delay_us;  // draft_check.cpp
 extern int run_fault_token;        // running_batch.cpp
-extern bool realized_check;
 }
 
 #pragma GCC visibility push(default)
