@@ -59,6 +59,7 @@ DE = ["Die Katze saß auf der Matte.", "Öffne bitte nicht die Tür!", "Es koste
 # fairseq_aggressive.data_prep.common
 
 
+@pytest.mark.slow  # the whole chain: tokenizer worker processes, BPE learning, fairseq-preprocess
 def test_tokenize_bpe_binarize_round_trip(tmp_path):
     tok_en = prep_common.tokenize(EN, "en")
     tok_de = prep_common.tokenize(DE, "de")
