@@ -79,3 +79,72 @@ def test_a_bound_cut_to_nothing_changes_outputs(test_lib, lines):
         assert _counts(test_lib) == before  # (off: not one row screened)
     finally:
         _set_screen(test_lib, t, True, 1.0, 8)
+
+
+def _greedy(engine, src, max_len):
+    """Each sentence's greedy tokens (to its EOS), by passes over the last token alone."""
+    batch = engine.begin(src, max_len)
+    out = [[] for _ in range(len(src))]
+    live = list(range(len(src)))
+    while live:
+        rows = [[out[i][-1] if out[i] else engine.eos] for i in live]
+        toks, _, _, done, _ = batch.step(live, rows, max_len, 1, 0.0, 1.0)
+        for i, t, dn in zip(list(live), toks, done):
+            out[i] += list(t)
+            if dn or len(out[i]) >= max_len:
+                live.remove(i)
+    return out
+
+
+def test_a_rows_last_score_is_taken_where_its_draft_stops():
+    """Keeping only each row's last score (``scores="last"``: the confidence the loop asks for where
+    a row may draft next) a pass emits the same tokens as with every score, NaN before the last, and
+    the last within the coarse log-normaliser's bound of its exact score (over the screened
+    projection's logits), for drafts accepted whole, rejected at their first token or later, and cut
+    at an accepted EOS: another position's normaliser is off by far more (up to 3 in log-probability
+    for the first position's)."""
+    import random
+
+    import numpy as np
+
+    from fairseq_aggressive.native import NativeEngine
+    from fairseq_aggressive.translator import load_hub
+    from helpers import make_sample
+
+    hub = load_hub(MODEL)
+    model, d = hub.models[0], hub.tgt_dict
+    engine = NativeEngine(model, d, threads=2)
+    assert engine.eos == d.eos()
+    src = make_sample([hub.encode(s).tolist() for s in sample_lines(24)], d.pad())["net_input"]["src_tokens"]
+    max_len = 60
+    ref = _greedy(engine, src, max_len)
+    rng = random.Random(5)
+    every, last = engine.begin(src, max_len), engine.begin(src, max_len)
+    out = [[] for _ in range(len(ref))]
+    live = [i for i in range(len(ref)) if len(ref[i]) < max_len]  # (rows that end by their EOS)
+    kinds, gaps = set(), []
+    while live:
+        rows = []
+        for i in live:
+            rest, k = ref[i][len(out[i]):], rng.choice([0, 1, 3, 6, 40])
+            draft = rest[:k] + ([7, 8] if k > len(rest) else [])  # past the EOS: cut there
+            if draft and k <= len(rest) and rng.random() < 0.4:
+                j = rng.randrange(len(draft))
+                draft[j] = draft[j] + 1 if draft[j] + 1 < len(d) else 4  # rejected at j
+            rows.append([out[i][-1] if out[i] else engine.eos] + draft)
+        a = every.step(live, rows, max_len, 1, 0.0, 1.0)
+        b = last.step(live, rows, max_len, 1, 0.0, 1.0, scores="last")
+        for r, i in enumerate(list(live)):
+            toks, full, part = list(a[0][r]), np.asarray(a[1][r]), np.asarray(b[1][r])
+            assert toks == list(b[0][r]) and a[2][r] == b[2][r] and a[3][r] == b[3][r], (i, r)
+            assert np.isnan(part[:-1]).all() and np.isfinite(part[-1]), part
+            gaps.append(float(full[-1] - part[-1]))
+            drafted, matched = len(rows[r]) - 1, a[2][r]
+            kinds.add("eos" if toks[-1] == engine.eos and matched >= len(toks) else
+                      "whole" if drafted and matched == drafted else "rejected" if drafted else "none")
+            out[i] += toks
+            if a[3][r]:
+                live.remove(i)
+    assert all(out[i] == ref[i] for i in range(len(ref)) if len(ref[i]) < max_len)
+    assert kinds >= {"eos", "whole", "rejected", "none"}, kinds
+    assert min(gaps) >= -1e-4 and max(gaps) <= 0.1, (min(gaps), max(gaps))

@@ -69,6 +69,10 @@ class StateHandle:
             self.handle = None
 
 
+# NativeBatch.step's scores: PassArgs::scores (csrc/model/pass.h)
+_SCORES = {"all": 0, "last": 1}
+
+
 class NativeBatch:
     """The encoded sentences of one batch and their decoder caches
     (:meth:`~fairseq_aggressive.native.NativeEngine.begin` makes it)."""
@@ -117,7 +121,8 @@ class NativeBatch:
 
     def step(self, sents: Sequence[int], rows: Sequence[List[int]], max_len: int, min_len: int,
              unk_penalty: float, temperature: float, branches: Optional[Sequence[List[int]]] = None,
-             features: bool = False, beta: int = 1, tau: float = 0.0, forced: Optional[int] = None):
+             features: bool = False, beta: int = 1, tau: float = 0.0, forced: Optional[int] = None,
+             scores: str = "all"):
         """One pass; ``rows[i]`` = [last token] + draft of sentence ``sents[i]``.
         With ``branches``, ``branches[i]`` lists the lengths of the drafts that
         follow the last token in ``rows[i]`` one after the other (each is a
@@ -131,7 +136,14 @@ class NativeBatch:
         a drafted token among the top ``beta`` within ``tau`` of the top one's
         log-probability) instead of greedy's.  ``forced``: the token every
         output starts with (at output position 0 nothing else is chosen or
-        accepted; its score is its log-probability), or None."""
+        accepted; its score is its log-probability), or None.  ``scores``:
+        ``"all"`` emitted tokens' or ``"last"``, each row's last one's (the
+        others NaN), as the engine's loop asks for a row's confidence: its
+        log-normaliser a coarse sum (``logsumexp_coarse``, at most 0.06 above
+        the exact one), over the screened projection's logits where the model
+        has a screen."""
+        if scores not in _SCORES:
+            raise ValueError(f"scores must be one of {sorted(_SCORES)}, not {scores!r}")
         n = len(rows)
         lens = [len(r) for r in rows]
         flat = rows[0] if n == 1 else [t for r in rows for t in r]
@@ -156,6 +168,7 @@ class NativeBatch:
         a.n, a.max_len, a.min_len = n, max_len, min_len
         a.unk_penalty, a.temperature, a.beta, a.tau = unk_penalty, temperature, beta, tau
         a.has_forced, a.forced = int(forced is not None), forced or 0
+        a.scores = _SCORES[scores]
         a.sent, a.row_len, a.tokens = _addr(self._sent), _addr(self._lens), _addr(self._tok)
         a.n_branch, a.branch_len = _addr(nb), _addr(blen)
         a.choice, a.score, a.feats = _addr(self._choice), _addr(self._score), fptr
