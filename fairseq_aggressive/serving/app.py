@@ -123,6 +123,13 @@ def build_app(backend, metrics: ServiceMetrics, limits: Limits = None, **limit_v
         except ClientGone:
             metrics.observe_cancel("client_closed")
             response = Response(status_code=499)  # (nobody reads it)
+        except asyncio.CancelledError:
+            # the drain ran out of time (--drain-timeout) and the server cancels what is still running: a
+            # JSON 503 on a closing connection, not the bare 500 an exception out of the app would get; the
+            # request's sentences stay with the backend, which counts them as unanswered as it stops
+            code = "shutting_down"
+            response = error_response(503, "shutting_down", "the server stopped before this request was answered "
+                                      "(--drain-timeout)", rid, close=True)
         except _Timeout:
             code = "timeout"
             metrics.observe_cancel("timeout")
