@@ -86,15 +86,28 @@ def _streamed(hub, translator, sentences):
     return _running(hub, translator, sentences, scores=False)
 
 
+def _fresh(loop, sentences, enough, tries=3):
+    """``loop`` on fresh translators (a fresh policy each) until its drafted positions per pass are
+    ``enough``, at most ``tries`` times: a burst of other work on the host (another test worker) stops
+    drafting too, as the check is meant to (one run in three of the streamed loop beside a busy
+    process drafted under 0.5 a pass); the outputs of every try."""
+    outs = []
+    for _ in range(tries):
+        hub, iad, _ = _translators()
+        out, rate = loop(hub, iad, sentences)
+        outs.append(out)
+        if enough(rate):
+            break
+    return outs, rate
+
+
 @pytest.mark.parametrize("loop", [_static, _running, _streamed])
 def test_drafted_passes_slower_than_greedy_stop_drafting(test_lib, sentences, loop):
-    hub, iad, greedy = _translators()
+    hub, _, greedy = _translators()
     ref, _ = _static(hub, greedy, sentences)
-    quiet_out, quiet = loop(hub, iad, sentences)
-    if quiet <= 0.5:  # a burst of other work on the host stops drafting too (what the check is for): once more
-        hub, iad, _ = _translators()
-        quiet_out, quiet = loop(hub, iad, sentences)
-    assert quiet_out == ref and quiet > 0.5, quiet  # a lone GEC sentence drafts nearly every pass
+    quiet_outs, quiet = _fresh(loop, sentences, lambda rate: rate > 0.5)
+    assert all(out == ref for out in quiet_outs)
+    assert quiet > 0.5, quiet  # a lone GEC sentence drafts nearly every pass
 
     test_lib.fa_set_drafted_pass_delay(DELAY_US)
     hub, iad, _ = _translators()  # a fresh policy: it learns this machine anew
@@ -104,12 +117,8 @@ def test_drafted_passes_slower_than_greedy_stop_drafting(test_lib, sentences, lo
     assert slow < 0.3 * quiet, (slow, quiet)
 
     test_lib.fa_set_realized_check(0)  # the same delay without the check: the model drafts on
-    hub, iad, _ = _translators()
-    blind_out, blind = loop(hub, iad, sentences)
-    if blind <= 0.7 * quiet:  # (as above: other work on the host while a fresh policy measures its passes)
-        hub, iad, _ = _translators()
-        blind_out, blind = loop(hub, iad, sentences)
-    assert blind_out == ref
+    blind_outs, blind = _fresh(loop, sentences, lambda rate: rate > 0.7 * quiet)
+    assert all(out == ref for out in blind_outs)
     assert blind > 0.7 * quiet, (blind, quiet)
 
 
