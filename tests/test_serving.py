@@ -184,6 +184,9 @@ def test_a_drain_that_runs_out_of_time_exits_nonzero_and_says_how_many(lines):
     answers = []
     try:
         keep = hostile._connect(port, 30)  # an idle keep-alive connection, open before the signal
+        slow = hostile._connect(port, 30)  # a body still coming when the drain runs out
+        slow.sendall(hostile.request("POST", hostile.TRANSLATE, b'{"text": "').replace(
+            b"Content-Length: 10", b"Content-Length: 100"))
         body = json.dumps({"texts": lines[:64]}).encode()
         # 12 x 64 sentences queued: several times what one thread decodes before the drain ends
         senders = [threading.Thread(target=lambda: answers.append(hostile.exchange(port, hostile.request(
@@ -200,6 +203,8 @@ def test_a_drain_that_runs_out_of_time_exits_nonzero_and_says_how_many(lines):
         code = proc.wait(60)
         for t in senders:
             t.join(30)
+        answers.append(hostile.read_answer(slow, 10))
+        slow.close()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -207,8 +212,10 @@ def test_a_drain_that_runs_out_of_time_exits_nonzero_and_says_how_many(lines):
     assert code == 1, "".join(out) + rest
     n = int(rest.split("stopped: ")[1].split()[0])
     assert n > 0 and f"{n} accepted sentence(s) went unanswered" in rest, rest
-    # what was still running when the time ran out is answered a JSON 503 (or its connection closes), never a 500
-    assert len(answers) == 12 and all(hostile.acceptable(a, allow_ok=True) for a in answers), answers
+    # what was still running when the time ran out (decoding, queued, a body still coming) is answered a
+    # JSON 503 or its connection closes, never a 500
+    assert len(answers) == 13 and all(hostile.acceptable(a, allow_ok=True) for a in answers), answers
+    assert answers[-1].status != 200, answers[-1]
     assert "Exception in ASGI application" not in rest and "Internal Server Error" not in rest, rest
 
 

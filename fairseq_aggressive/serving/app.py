@@ -93,7 +93,7 @@ def build_app(backend, metrics: ServiceMetrics, limits: Limits = None, **limit_v
         start = time.perf_counter()
         rid = scope["fa.request_id"]
         headers = dict(scope["headers"])
-        sentences, code, ticket, response = 0, None, None, None
+        sentences, code, ticket, response, started = 0, None, None, None, False
         try:
             check_content_type(_text(headers.get(b"content-type")))
             body = await read_body(receive, _text(headers.get(b"content-length")), limits)
@@ -109,7 +109,7 @@ def build_app(backend, metrics: ServiceMetrics, limits: Limits = None, **limit_v
                 raise RuntimeError(f"the backend answered {len(outputs)} outputs for {len(texts)} texts")
             content = await loop.run_in_executor(prepare_pool, encode, single, outputs) if large else \
                 encode(single, outputs)
-            sentences = len(outputs)
+            sentences, started = len(outputs), True
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(content)).encode()),
@@ -126,7 +126,10 @@ def build_app(backend, metrics: ServiceMetrics, limits: Limits = None, **limit_v
         except asyncio.CancelledError:
             # the drain ran out of time (--drain-timeout) and the server cancels what is still running: a
             # JSON 503 on a closing connection, not the bare 500 an exception out of the app would get; the
-            # request's sentences stay with the backend, which counts them as unanswered as it stops
+            # request's sentences stay with the backend, which counts them as unanswered as it stops (an
+            # answer already begun has its connection closed)
+            if started:
+                raise
             code = "shutting_down"
             response = error_response(503, "shutting_down", "the server stopped before this request was answered "
                                       "(--drain-timeout)", rid, close=True)
