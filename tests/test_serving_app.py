@@ -138,6 +138,7 @@ BAD_REQUESTS = [
     (b'{"text": "a\ud800b"}', 400, "bad_text", ["lone surrogate at character 1"]),
     (b'{"texts": ["ok", "\udfff"]}', 400, "bad_text", ["texts[1]", "lone surrogate"]),
     (b'{"text": "\xc3\x28"}', 400, "bad_json", ["not valid JSON"]),
+    (b'{"text": "a", "n": ' + b"9" * 5000 + b"}", 400, "bad_json", ["an integer of more than"]),
     ('{"text": "ok"}'.encode("utf-16"), 200, None, []),
     (json.dumps({"texts": ["a"] * (MAX_TEXTS + 1)}).encode(), 413, "too_many_texts", [f"limit is {MAX_TEXTS}"]),
     (json.dumps({"text": "a " + "w" * (MAX_WORD + 1)}).encode(), 413, "word_too_long",
@@ -149,7 +150,8 @@ BAD_REQUESTS = [
     "truncated_json", "not_utf8", "no_body", "array_body", "empty_object", "other_field", "both_fields",
     "text_number", "text_list", "texts_string", "texts_null_item", "empty", "whitespace", "texts_whitespace_item",
     "texts_empty_list", "nul", "texts_nul_item", "too_long", "texts_too_long_item", "nested", "nested_in_texts",
-    "nested_item", "surrogate", "texts_surrogate", "invalid_utf8", "utf16", "too_many_texts", "word_too_long"])
+    "nested_item", "surrogate", "texts_surrogate", "invalid_utf8", "long_integer", "utf16", "too_many_texts",
+    "word_too_long"])
 def test_bad_request_is_answered_with_its_error(client, backend, body, status, code, in_message):
     r = client.post("/v1/translate", content=body, headers={"Content-Type": "application/json"})
     if status == 200:  # JSON may come in UTF-16 or UTF-32 (RFC 8259 readers may take them)

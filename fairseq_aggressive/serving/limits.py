@@ -5,6 +5,7 @@ before it is all read) and parsed (:func:`parse_request`).  Every refusal is a
 and code."""
 import asyncio
 import json
+import sys
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
@@ -79,6 +80,11 @@ async def read_body(receive, declared: Optional[str], limits: Limits) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+def _max_digits() -> int:
+    get = getattr(sys, "get_int_max_str_digits", None)
+    return get() if get is not None else 4300
+
+
 def parse_request(body: bytes, limits: Limits) -> Tuple[bool, List[str]]:
     """The texts of a translate request's body, and whether it sent one
     ``text`` (not a list); raises :class:`RequestError` naming what is wrong."""
@@ -86,8 +92,10 @@ def parse_request(body: bytes, limits: Limits) -> Tuple[bool, List[str]]:
         payload = json.loads(body)
     except RecursionError:
         raise RequestError("the body is not valid JSON: it is nested too deeply", code="bad_json") from None
-    except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RequestError(f"the body is not valid JSON: {e}", code="bad_json") from None
+    except ValueError:  # an integer past Python's conversion limit (sys.get_int_max_str_digits)
+        raise RequestError(f"the body holds an integer of more than {_max_digits()} digits", code="bad_json") from None
     if not isinstance(payload, dict):
         raise RequestError(f'the body must be a JSON object with "text" (a string) or "texts" (a list of '
                            f"strings), not a JSON {_json_type(payload)}", code="missing_field")
