@@ -155,3 +155,17 @@ def test_the_confidences_of_undrafted_passes_count_against_drafting(carried, dra
     passes = [(4, 1, 8, 8.0 / 1.2 / 4, 1.0, 0.0) if i % 10 == 0 else (4, 0, 4, 1.0, 1.0, carried)
               for i in range(400)]
     assert _verdicts(passes)[-1] == int(drafts)
+
+
+@pytest.mark.parametrize("carried, drafts", [(0.0, True), (0.03, False)])
+def test_confidences_for_drafts_that_never_come_count_against_drafting(carried, drafts):
+    """Drafted passes measured 1.5x faster than greedy's, then only undrafted passes (the model
+    declines to draft these rows, as the 9+3 does at 4 rows a lane), each spending `carried` of a
+    greedy pass on confidences: with 3% a pass they count against drafting without a drafted pass
+    to carry them, and the rows stop summing them (without that, the verdict measured before kept
+    them summed on every pass)."""
+    passes = [(4, 1, 6, 1.0, 1.0, 0.0) if i % 2 else (4, 0, 4, 1.0, 1.0, 0.0) for i in range(40)]
+    passes += [(4, 0, 4, 1.0, 1.0, carried)] * 600
+    may = _verdicts(passes)
+    assert may[39] == 1  # drafting on after the measured passes
+    assert may[-1] == int(drafts)

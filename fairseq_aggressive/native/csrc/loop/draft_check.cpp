@@ -52,6 +52,13 @@ void Realized::observe(int rows, bool drafted, int tokens, double ms, double gre
     carried_[c] = 0;
   } else {
     carried_[c] += std::max(0.0, carried_ms) / greedy_ms;
+    // confidences summed for drafts that do not come (the model declines to draft these rows): once
+    // they add up to a greedy pass, they count against drafting as that much more time for no more
+    // tokens, else a drafted side measured before would keep them summed on every pass
+    if (carried_[c] >= 1.0) {
+      time_[1][c] += carried_[c];
+      carried_[c] = 0;
+    }
   }
   tokens_[d][c] = tokens_[d][c] * kKeep + double(tokens) / rows;
   time_[d][c] = time_[d][c] * kKeep + t;
