@@ -79,15 +79,7 @@ def pytest_terminal_summary(terminalreporter):
 # (minutes: the tests that use them are marked slow)
 
 
-TINY = ["--encoder-layers", "2", "--decoder-layers", "1",
-        "--encoder-embed-dim", "64", "--decoder-embed-dim", "64",
-        "--encoder-ffn-embed-dim", "128", "--decoder-ffn-embed-dim", "128",
-        "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--share-all-embeddings", "--encoder-normalize-before", "--decoder-normalize-before"]
-COMMON = ["--optimizer", "adam", "--lr", "3e-3", "--lr-scheduler", "inverse_sqrt",
-          "--warmup-updates", "50", "--max-tokens", "3000", "--dropout", "0",
-          "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "simple",
-          "--seed", "1"]
+from tiny_model import COMMON, TINY  # noqa: E402
 
 
 def _once(tmp_path_factory, name, build):
@@ -113,20 +105,16 @@ def _once(tmp_path_factory, name, build):
 
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):
-    """A tiny deep/shallow model trained for a few hundred updates on the sample."""
-    from helpers import USER_DIR, run, tool
+    """A tiny deep/shallow model trained for a few hundred updates on the sample
+    (tests/tiny_model.py: the kept one where it is the recipe's)."""
+    import tiny_model
 
     def build(work):
-        data = work / "data"
-        run([sys.executable, "scripts/data/prepare_uagec.py", "--from-text", "data/uagec-sample",
-             "--out", str(data), "--bpe-ops", "1000"])
+        data_bin = tiny_model.prepare(work / "data")
         save = work / "ckpt"
-        run([tool("fairseq-train"), str(data / "bin"), "--user-dir", USER_DIR,
-             "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
-             "--arch", "transformer_deep_shallow", *TINY, *COMMON,
-             "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-             "--max-update", "600", "--save-dir", str(save)])
-        return [str(data / "bin"), str(save / "checkpoint_last.pt")]
+        if not tiny_model.from_kept(data_bin, save):
+            tiny_model.train(data_bin, save)
+        return [str(data_bin), str(save / "checkpoint_last.pt")]
 
     return tuple(Path(p) for p in _once(tmp_path_factory, "cli", build))
 
