@@ -28,8 +28,9 @@ def _connect(port: int, timeout: float) -> socket.socket:
     return s
 
 
-def read_answer(s: socket.socket, timeout: float) -> Outcome:
-    """One HTTP answer (or the close) read from ``s`` within ``timeout`` seconds."""
+def read_answer(s: socket.socket, timeout: float, no_body: bool = False) -> Outcome:
+    """One HTTP answer (or the close) read from ``s`` within ``timeout`` seconds
+    (``no_body``: the answer to a HEAD request, which has none)."""
     start = time.monotonic()
     s.settimeout(timeout)
     data = b""
@@ -43,7 +44,7 @@ def read_answer(s: socket.socket, timeout: float) -> Outcome:
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
         headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:])}
-        n = int(headers.get("content-length", "0"))
+        n = 0 if no_body else int(headers.get("content-length", "0"))
         while len(body) < n:
             chunk = s.recv(65536)
             if not chunk:
@@ -64,7 +65,8 @@ def read_answer(s: socket.socket, timeout: float) -> Outcome:
 
 
 def exchange(port: int, data: bytes, timeout: float = 30.0, pause: float = 0.0, then: bytes = b"") -> Outcome:
-    """Send ``data``, wait ``pause`` seconds, send ``then``; read the answer."""
+    """Send ``data``, wait ``pause`` seconds, send ``then``; read the answer (with
+    no body where ``data`` is a HEAD request)."""
     with _connect(port, timeout) as s:
         try:
             s.sendall(data)
@@ -74,7 +76,7 @@ def exchange(port: int, data: bytes, timeout: float = 30.0, pause: float = 0.0, 
                 s.sendall(then)
         except (ConnectionResetError, BrokenPipeError):
             return Outcome(None)
-        return read_answer(s, timeout)
+        return read_answer(s, timeout, no_body=data.startswith(b"HEAD "))
 
 
 def request(method: str, path: str, body: bytes = b"", content_type: Optional[str] = "application/json",
@@ -138,6 +140,88 @@ def cases(header_timeout: float, body_timeout: float, max_body: int) -> Dict[str
         "http10_no_host": lambda p: exchange(p, b"POST /v1/translate HTTP/1.0\r\nContent-Type: application/json\r\n"
                                                 b"Content-Length: 2\r\n\r\n{}"),
     }
+
+
+def odd_cases() -> Dict[str, Callable[[int], Outcome]]:
+    """name -> case(port): requests that bend HTTP or JSON without being
+    oversized or slow; each may get a JSON 4xx, a clean close, or (where
+    HTTP or JSON allows the request) a 200 (tests/test_serving_hostile.py
+    says which)."""
+    j = "application/json"
+    head = "POST /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+
+    def raw(text: str) -> Callable[[int], Outcome]:
+        return lambda p: exchange(p, text.encode("latin-1"), timeout=10)
+
+    def post(body: bytes, ct: Optional[str] = j, path: str = TRANSLATE) -> Callable[[int], Outcome]:
+        return lambda p: exchange(p, request("POST", path, body, ct), timeout=10)
+
+    return {
+        "pipelined": _pipelined,
+        "expect_continue": _expect_continue,
+        "bad_chunk_size": raw(head + "Transfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n"),
+        "length_and_chunked": raw(head + "Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"),
+        "folded_header": raw(head + "  folded\r\nContent-Length: 2\r\n\r\n{}"),
+        "negative_length": raw(head + "Content-Length: -1\r\n\r\n"),
+        "plus_length": raw(head + 'Content-Length: +12\r\n\r\n{"text": "a"}'),
+        "lowercase_method": raw('post /v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                                'Content-Length: 13\r\n\r\n{"text": "a"}'),
+        "http2_preface": raw("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+        "long_url": raw("GET /" + "a" * 100000 + " HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "absolute_form": raw('POST http://x/v1/translate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                             'Content-Length: 13\r\n\r\n{"text": "a"}'),
+        "get_with_body": raw("GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"),
+        "head_health": raw("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "head_translate": raw("HEAD /v1/translate HTTP/1.1\r\nHost: x\r\n\r\n"),
+        "post_metrics": post(b"{}", path="/metrics"),
+        "query_string": post(b'{"text": "a"}', path=TRANSLATE + "?x=%ZZ&&=="),
+        "duplicate_keys": post(b'{"text": "a", "text": "b"}'),
+        "byte_order_mark": post(b'\xef\xbb\xbf{"text": "a"}'),
+        "huge_float": post(b'{"text": 1e999999}'),
+        "long_integer": post(b'{"text": "a", "x": ' + b"9" * 5000 + b"}"),
+        "nul_in_text": post(b'{"text": "a\\u0000b"}'),
+        "charset_latin1": post(b'{"text": "a"}', "application/json; charset=latin-1"),
+        "problem_json": post(b'{"text": "a"}', "application/problem+json"),
+        "array_body": post(b'["a"]'),
+        "text_and_texts": post(b'{"text": "a", "texts": ["b"]}'),
+        "trailing_garbage": post(b'{"text": "a"} xyz'),
+        "many_empty_texts": post(json.dumps({"texts": [""] * 5000}).encode()),
+    }
+
+
+def _pipelined(port: int) -> Outcome:
+    """Two requests in one write: both answered, in order (``raw``: everything
+    read until the server closes after the second, which asks it to)."""
+    first = request("POST", TRANSLATE, b'{"text": "one"}')
+    second = request("POST", TRANSLATE, b'{"text": "two"}', extra="Connection: close\r\n")
+    with _connect(port, 10) as s:
+        s.sendall(first + second)
+        data, start = b"", time.monotonic()
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except socket.timeout:
+            return Outcome(-1, seconds=time.monotonic() - start, raw=data)
+    status = int(data.split(b" ", 2)[1]) if data.startswith(b"HTTP/") else None
+    return Outcome(status, seconds=time.monotonic() - start, raw=data)
+
+
+def _expect_continue(port: int) -> Outcome:
+    """Headers with ``Expect: 100-continue``, the body only after the server's
+    100; the answer that follows (``code``: "continued" when the 100 came)."""
+    body = b'{"text": "a"}'
+    with _connect(port, 10) as s:
+        s.sendall(request("POST", TRANSLATE, body, extra="Expect: 100-continue\r\n")[: -len(body)])
+        interim = read_answer(s, 10)
+        if interim.status != 100:
+            return interim
+        s.sendall(body)
+        out = read_answer(s, 10)
+        out.code = out.code or "continued"
+        return out
 
 
 def _chunked(port: int, total: int) -> Outcome:

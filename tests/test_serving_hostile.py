@@ -112,6 +112,53 @@ def test_expected_codes(server):
         assert (out.status, out.code) == (status, code), (name, out)
 
 
+ODD = hostile.odd_cases()
+BAD_HTTP, BAD_JSON, MEDIA = (400, "bad_http"), (400, "bad_json"), (415, "unsupported_media_type")
+# what each bent request may get: (status, error code; None for a 200 or a HEAD's answer) pairs, and a
+# 200's body. Two answers where HTTP lets the parser choose (httptools and h11 differ): both
+# Content-Length and chunked (reject, or read the chunks), a folded header (reject, or unfold it: the
+# media type then has the fold's word), a lowercase method (an unknown method), HTTP/2's preface.
+ODD_EXPECT = {
+    "pipelined": {(200, None)}, "expect_continue": {(200, "continued")}, "bad_chunk_size": {BAD_HTTP},
+    "length_and_chunked": {BAD_HTTP, BAD_JSON}, "folded_header": {BAD_HTTP, MEDIA},
+    "negative_length": {BAD_HTTP}, "plus_length": {BAD_HTTP},
+    "lowercase_method": {BAD_HTTP, (405, "method_not_allowed")}, "http2_preface": {BAD_HTTP, (404, "not_found")},
+    "long_url": {(431, "headers_too_large")}, "absolute_form": {(200, None)}, "get_with_body": {(200, None)},
+    "head_health": {(200, None)}, "head_translate": {(405, None)}, "post_metrics": {(405, "method_not_allowed")},
+    "query_string": {(200, None)}, "duplicate_keys": {(200, None)}, "byte_order_mark": {(200, None)},
+    "huge_float": {(400, "not_a_string")}, "long_integer": {BAD_JSON}, "nul_in_text": {(400, "nul_byte")},
+    "charset_latin1": {MEDIA}, "problem_json": {MEDIA}, "array_body": {(400, "missing_field")},
+    "text_and_texts": {(400, "missing_field")}, "trailing_garbage": {BAD_JSON},
+    "many_empty_texts": {(413, "too_many_texts")},
+}
+ODD_BODIES = {"expect_continue": b'{"text":"A"}', "absolute_form": b'{"text":"A"}', "query_string": b'{"text":"A"}',
+              "duplicate_keys": b'{"text":"B"}', "byte_order_mark": b'{"text":"A"}', "head_health": b"",
+              "get_with_body": b'{"status":"ok","workers":1,"workers_total":1}'}
+
+
+@pytest.mark.parametrize("name", sorted(ODD))
+def test_bent_requests_get_what_http_and_json_allow(server, name):
+    """Requests that bend HTTP/1.1 or JSON (pipelining, 100-continue, smuggling
+    shapes, folded headers, absolute-form targets, HEAD, duplicate keys, a BOM,
+    numbers past every limit): each gets a JSON answer the specifications allow
+    (a 200 where they allow the request, the right body in it), in time, and
+    the server goes on serving."""
+    port, backend, metrics = server
+    out = ODD[name](port)
+    # (a HEAD's answer has no body, so no error code: its status and type are checked)
+    assert (hostile.acceptable(out, allow_ok=True) or name.startswith("head_")) and out.status != -1, (name, out)
+    assert (out.status, out.code) in ODD_EXPECT[name], (name, out)
+    assert out.content_type.startswith("application/json") or name == "pipelined", (name, out)
+    assert out.seconds < 5, (name, out)
+    if name in ODD_BODIES:
+        assert out.raw == ODD_BODIES[name], (name, out)
+    if name == "pipelined":  # both answered, in order, each a 200 with its own text
+        assert out.raw.count(b"HTTP/1.1 200 ") == 2, out
+        assert 0 < out.raw.index(b'{"text":"ONE"}') < out.raw.index(b'{"text":"TWO"}'), out
+    _ok(port)
+    assert metrics.registry.get_sample_value("fa_request_errors_total", {"code": "internal"}) in (None, 0.0)
+
+
 def test_slow_headers_are_cut_within_the_timeout(server):
     out = CASES["slow_headers"](server[0])
     assert out.status == 408 and HEADER_TIMEOUT * 0.9 <= out.seconds <= HEADER_TIMEOUT * 2 + 1, out

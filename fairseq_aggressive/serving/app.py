@@ -245,6 +245,9 @@ class Guard:
             return await self.app(scope, receive, send)
         rid = new_request_id()
         scope["fa.request_id"] = rid
+        if scope["path"].startswith(("http://", "https://")):  # absolute-form (RFC 9112 3.2.2), which h11 leaves whole
+            path = "/" + scope["path"].split("://", 1)[1].partition("/")[2]
+            scope = dict(scope, path=path, raw_path=path.encode("latin-1", "replace"))
         if self.expected is not None and scope["path"] != "/health":
             given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
             if not hmac.compare_digest(given, self.expected):
