@@ -109,6 +109,7 @@ def cases(header_timeout: float, body_timeout: float, max_body: int) -> Dict[str
         "idle_connection": lambda p: exchange(p, b"", timeout=header_timeout * 3 + 5),
         "slow_body": lambda p: exchange(p, request("POST", TRANSLATE, b'{"text": "', j).replace(
             b"Content-Length: 10", b"Content-Length: 100"), timeout=body_timeout * 3 + 5),
+        "continue_then_nothing": lambda p: _expect_continue(p, send_body=False, timeout=body_timeout * 3 + 5),
         "headers_then_nothing": lambda p: exchange(p, request("POST", TRANSLATE, b"", j).replace(
             b"Content-Length: 0", b"Content-Length: 100"), timeout=body_timeout * 3 + 5),
         "declared_huge_body": lambda p: exchange(p, request("POST", TRANSLATE, b"", j).replace(
@@ -209,17 +210,19 @@ def _pipelined(port: int) -> Outcome:
     return Outcome(status, seconds=time.monotonic() - start, raw=data)
 
 
-def _expect_continue(port: int) -> Outcome:
+def _expect_continue(port: int, send_body: bool = True, timeout: float = 10) -> Outcome:
     """Headers with ``Expect: 100-continue``, the body only after the server's
-    100; the answer that follows (``code``: "continued" when the 100 came)."""
+    100 (``send_body`` False: never); the answer that follows (``code`` of a
+    200: "continued" when the 100 came)."""
     body = b'{"text": "a"}'
-    with _connect(port, 10) as s:
+    with _connect(port, timeout) as s:
         s.sendall(request("POST", TRANSLATE, body, extra="Expect: 100-continue\r\n")[: -len(body)])
-        interim = read_answer(s, 10)
+        interim = read_answer(s, timeout)
         if interim.status != 100:
             return interim
-        s.sendall(body)
-        out = read_answer(s, 10)
+        if send_body:
+            s.sendall(body)
+        out = read_answer(s, timeout)
         out.code = out.code or "continued"
         return out
 

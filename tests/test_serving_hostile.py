@@ -100,7 +100,7 @@ def test_every_hostile_request_gets_a_json_4xx_or_a_clean_close(server, name):
 def test_expected_codes(server):
     port = server[0]
     expect = {"slow_headers": (408, "header_timeout"), "slow_body": (408, "body_timeout"),
-              "headers_then_nothing": (408, "body_timeout"),
+              "headers_then_nothing": (408, "body_timeout"), "continue_then_nothing": (408, "body_timeout"),
               "declared_huge_body": (413, "body_too_large"), "chunked_over_limit": (413, "body_too_large"),
               "garbage_request_line": (400, "bad_http"), "nested_json": (400, "bad_json"),
               "surrogate": (400, "bad_text"), "text_plain": (415, "unsupported_media_type"),
