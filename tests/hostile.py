@@ -175,6 +175,7 @@ def odd_cases() -> Dict[str, Callable[[int], Outcome]]:
         "head_health": raw("HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"),
         "head_translate": raw("HEAD /v1/translate HTTP/1.1\r\nHost: x\r\n\r\n"),
         "post_metrics": post(b"{}", path="/metrics"),
+        "percent_encoded_path": post(b'{"text": "a"}', path="/v1/%74ranslate"),
         "query_string": post(b'{"text": "a"}', path=TRANSLATE + "?x=%ZZ&&=="),
         "duplicate_keys": post(b'{"text": "a", "text": "b"}'),
         "byte_order_mark": post(b'\xef\xbb\xbf{"text": "a"}'),

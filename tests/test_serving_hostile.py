@@ -125,13 +125,13 @@ ODD_EXPECT = {
     "lowercase_method": {BAD_HTTP, (405, "method_not_allowed")}, "http2_preface": {BAD_HTTP, (404, "not_found")},
     "long_url": {(431, "headers_too_large")}, "absolute_form": {(200, None)}, "get_with_body": {(200, None)},
     "head_health": {(200, None)}, "head_translate": {(405, None)}, "post_metrics": {(405, "method_not_allowed")},
-    "query_string": {(200, None)}, "duplicate_keys": {(200, None)}, "byte_order_mark": {(200, None)},
+    "percent_encoded_path": {(200, None)}, "query_string": {(200, None)}, "duplicate_keys": {(200, None)}, "byte_order_mark": {(200, None)},
     "huge_float": {(400, "not_a_string")}, "long_integer": {BAD_JSON}, "nul_in_text": {(400, "nul_byte")},
     "charset_latin1": {MEDIA}, "problem_json": {MEDIA}, "array_body": {(400, "missing_field")},
     "text_and_texts": {(400, "missing_field")}, "trailing_garbage": {BAD_JSON},
     "many_empty_texts": {(413, "too_many_texts")},
 }
-ODD_BODIES = {"expect_continue": b'{"text":"A"}', "absolute_form": b'{"text":"A"}', "query_string": b'{"text":"A"}',
+ODD_BODIES = {"expect_continue": b'{"text":"A"}', "percent_encoded_path": b'{"text":"A"}', "absolute_form": b'{"text":"A"}', "query_string": b'{"text":"A"}',
               "duplicate_keys": b'{"text":"B"}', "byte_order_mark": b'{"text":"A"}', "head_health": b"",
               "get_with_body": b'{"status":"ok","workers":1,"workers_total":1}'}
 
