@@ -66,6 +66,8 @@ def from_kept(data_bin, save):
         stamp = json.loads((KEPT / "RECIPE.json").read_text())
     except OSError:
         return False
+    if not (KEPT / "checkpoint.pt").is_file():
+        return False
     if stamp["recipe"] != recipe() or stamp["dict_sha256"] != _sha256(data_bin / "dict.src.txt"):
         return False
     state = torch.load(KEPT / "checkpoint.pt", map_location="cpu", weights_only=False)
