@@ -292,4 +292,7 @@ def test_health_answers_while_the_largest_allowed_request_is_prepared():
         proc.wait(60)
     assert [o.status for o in outcomes] == [200, 413] * 2, outcomes
     assert all(s == 200 for _, s in health) and len(health) > 20
-    assert max(h for h, _ in health) < 0.05, sorted(h for h, _ in health)[-5:]
+    # each of the 4 requests prepared on the event loop would hold one probe for its whole preparation;
+    # one probe past 50 ms is allowed (the OS's scheduling on 2 busy cores: 79 ms seen once in CI)
+    slowest = sorted(h for h, _ in health)[-5:]
+    assert slowest[-2] < 0.05 and slowest[-1] < 0.5, slowest
