@@ -148,13 +148,15 @@ def test_compare_builds(trained, tmp_path):
 def test_linear_rate():
     """scripts/diagnostics/linear_rate.py: the engine's linear kernels timed by rows
     per call beside the float32 peak, float32 and int8, each shape's row counts
-    against one row's."""
+    against one row's.  No kernel runs past the peak it is measured against (a
+    peak probe whose accumulators outnumber the vector registers spills them and
+    reads low: on AVX2 the kernels of 32 rows then showed 130-160% of it)."""
     from helpers import NATIVE_REASON
 
     if NATIVE_REASON is not None:
         pytest.skip(NATIVE_REASON)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
-                           "--dim", "64", "--ffn", "96", "--vocab", "300", "--rows", "3,7", "--threads", "1",
+                           "--dim", "128", "--ffn", "512", "--vocab", "300", "--rows", "3,32", "--threads", "1",
                            "--precision", "float32", "int8", "--decoder-layers", "2"], capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -166,20 +168,24 @@ def test_linear_rate():
         peak8 = re.search(r"int8 product peak \(the vector tiles' instructions\) (\d+) GOPS", block)
         assert (peak8 is not None and int(peak8.group(1)) > 0) == (precision == "int8"), out
         rows = re.findall(r"^\| (q\+k\+v|out|fc1|fc2|vocab) \((\d+) x (\d+)\) \| (.*) \|$", block, re.M)
-        assert [(r[0], r[1], r[2]) for r in rows] == [("q+k+v", "192", "64"), ("out", "64", "64"),
-                                                     ("fc1", "96", "64"), ("fc2", "64", "96"),
-                                                     ("vocab", "300", "64")], out
+        assert [(r[0], r[1], r[2]) for r in rows] == [("q+k+v", "384", "128"), ("out", "128", "128"),
+                                                     ("fc1", "512", "128"), ("fc2", "128", "512"),
+                                                     ("vocab", "300", "128")], out
         for r in rows:
             cells = r[3].split(" | ")
-            assert len(cells) == 3 and cells[0].endswith(", 1.00x"), out  # M = 1, 3, 7
+            assert len(cells) == 3 and cells[0].endswith(", 1.00x"), out  # M = 1, 3, 32
             assert all(float(c.split(" us")[0]) > 0 for c in cells), out
+            # the shares of the peaks (int8: of the float32 peak, then of its own), with room for the host's noise
+            shares = [float(v) for c in cells for v in re.findall(r"(\d+)%", c)[1 if precision == "int8" else 0:]]
+            if precision == "float32" or "AMX tiles: none" in block:  # (AMX tiles pass the vector peak)
+                assert shares and max(shares) <= 120, (r[0], shares, out)
         # --decoder-layers 2: a whole pass's products (2 x 6 layer products and the vocabulary)
         whole = re.search(r"^\| a decoder pass's products \(2 layers, ([\d.]+) MB, one after another\) \| (.*) \|$",
                           block, re.M)
         assert whole, out
         cells = whole.group(2).split(" | ")
         assert len(cells) == 3 and cells[0].endswith(", 1.00x") and all(float(c.split(" us")[0]) > 0 for c in cells)
-        weights = 2 * (192 * 64 + 3 * 64 * 64 + 96 * 64 + 64 * 96) + 300 * 64  # without one "out": 0.82 of it
+        weights = 2 * (384 * 128 + 3 * 128 * 128 + 512 * 128 + 128 * 512) + 300 * 128
         per_value = 4 if precision == "float32" else 1  # bytes per weight (int8's scales and sums: a few %)
         assert 1.0 <= float(whole.group(1)) / (weights * per_value / 1e6) < 1.1, out
     bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
