@@ -35,11 +35,12 @@ using Clock = std::chrono::steady_clock;
 
 // Independent accumulators: more than the multiply-adds in flight (latency x
 // units: 10 on a Zen 3 core, 8 on Golden Cove's), and with the operands (and
-// int8's products) within the vector registers: 32 of them with AVX-512 and on
-// aarch64, 16 on AVX2 and SSE, where 16 chains spilled to the stack on every
-// step (on a 2-core Zen 3 guest the float32 peak read 113 GFLOP/s instead of
-// 180, below what the kernels themselves ran at)
-#if defined(FA_ISA_AVX512) || defined(__aarch64__)
+// int8's products) within the vector registers: 32 with AVX-512 (one each);
+// 16 on AVX2 and SSE, where 16 chains spilled to the stack on every step (on a
+// 2-core Zen 3 guest the float32 peak read 113 GFLOP/s instead of 180, below
+// what the kernels themselves ran at); 32 on aarch64, where a vector of 8
+// lanes takes two
+#if defined(FA_ISA_AVX512)
 constexpr int kChains = 16;
 #else
 constexpr int kChains = 12;
