@@ -122,6 +122,39 @@ def m2_cli(hyps, gold, tmp_path):
     return {k.strip(): float(v) for k, v in (line.split(":") for line in out.strip().splitlines())}
 
 
+def differences_are_near_ties(work, subset):
+    """The sentences of ``subset`` whose IAD output differs from fairseq's greedy
+    (decoded again as the pipeline's ci scale decodes, BPE kept), each checked to
+    be a genuine near-tie: greedy's top-2 log-prob gap at the first differing
+    token below NEAR_TIE on the checkpoint's full forward pass (the model of a
+    minute's training is nearly flat, and a machine whose torch rounds otherwise
+    can meet one); any other difference fails.  Returns how many differ."""
+    import torch
+    from fairseq import checkpoint_utils
+
+    from helpers import BIN, NEAR_TIE, USER_DIR, _top2_gap
+
+    ckpt, data = work / "models" / "9x3" / "checkpoint_best.pt", work / "data" / "bin"
+    hyps = {}
+    for extra in ([], ["--decoding", "iad"]):
+        out = run([os.path.join(BIN, "fairseq-generate"), str(data), "--path", str(ckpt), "--user-dir", USER_DIR,
+                   "--task", "aggressive_translation", "-s", "src", "-t", "tgt", "--gen-subset", subset, "--beam", "1",
+                   "--max-tokens", "4000", "--max-len-a", "1.2", "--max-len-b", "10", *extra]).stdout
+        hyps[bool(extra)] = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", out, re.M))
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)], arg_overrides={"data": str(data)})
+    model, d = models[0].eval(), task.target_dictionary
+    task.load_dataset(subset)
+    differ = [i for i in hyps[False] if hyps[False][i] != hyps[True][i]]
+    for i in differ:
+        g, a = ([d.index(w) for w in h.split()] + [d.eos()] for h in (hyps[False][i], hyps[True][i]))
+        k = next(j for j, (x, y) in enumerate(zip(g, a)) if x != y)
+        src = task.dataset(subset)[int(i)]["source"]
+        sample = {"net_input": {"src_tokens": src.unsqueeze(0), "src_lengths": torch.tensor([len(src)])}}
+        gap = _top2_gap(model, sample, 0, g[:k], d.eos())
+        assert gap < NEAR_TIE, (subset, i, k, gap, hyps[False][i], hyps[True][i])
+    return len(differ)
+
+
 @pytest.mark.slow
 @pytest.mark.e2e
 @pytest.mark.timeout(1800)
@@ -137,8 +170,9 @@ def test_gec_pipeline_ci_scale_end_to_end(tmp_path):
     for row in decode.values():
         assert row["sentences"] == n_test
         assert 0.0 <= row["f0.5"] <= 1.0 and 0.0 <= row["gleu"] <= 1.0
-    assert decode["9x3-iad"]["identical_to_9x3-greedy"] == n_test
-    assert decode["9x3-iad-valid"]["identical_to_9x3-greedy-valid"] == n_test
+    for subset, name in (("test", "9x3"), ("valid", "9x3-valid")):
+        same = decode[name.replace("9x3", "9x3-iad")][f"identical_to_{name.replace('9x3', '9x3-greedy')}"]
+        assert same == n_test or differences_are_near_ties(work, subset) == n_test - same
     assert (work / "gold-valid.m2").exists() and decode["9x3-greedy-valid"]["f0.5"] != decode["9x3-greedy"]["f0.5"]
     # the table's M2 numbers are the console scorer's on the same output
     greedy = pipeline.read_generate(work / "decode" / "9x3-greedy.txt")[0]
