@@ -113,8 +113,9 @@ def test_drafted_passes_slower_than_greedy_stop_drafting(test_lib, sentences, lo
     hub, iad, _ = _translators()  # a fresh policy: it learns this machine anew
     slow_out, slow = loop(hub, iad, sentences)
     assert slow_out == ref
-    # measured both ways, then one pass in 64 (a loaded or noisy host takes longer to settle)
-    assert slow < 0.3 * quiet, (slow, quiet)
+    # measured both ways, then one pass in 64 (a loaded or noisy host takes longer to settle: on a
+    # 2-core Zen 3 guest 0.35 of quiet's rate once); without the check it stays above 0.7 (below)
+    assert slow < 0.5 * quiet, (slow, quiet)
 
     test_lib.fa_set_realized_check(0)  # the same delay without the check: the model drafts on
     blind_outs, blind = _fresh(loop, sentences, lambda rate: rate > 0.7 * quiet)
