@@ -1,15 +1,19 @@
 """fairseq-aggressive: aggressive (draft -> verify -> accept) decoding for fairseq.
 
-Load with ``--user-dir fairseq_aggressive`` (or ``import fairseq_aggressive``).
+Load with ``--user-dir fairseq_aggressive`` (or ``import fairseq_aggressive``, before or
+after fairseq's own imports: the components register with fairseq when it is loaded,
+:mod:`.registration`).
 """
-from .compat import patch_checkpoint_loading
-from .distributed import patch_cpu_distributed
+from .registration import register_with_fairseq
 
-patch_checkpoint_loading()
-patch_cpu_distributed()  # fairseq's distributed training on CPU processes (GPU runs untouched)
-
-from . import criterions, models, tasks  # noqa: E402,F401  (register components)
-from .hf import bpe as _hf_bpe  # noqa: E402,F401  (--bpe hf_sentencepiece)
-from .translator import Translator  # noqa: E402,F401
+register_with_fairseq()
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name):
+    if name == "Translator":  # (loads torch and fairseq: only when asked for)
+        from .translator import Translator
+
+        return Translator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -48,15 +48,26 @@ def batches(rows, bsz):
         yield rows[i : i + bsz]
 
 
-def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None, agg_kw=None):
+# fairseq's greedy outputs by (the model's name, the generation options, the batch's rows): the
+# tests that decode one model's rows in several ways compute the reference once
+_REFS = {}
+
+
+def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None, agg_kw=None, model_name=None):
     """Greedy (stock) vs aggressive on ``rows`` in batches of ``bsz``;
-    ``agg_kw`` are options of the aggressive generator only."""
+    ``agg_kw`` are options of the aggressive generator only.  ``model_name``: a name
+    that only this model (its shape and seed) has, under which the references are kept."""
     d = task.target_dictionary
     gen_kw = gen_kw or {}
     cmp, accepted = None, 0
     for chunk in batches(rows, bsz):
         sample = make_sample(chunk, d.pad())
-        ref = greedy(model, d, sample, **gen_kw)
+        key = (model_name, tuple(sorted(gen_kw.items())), tuple(map(tuple, chunk)))
+        ref = _REFS.get(key) if model_name is not None else None
+        if ref is None:
+            ref = greedy(model, d, sample, **gen_kw)
+            if model_name is not None:
+                _REFS[key] = ref
         drafter = drafter_factory(ref) if drafter_factory else None
         out, gen = aggressive(model, task, sample, drafter=drafter, **gen_kw, **(agg_kw or {}))
         cmp = compare(model, sample, ref, out, cmp)
@@ -76,7 +87,7 @@ def test_iad_matches_greedy_random_models(shape, bsz, engine):
     model = make_model(task, seed=len(shape), **SHAPES[shape])
     rng = random.Random(hash((shape, bsz)) % 1000)
     rows = random_sources(rng, 48, len(d), d.eos()) + random_sources(rng, 24, len(d), d.eos(), repeat=True)
-    cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40), agg_kw=dict(engine=engine))
+    cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40), agg_kw=dict(engine=engine), model_name=shape)
     assert cmp.identical + cmp.near_ties == len(rows)
 
 
@@ -99,8 +110,9 @@ def test_iad_honours_generation_options(gen_kw):
     rng = random.Random(7)
     rows = random_sources(rng, 40, len(d), d.eos())
     for bsz in (1, 8):
-        check(model, task, rows, bsz, gen_kw=gen_kw)  # the default: the engine's draft-length budget where it runs
-        cmp = check(model, task, rows, bsz, gen_kw=gen_kw, agg_kw=dict(draft_cost="off"))  # every draft verified
+        # the default: the engine's draft-length budget where it runs; then every draft verified
+        check(model, task, rows, bsz, gen_kw=gen_kw, model_name="seed 3")
+        cmp = check(model, task, rows, bsz, gen_kw=gen_kw, agg_kw=dict(draft_cost="off"), model_name="seed 3")
         assert cmp.accepted > 0, f"batch {bsz}: no drafted token was accepted"
 
 
@@ -112,12 +124,13 @@ def test_iad_max_draft_len(lmax):
     model = make_model(task, seed=4)
     rows = random_sources(random.Random(lmax), 32, len(d), d.eos())
     for bsz in (1, 8):
-        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=30), agg_kw=dict(max_draft_len=lmax))
+        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=30), agg_kw=dict(max_draft_len=lmax),
+                    model_name="seed 4")
         assert lmax > 0 or cmp.accepted == 0, f"batch {bsz}: {cmp.accepted} drafted tokens accepted"
         # the drafts as made (not the engine's draft-length budget): Lmax 0: greedy steps only; otherwise
         # short drafts are accepted too
-        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=30), agg_kw=dict(max_draft_len=lmax,
-                                                                                    draft_cost="off"))
+        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=30),
+                    agg_kw=dict(max_draft_len=lmax, draft_cost="off"), model_name="seed 4")
         assert (cmp.accepted > 0) == (lmax > 0), f"batch {bsz}: {cmp.accepted} drafted tokens accepted"
 
 
@@ -165,11 +178,11 @@ def test_core_with_noisy_oracle_drafts(p_corrupt, engine, bsz):
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=11, decoder_layers=3)
+    rows = random_sources(random.Random(bsz), 64, len(d), d.eos())  # (one reference for every setting)
     rng = random.Random(int(p_corrupt * 100) + bsz)
-    rows = random_sources(rng, 64, len(d), d.eos())
     factory = lambda ref: NoisyOracleDrafter(ref, rng, p_corrupt, len(d))  # noqa: E731
     cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=50), drafter_factory=factory,
-                agg_kw=dict(engine=engine))
+                agg_kw=dict(engine=engine), model_name="seed 11, 3 decoder layers")
     assert cmp.accepted > 0  # long accepted runs were verified, not only single steps
 
 
