@@ -12,8 +12,8 @@ PACKAGE = os.path.join(ROOT, "fairseq_aggressive")
 MAX_LINES = 400
 LONG_ALLOWED = {os.path.join("evaluation", "m2.py")}
 ROOT_MODULES = {"__init__", "acceptance", "compat", "constants", "decoding", "decoding_options", "distributed",
-                "draft_budget", "draft_policy", "engines", "generator", "model_shapes", "options", "registration", "shortlist",
-                "stats", "translator"}
+                "draft_budget", "draft_policy", "engines", "generator", "model_shapes", "options", "registration",
+                "shortlist", "stats", "translator"}
 
 
 def _modules():
