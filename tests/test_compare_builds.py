@@ -3,13 +3,17 @@ compare_builds_streamed.py (two engine library files, a null pair here: a copy
 of the one this checkout loads, stream the same sentences in turns, every
 output checked against the sentence's own translate(s); the same file on both
 sides is refused), lanes_side_by_side.py (static batches whole and in
-lanes, the outputs checked equal) and lane_rows_side_by_side.py (streams with
-and without each lane's bound on its rows, the outputs checked)."""
+lanes, the outputs checked equal) lane_rows_side_by_side.py (streams with
+and without each lane's bound on its rows, the outputs checked) and cpu_share.py
+(the engine's stream and CTranslate2 quiet and beside busy processes in turns, with
+the CPUs each held)."""
 import os
 import re
 import shutil
 import subprocess
 import sys
+
+import pytest
 
 from helpers import ROOT, needs_native
 
@@ -76,3 +80,21 @@ def test_lane_rows_side_by_side():
         proc = subprocess.run([sys.executable, script, *ARGS, *bad], capture_output=True, text=True, timeout=300,
                               cwd=ROOT)
         assert proc.returncode != 0 and "must be >= 1" in proc.stderr, bad
+
+
+@pytest.mark.slow
+def test_cpu_share():
+    pytest.importorskip("ctranslate2")
+    script = os.path.join(ROOT, "scripts", "diagnostics", "cpu_share.py")
+    proc = subprocess.run([sys.executable, script, *ARGS, "--rows", "4", "--sentences", "12", "--rounds", "1",
+                           "--load", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = re.findall(r"^\| (engine stream|CTranslate2) \| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
+                      proc.stdout, re.M)
+    assert sorted((w, load) for w, load, *_ in rows) == [("CTranslate2", "0"), ("CTranslate2", "1"),
+                                                         ("engine stream", "0"), ("engine stream", "1")], proc.stdout
+    cpus = len(os.sched_getaffinity(0))
+    assert all(float(wall) > 0 and float(cpu) > 0 and 0 < float(held) <= cpus + 0.25 for *_, wall, cpu, held in rows)
+    proc = subprocess.run([sys.executable, script, *ARGS, "--rows", "0"], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 2 and "must be >= 1" in proc.stderr
