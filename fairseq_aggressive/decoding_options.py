@@ -12,14 +12,13 @@ constrain each other, and returns a frozen description;
 :mod:`fairseq_aggressive.decoding` builds the drafter, the acceptance rule and
 the generator from it.  The task reads its configuration this way when it is
 created, so a bad value stops ``fairseq-train`` and ``fairseq-generate``
-before anything loads."""
+before anything loads.  The module loads neither torch nor fairseq (a choice's
+type is a tuple of its choices, fairseq's ``ChoiceEnum`` only in the task's
+field), so the command lines build their parsers at once."""
 import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from fairseq.dataclass import ChoiceEnum
-
-from .acceptance import build_acceptance, build_blockwise_acceptance
 from .constants import DEFAULT_MAX_DRAFT_LEN, ENGINES, PRECISION_CHOICES, PRECISIONS
 from .drafters import DECODINGS
 from .options import (check_block_size, check_confidence, check_draft_cost, check_iad_branches, check_isa,
@@ -55,7 +54,7 @@ def _decoding(value):
 
 @dataclass(frozen=True)
 class Option:
-    """One decoding option: its command-line ``type`` (a fairseq ChoiceEnum
+    """One decoding option: its command-line ``type`` (a tuple of its choices
     for a choice), ``default`` and ``help`` (``metadata``: more of the
     field's metadata), and ``read``: its value in :class:`DecodingOptions`
     from the command line's (the default where unset), checked."""
@@ -68,18 +67,19 @@ class Option:
     metadata: dict = dataclasses.field(default_factory=dict)
 
     def task_field(self):
-        """(name, type, field) of the task's configuration dataclass."""
-        return self.name, self.type, dataclasses.field(default=self.default,
+        """(name, type, field) of the task's configuration dataclass (a choice's type
+        fairseq's ``ChoiceEnum``)."""
+        kind = self.type
+        if isinstance(kind, tuple):
+            from fairseq.dataclass import ChoiceEnum
+
+            kind = ChoiceEnum(list(kind))
+        return self.name, kind, dataclasses.field(default=self.default,
                                                        metadata={"help": self.help, **self.metadata})
 
 
-DECODING_CHOICES = ChoiceEnum(["beam", *DECODINGS])
-PRECISION = ChoiceEnum(list(PRECISION_CHOICES))
-ENGINE_CHOICES = ChoiceEnum(list(ENGINES))
-INFERENCE_PRECISION = ChoiceEnum(list(PRECISIONS))
-
 OPTIONS = (
-    Option("decoding", DECODING_CHOICES, "beam",
+    Option("decoding", ("beam", *DECODINGS), "beam",
            "decoder: beam = fairseq's SequenceGenerator (beam search / greedy); iad = input-guided aggressive "
            "decoding; gad = a block_nat drafter (--drafter-path) proposes --block-size tokens per pass (both "
            "greedy-exact unless --gad-beta > 1, need --beam 1); blockwise = the proposal heads of a "
@@ -106,7 +106,7 @@ OPTIONS = (
     Option("block_size", Optional[int], None,
            "block_nat: tokens drafted per block (k); training default 25, decoding default = the drafter's "
            "training value", check_block_size),
-    Option("drafter_bf16", PRECISION, "off",
+    Option("drafter_bf16", PRECISION_CHOICES, "off",
            "GAD: run the drafter in bfloat16: auto (the bare flag) = only where the CPU has native bf16 "
            "(AVX-512 BF16, AMX), else float32 with a warning; on = always; off. The verifier stays fp32, so "
            "exact GAD still equals greedy", _one_of("--drafter-bf16", PRECISION_CHOICES),
@@ -115,7 +115,7 @@ OPTIONS = (
            "feature-ar: a draft ends after its first token whose probability under the drafter is below this "
            "(0 = off: drafts of --block-size tokens); shorter drafts where the drafter is unsure, fewer drafting "
            "steps and verified positions; the output stays greedy's", check_confidence),
-    Option("drafter_precision", INFERENCE_PRECISION, "float32",
+    Option("drafter_precision", PRECISIONS, "float32",
            "GAD, feature-ar: int8 = the drafter's linear layers in int8 (the arithmetic of --inference-precision "
            "int8), cheaper drafting steps; proposals only: the verifier (any precision) decides, so exact "
            "decoding still gives the verifier's greedy output", _one_of("--drafter-precision", PRECISIONS)),
@@ -130,7 +130,7 @@ OPTIONS = (
            lambda value: 0.0 if value is None else float(value)),
     Option("blockwise_topk", int, 1, "blockwise: accept a proposed token in the verifier's top-K (1 = exact)", int),
     Option("min_block_size", int, 1, "blockwise: every pass emits at least this many tokens (1 = exact)", int),
-    Option("engine", ENGINE_CHOICES, "auto",
+    Option("engine", ENGINES, "auto",
            "verifier of --decoding iad/gad/blockwise: native = the compiled CPU engine (fairseq_aggressive/native, "
            "compiled into the package per instruction set; standard Transformers; exact, GAD++ and top-k "
            "acceptance); torch = the torch verifier; auto = native where it runs, else torch (the output is the "
@@ -162,6 +162,8 @@ OPTIONS = (
 
 def _read(cls, option: Callable[[str], object]) -> "DecodingOptions":
     """Every option through ``option(name)`` (None: its default), read and checked."""
+    from .acceptance import build_acceptance, build_blockwise_acceptance
+
     raw = {o.name: option(o.name) for o in OPTIONS}
     given = {o.name: (o.default if raw[o.name] is None else raw[o.name]) for o in OPTIONS}
     values = {o.name: o.read(given[o.name]) for o in OPTIONS}

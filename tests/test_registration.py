@@ -1,5 +1,6 @@
 """The package registers with fairseq whichever of the two is imported first,
-and its scorers load neither torch nor fairseq (fairseq_aggressive/registration.py).
+and its scorers and command lines' parsers load neither torch nor fairseq
+(fairseq_aggressive/registration.py).
 Each case runs in a fresh interpreter: the order of the first imports is what is tested."""
 import subprocess
 import sys
@@ -29,7 +30,7 @@ print("registered")
 FIRST_IMPORTS = {
     "package, then fairseq": "import fairseq_aggressive\nimport fairseq\n",
     # a module of the package that imports fairseq while it runs: the registration waits for it
-    "a module that imports fairseq": "import fairseq_aggressive.decoding_options\n",
+    "a module that imports fairseq": "import fairseq_aggressive.drafters.nar_block_checkpoint\n",
 }
 
 
@@ -49,6 +50,23 @@ def test_scorers_load_neither_torch_nor_fairseq():
         "import fairseq_aggressive\n"
         "from fairseq_aggressive.evaluation import bleu, generate_output, gleu, m2, m2_to_parallel, parallel_to_m2\n"
         "heavy = [m for m in ('torch', 'fairseq', 'numpy') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+        "print('light')\n")
+    assert proc.returncode == 0 and "light" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_the_command_lines_parse_without_torch_or_fairseq():
+    """--help and argument errors of fairseq-aggressive-serve and -translate answer at once:
+    their parsers (every decoding option, its choices and default) and the options' reading
+    load neither torch nor fairseq."""
+    proc = _run(
+        "import sys\n"
+        "from fairseq_aggressive.serving import cli, translate_cli\n"
+        "from fairseq_aggressive.decoding_options import DecodingOptions\n"
+        "for p in (cli.parser(), translate_cli.parser()):\n"
+        "    text = p.format_help()\n"
+        "    assert '--decoding' in text and 'feature-ar' in text and '--native-threads' in text, text\n"
+        "heavy = [m for m in ('torch', 'fairseq') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
         "print('light')\n")
     assert proc.returncode == 0 and "light" in proc.stdout, proc.stderr[-3000:]

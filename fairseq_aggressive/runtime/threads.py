@@ -20,8 +20,6 @@ import math
 import os
 from typing import Optional
 
-import torch
-
 # the engine's threads for every model in this process (the default's override, like OMP_NUM_THREADS)
 THREADS_ENV = "FAIRSEQ_AGGRESSIVE_NATIVE_THREADS"
 
@@ -106,6 +104,8 @@ def parse_threads(value) -> Optional[int]:
 @contextlib.contextmanager
 def torch_single_threaded():
     """Hold torch to one intra-op thread inside the block (the engine's threads run meanwhile)."""
+    import torch  # (not at the top: parse_threads serves argument parsing, which loads no torch)
+
     before = torch.get_num_threads()
     if before != 1:
         torch.set_num_threads(1)

@@ -43,14 +43,14 @@ def add_decoding_arguments(p: argparse.ArgumentParser, greedy: bool = True) -> t
         if typing.get_origin(kind) is typing.Union:  # Optional[X]
             kind = next(a for a in typing.get_args(kind) if a is not type(None))
         if o.name == "decoding":
-            choices = [c.value for c in kind] + (["greedy"] if greedy else [])
+            choices = list(kind) + (["greedy"] if greedy else [])
             add(o.name, str, "iad", ("greedy = greedy search on the native engine's running batch (iad with "
                                      "drafts of 0 tokens); " if greedy else "") + o.help, choices=choices)
         elif isinstance(kind, type) and issubclass(kind, bool):
             add(o.name, bool, o.default, o.help, action="store_true")
-        elif hasattr(kind, "__members__"):  # a fairseq ChoiceEnum
+        elif isinstance(kind, tuple):  # a choice
             extra = {"nargs": "?", "const": o.metadata["argparse_const"]} if "argparse_const" in o.metadata else {}
-            add(o.name, str, o.default, o.help, choices=[c.value for c in kind], **extra)
+            add(o.name, str, o.default, o.help, choices=list(kind), **extra)
         else:
             add(o.name, kind, o.default, o.help, type=kind, metavar=kind.__name__.upper())
     add("inference_precision", str, "float32", "int8: int8 linear layers (the same int8 model everywhere; "

@@ -5,11 +5,16 @@ precision choices of this plugin."""
 import dataclasses
 from dataclasses import dataclass, field
 
+from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks.translation import TranslationConfig
 
-from ..decoding_options import DECODING_CHOICES, ENGINE_CHOICES, INFERENCE_PRECISION, OPTIONS, PRECISION
+from ..constants import PRECISION_CHOICES, PRECISIONS
+from ..decoding_options import OPTIONS
 
-__all__ = ["AggressiveTranslationConfig", "DECODING_CHOICES", "ENGINE_CHOICES", "INFERENCE_PRECISION", "PRECISION"]
+__all__ = ["AggressiveTranslationConfig"]
+
+PRECISION = ChoiceEnum(list(PRECISION_CHOICES))
+INFERENCE_PRECISION = ChoiceEnum(list(PRECISIONS))
 
 
 @dataclass
