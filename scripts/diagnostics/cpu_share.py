@@ -78,6 +78,7 @@ def _ct2(t, lines, a, cpus):
     import ctranslate2
 
     from fairseq_aggressive.bench.ct2 import converted_model
+    from fairseq_aggressive.bench.ct2_worker import translate
 
     model = converted_model(os.path.join(a.model_dir, "model.pt"), a.model_dir)
     ct = ctranslate2.Translator(model, device="cpu", compute_type="int8_float32" if a.int8 else "float32",
@@ -86,10 +87,11 @@ def _ct2(t, lines, a, cpus):
     toks = sorted(([sd[i] for i in t.encode(s).tolist()[:-1]] for s in lines), key=len)  # (no EOS: it adds its own)
     batches = [toks[i: i + a.rows] for i in range(0, len(toks), a.rows)]
 
+    requests = [{"tokens": b, "max_len": int(1.2 * (max(map(len, b)) + 1)) + 10} for b in batches]
+
     def run():
-        for b in batches:
-            ct.translate_batch(b, max_batch_size=-(-len(b) // cpus), beam_size=1,
-                               max_decoding_length=int(1.2 * (max(map(len, b)) + 1)) + 10)
+        for r in requests:
+            translate(ct, r, workers=cpus)
     return run
 
 
