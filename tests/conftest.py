@@ -79,7 +79,6 @@ def pytest_terminal_summary(terminalreporter):
 # (minutes: the tests that use them are marked slow)
 
 
-from tiny_model import COMMON, TINY  # noqa: E402
 
 
 def _once(tmp_path_factory, name, build):
@@ -106,54 +105,53 @@ def _once(tmp_path_factory, name, build):
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory):
     """A tiny deep/shallow model trained for a few hundred updates on the sample
-    (tests/tiny_model.py: the kept one where it is the recipe's)."""
+    (tests/tiny_model.py: the kept one where it is the recipe's): (data, checkpoint)."""
     import tiny_model
 
     def build(work):
         data_bin = tiny_model.prepare(work / "data")
         save = work / "ckpt"
-        if not tiny_model.from_kept(data_bin, save):
-            tiny_model.train(data_bin, save)
+        if not tiny_model.from_kept("ar", data_bin, save):
+            tiny_model.train("ar", data_bin, save)
         return [str(data_bin), str(save / "checkpoint_last.pt")]
 
     return tuple(Path(p) for p in _once(tmp_path_factory, "cli", build))
 
 
-@pytest.fixture(scope="session")
-def trained_drafter(trained, tmp_path_factory):
-    """A block_nat drafter (k=4) trained with glat_block_loss on the same data,
-    its encoder initialised from the AR model's.  Returns (checkpoint, log)."""
-    from helpers import USER_DIR, run, tool
+def _built_on_trained(name, trained, tmp_path_factory):
+    import tiny_model
 
     def build(save):
-        data, ar_ckpt = trained
-        proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
-                    "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
-                    "--arch", "block_nat", *TINY, *COMMON, "--criterion", "glat_block_loss",
-                    "--block-size", "4", "--glat-anneal-updates", "200", "--max-update", "200",
-                    "--log-interval", "20", "--init-encoder-from", str(ar_ckpt),
-                    "--save-dir", str(save)])
-        return [str(save / "checkpoint_last.pt"), proc.stdout + proc.stderr]
+        data, ar = trained
+        if not tiny_model.from_kept(name, data, save, ar):
+            tiny_model.train(name, data, save, ar)
+        return str(save / "checkpoint_last.pt")
 
-    ckpt, log = _once(tmp_path_factory, "drafter", build)
-    return Path(ckpt), log
+    return Path(_once(tmp_path_factory, name, build))
+
+
+@pytest.fixture(scope="session")
+def trained_drafter(trained, tmp_path_factory):
+    """A block_nat drafter (k=4) trained with glat_block_loss on the same data, its
+    encoder initialised from the AR model's (the kept one where it is the recipe's)."""
+    return _built_on_trained("drafter", trained, tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
 def trained_blockwise(trained, tmp_path_factory):
     """Proposal heads (k=4) trained on top of the frozen AR model of ``trained``
-    (the paper's 'regular' setting: only the new layer trains): decoded exactly,
-    the result must be that AR model's greedy output.  Returns (checkpoint, log)."""
-    from helpers import USER_DIR, run, tool
+    (the paper's 'regular' setting: only the new layer trains; the kept one where
+    it is the recipe's): decoded exactly, the result must be that AR model's greedy output."""
+    return _built_on_trained("blockwise", trained, tmp_path_factory)
 
-    def build(save):
-        data, ar_ckpt = trained
-        proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
-                    "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
-                    "--arch", "transformer_blockwise", "--blockwise-k", "4", *TINY, *COMMON,
-                    "--criterion", "blockwise_cross_entropy", "--max-update", "150", "--log-interval", "10",
-                    "--init-from-ar", str(ar_ckpt), "--freeze-base", "--save-dir", str(save)])
-        return [str(save / "checkpoint_last.pt"), proc.stdout + proc.stderr]
 
-    ckpt, log = _once(tmp_path_factory, "blockwise", build)
-    return Path(ckpt), log
+@pytest.fixture(scope="session")
+def trained_greedy(trained, tmp_path_factory):
+    """fairseq-generate's greedy output of ``trained`` on the test split (helpers.generate's
+    defaults), made once for the session: {sentence id: hypothesis}."""
+    from helpers import generate
+
+    def build(work):
+        return generate(*trained)[0]
+
+    return {int(k): v for k, v in _once(tmp_path_factory, "greedy", build).items()}

@@ -1,5 +1,5 @@
 """Blockwise end to end with the stock CLIs on the bundled sample: heads trained
-on a frozen AR model, fairseq-generate / fairseq-interactive / hub API with
+on a frozen AR model (tests/tiny_model.py), fairseq-generate / fairseq-interactive / hub API with
 --decoding blockwise, the approximate rules, the benchmark's blockwise modes."""
 import json
 import os
@@ -14,17 +14,6 @@ from helpers import BIN, ROOT, USER_DIR, generate, run, sample_test_size, tool
 pytestmark = pytest.mark.slow
 
 
-def test_blockwise_training_loss_goes_down(trained_blockwise):
-    ckpt, log = trained_blockwise
-    losses = [float(x) for x in re.findall(r"train_inner \| .*?\bloss=([\d.]+)", log)] or \
-        [float(x) for x in re.findall(r"\| loss ([\d.]+) \| nll_loss [\d.]+ \| acc_h1", log)]
-    assert len(losses) >= 3 and losses[-1] < losses[0] - 0.5, losses
-    heads = [float(x) for x in re.findall(r"valid on 'valid' subset .*?acc_h2 ([\d.]+)", log)]
-    assert heads and heads[-1] > 0.05, heads
-    assert "initialised the base Transformer from" in log
-    assert ckpt.exists()
-
-
 def per_pass(proc):
     m = re.search(r"aggressive decoding \(blockwise\): (\d+) sentences.*?([\d.]+) tokens accepted per pass",
                   proc.stderr)
@@ -32,10 +21,10 @@ def per_pass(proc):
     return int(m.group(1)), float(m.group(2))
 
 
-def test_generate_blockwise_equals_base_greedy(trained, trained_blockwise):
-    data, ar_ckpt = trained
-    bw = trained_blockwise[0]
-    base_greedy, _ = generate(data, ar_ckpt)          # the AR model the heads sit on
+def test_generate_blockwise_equals_base_greedy(trained, trained_blockwise, trained_greedy):
+    data, _ = trained
+    bw = trained_blockwise
+    base_greedy = trained_greedy                       # the AR model the heads sit on
     as_beam, _ = generate(data, bw)                    # --decoding beam: the base model
     exact, proc = generate(data, bw, "--decoding", "blockwise")
     assert len(base_greedy) == sample_test_size()
@@ -56,7 +45,7 @@ def test_interactive_hub_and_errors_blockwise(trained, trained_blockwise):
     import fairseq_aggressive  # noqa: F401
 
     data, ar_ckpt = trained
-    bw = trained_blockwise[0]
+    bw = trained_blockwise
     lines = [l.strip() for l in open(os.path.join(ROOT, "data/uagec-sample/test.tok.src"), encoding="utf-8")][:12]
     outs = {}
     for mode in ("beam", "blockwise"):
@@ -83,7 +72,7 @@ def test_interactive_hub_and_errors_blockwise(trained, trained_blockwise):
 def test_bench_blockwise_modes(trained_blockwise, trained, tmp_path):
     data, _ = trained
     js = tmp_path / "bench.json"
-    run([tool("fairseq-aggressive-bench"), str(data), "--path", str(trained_blockwise[0]), "--gen-subset", "valid",
+    run([tool("fairseq-aggressive-bench"), str(data), "--path", str(trained_blockwise), "--gen-subset", "valid",
          "--remove-bpe", "--bench-max-sentences", "24", "--warmup", "1", "--threads", "1",
          "--bench-modes", "greedy,blockwise,blockwise-top3,blockwise-min2", "--bench-json", str(js)])
     res = json.loads(js.read_text())["modes"]

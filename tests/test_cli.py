@@ -13,9 +13,9 @@ from helpers import NATIVE_REASON, ROOT, USER_DIR, generate, needs_native, run, 
 pytestmark = pytest.mark.slow
 
 
-def test_generate_iad_equals_greedy(trained):
+def test_generate_iad_equals_greedy(trained, trained_greedy):
     data, ckpt = trained
-    greedy, _ = generate(data, ckpt)
+    greedy = trained_greedy
     # uncapped drafts verified as made (not the engine's draft-length budget): how much it copies
     iad, proc = generate(data, ckpt, "--decoding", "iad", "--max-draft-len", "1024", "--draft-cost", "off")
     # every test sentence is decoded: stock fairseq drops a last batch that is not a multiple

@@ -188,7 +188,7 @@ def test_a_blockwise_checkpoint_converts_as_its_base(tmp_path):
 @pytest.mark.slow
 def test_bench_ct2_on_a_blockwise_model(trained, trained_blockwise, tmp_path):
     """The benchmark's CTranslate2 modes run on a blockwise model's base: its greedy."""
-    data, ckpt = trained[0], trained_blockwise[0]
+    data, ckpt = trained[0], trained_blockwise
     js = tmp_path / "bw.json"
     bench(data, ckpt, js, "greedy,blockwise,ct2", 20, 1)
     res = json.loads(js.read_text())["modes"]

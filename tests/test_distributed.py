@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from conftest import COMMON, TINY
+from tiny_model import COMMON, TINY
 from helpers import USER_DIR, generate, run, tool
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -131,9 +131,9 @@ def test_sharded_decoding_covers_every_sentence_once(decoding, trained, trained_
     data, ar = trained
     ckpt, extra = ar, []
     if decoding == "gad":
-        extra = ["--drafter-path", str(trained_drafter[0])]
+        extra = ["--drafter-path", str(trained_drafter)]
     if decoding == "blockwise":
-        ckpt = trained_blockwise[0]
+        ckpt = trained_blockwise
     whole, _ = generate(data, ckpt, "--decoding", decoding, *extra)
     # fairseq-generate's own sharding: one shard per rank of a world
     shards = [generate(data, ckpt, "--decoding", decoding, *extra, "--distributed-world-size", "3",

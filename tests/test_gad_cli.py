@@ -1,5 +1,5 @@
-"""GAD end to end with the stock CLIs on the bundled sample: fairseq-train of a
-block_nat drafter (glat_block_loss, encoder initialised from the AR model),
+"""GAD end to end with the stock CLIs on the bundled sample: a block_nat drafter
+(glat_block_loss, encoder initialised from the AR model; tests/tiny_model.py),
 fairseq-generate / fairseq-interactive / hub API with --decoding gad, greedy
 equivalence on the trained pair, GAD++, the benchmark's gad modes."""
 import json
@@ -16,22 +16,6 @@ DISTILL = os.path.join(ROOT, "scripts", "experiments", "distill.py")
 pytestmark = pytest.mark.slow
 
 
-def losses(log, key):
-    return [float(x) for x in re.findall(rf"\b{key}[ =]([\d.]+)", log)]
-
-
-def test_drafter_training_loss_goes_down(trained_drafter):
-    ckpt, log = trained_drafter
-    train = [float(x) for x in re.findall(r"train_inner \| .*?\bloss=([\d.]+)", log)] or \
-        [float(x) for x in re.findall(r"\| loss ([\d.]+) \| nll_loss [\d.]+ \| block_acc", log)]
-    assert len(train) >= 3, log[-2000:]
-    assert train[-1] < train[0] - 1.0, train
-    valid = [float(x) for x in re.findall(r"valid on 'valid' subset \| loss ([\d.]+)", log)]
-    assert len(valid) >= 2 and valid[-1] < valid[0], valid
-    assert "initialised the drafter's encoder from" in log
-    assert ckpt.exists()
-
-
 def summary(proc):
     m = re.search(r"aggressive decoding \(gad\): (\d+) sentences, (\d+) decoder passes.*?"
                   r"([\d.]+) tokens accepted per pass, (\d+)/(\d+) drafted", proc.stderr)
@@ -39,10 +23,9 @@ def summary(proc):
     return int(m.group(1)), float(m.group(3)), int(m.group(4))
 
 
-def test_generate_gad_equals_greedy(trained, trained_drafter):
+def test_generate_gad_equals_greedy(trained, trained_drafter, trained_greedy):
     data, ckpt = trained
-    drafter, _ = trained_drafter
-    greedy, _ = generate(data, ckpt)
+    drafter, greedy = trained_drafter, trained_greedy
     gad, proc = generate(data, ckpt, "--decoding", "gad", "--drafter-path", str(drafter))
     assert len(greedy) == sample_test_size() and set(greedy) == set(gad)
     same = sum(greedy[k] == gad[k] for k in greedy)
@@ -68,7 +51,7 @@ def test_gad_equivalence_on_trained_pair(trained, trained_drafter):
     data, ckpt = trained
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)], arg_overrides={"data": str(data)})
     model = models[0].eval()
-    drafter_model, trained_k = task.load_drafter(str(trained_drafter[0]), like=model)
+    drafter_model, trained_k = task.load_drafter(str(trained_drafter), like=model)
     assert trained_k == 4
     d = task.target_dictionary
     task.load_dataset("valid")
@@ -91,7 +74,7 @@ def test_interactive_and_hub_gad(trained, trained_drafter):
     import fairseq_aggressive  # noqa: F401
 
     data, ckpt = trained
-    drafter = str(trained_drafter[0])
+    drafter = str(trained_drafter)
     lines = [l.strip() for l in open(os.path.join(ROOT, "data/uagec-sample/test.tok.src"), encoding="utf-8")][:15]
     outs = {}
     for mode in ("beam", "gad"):
@@ -125,8 +108,8 @@ def test_cli_refuses_bad_drafters(trained, trained_drafter):
     cases = [
         (["--path", str(ckpt), "--decoding", "gad"], "--drafter-path"),
         (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(ckpt)], "block_nat"),
-        (["--path", str(trained_drafter[0])], "drafter"),
-        (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(trained_drafter[0]),
+        (["--path", str(trained_drafter)], "drafter"),
+        (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(trained_drafter),
           "--gad-tau", "-1"], "--gad-tau"),
     ]
     for extra, msg in cases:
@@ -141,7 +124,7 @@ def test_bench_gad_modes(trained, trained_drafter, tmp_path):
     js = tmp_path / "bench.json"
     proc = run([tool("fairseq-aggressive-bench"), str(data), "--path", str(ckpt), "--gen-subset", "valid",
                 "--remove-bpe", "--bench-max-sentences", "24", "--warmup", "1", "--threads", "1",
-                "--batch-size", "4", "--drafter-path", str(trained_drafter[0]),
+                "--batch-size", "4", "--drafter-path", str(trained_drafter),
                 "--bench-modes", "greedy,gad,gad@2,gad++@4", "--bench-json", str(js)])
     res = json.loads(js.read_text())["modes"]
     assert res["gad"]["identical_to_greedy"] == 24 and res["gad@2"]["identical_to_greedy"] == 24
@@ -180,7 +163,7 @@ def test_distill_script(trained, tmp_path):
 
 
 @pytest.mark.e2e  # (training a drafter, then decoding through the command line)
-def test_shared_encoder_drafter_end_to_end(trained, tmp_path):
+def test_shared_encoder_drafter_end_to_end(trained, trained_greedy, tmp_path):
     """fairseq-train of a drafter that reads the verifier's encoder
     (--shared-encoder --block-causal-prefix): the encoder (and the tied
     embeddings) stay the verifier's, validation logs per-slot accuracy and the
@@ -190,7 +173,7 @@ def test_shared_encoder_drafter_end_to_end(trained, tmp_path):
 
     data, ckpt = trained
     save = tmp_path / "shared"
-    from conftest import COMMON, TINY
+    from tiny_model import COMMON, TINY
 
     proc = run([tool("fairseq-train"), str(data), "--user-dir", USER_DIR,
                 "--task", "aggressive_translation", "--source-lang", "src", "--target-lang", "tgt",
@@ -206,7 +189,7 @@ def test_shared_encoder_drafter_end_to_end(trained, tmp_path):
     ours = torch.load(drafter, map_location="cpu", weights_only=False)["model"]
     enc = [k for k in ours if k.startswith("encoder.") and k in theirs]
     assert enc and all(torch.equal(ours[k], theirs[k]) for k in enc)
-    greedy, _ = generate(data, ckpt)
+    greedy = trained_greedy
     for extra in (["--engine", "auto"], ["--engine", "torch"], ["--drafter-shortlist", "100"]):
         gad, proc = generate(data, ckpt, "--decoding", "gad", "--drafter-path", str(drafter), *extra)
         assert gad == greedy, extra

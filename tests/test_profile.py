@@ -275,7 +275,7 @@ def test_gad_limits(trained, trained_drafter, tmp_path):
     the drafter's accuracy per slot, printed and (--json) written as a result the gad-limits table
     shows."""
     data, ckpt = trained
-    drafter, _ = trained_drafter
+    drafter = trained_drafter
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "gad_limits.py"),
                            "--drafter", str(drafter), "--verifier", str(ckpt), "--sentences", "40",
                            "--json", str(tmp_path / "limits.json")], capture_output=True, text=True, timeout=600)
