@@ -235,6 +235,31 @@ def build_key(cxx: str, flags: List[str]) -> str:
     return h.hexdigest()[:16]
 
 
+def program(name: str, sources: List[str], flags: List[str]) -> str:
+    """A diagnostic or stress program (scripts/diagnostics/) compiled from ``sources`` with csrc/'s
+    headers and ``flags`` into the cache once, keyed by csrc/, the sources, the flags and the
+    compiler; its path.  Raises NativeUnavailable with the compiler's output if it fails."""
+    cxx = _compiler()
+    h = hashlib.sha256(targets.source_key().encode())
+    for src in sources:
+        with open(src, "rb") as f:
+            h.update(os.path.basename(src).encode() + b"\0" + f.read() + b"\0")
+    h.update(" ".join([cxx, *flags]).encode())
+    path = os.path.join(_cache_dir(), f"{name}-{h.hexdigest()[:16]}")
+
+    def build():
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            _run([[cxx, *flags, "-I", CSRC, *sources, "-o", tmp]])
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    _build_once(path, f"'s program {name} with {cxx}", build)
+    return path
+
+
 def compile_target(target: Target) -> str:
     """The library of ``target`` compiled from csrc/ into the cache (built once); its path."""
     if not os.path.isdir(CSRC):

@@ -6,7 +6,7 @@ core's own float32 arithmetic.
         [--rows 1,2,4,5,6,8,9,12,16,20] [--threads 1 2] [--precision float32 int8] [--isa TARGET]
         [--load N] [--amx-min-rows R] [--decoder-layers L]
 
-Builds ``linear_rate.cpp`` (beside this script) against ``csrc/cpu/linear.cpp`` (with ``linear_pack.cpp``,
+Builds ``linear_rate.cpp`` (beside this script; into the engine's cache, once) against ``csrc/cpu/linear.cpp`` (with ``linear_pack.cpp``,
 ``linear_amx.cpp`` and ``ops.cpp``) with the flags of the engine's target for this CPU (or ``--isa``) and times
 ``fa::linear`` on a decoder layer's shapes (self-attention q+k+v, an output
 projection, the feed-forward pair, the vocabulary projection) at each row
@@ -30,25 +30,23 @@ import argparse
 import os
 import subprocess
 import sys
-import tempfile
 
 from fairseq_aggressive.bench.load import cpu_load
-from fairseq_aggressive.native.build import _compiler, choose_target
+from fairseq_aggressive.native.build import choose_target, program
 from fairseq_aggressive.native.machine import describe_machine
 from fairseq_aggressive.native.targets import CSRC
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def build(isa, out_dir: str):
+def build(isa):
+    """The timing program for the engine target ``isa`` (compiled into the engine's cache once)."""
     target = choose_target(isa)
-    exe = os.path.join(out_dir, f"linear_rate-{target.name}")
-    cmd = [_compiler(), "-O3", "-std=c++17", "-pthread", "-ffp-contract=off", "-fno-math-errno", *target.cflags,
-           f"-I{CSRC}", os.path.join(HERE, "linear_rate.cpp"),
-           *[os.path.join(CSRC, "cpu", unit) for unit in ("linear.cpp", "linear_pack.cpp", "linear_amx.cpp", "ops.cpp")],
-           "-o", exe]
-    subprocess.run(cmd, check=True)
-    return target.name, exe
+    sources = [os.path.join(HERE, "linear_rate.cpp"),
+               *[os.path.join(CSRC, "cpu", unit) for unit in ("linear.cpp", "linear_pack.cpp", "linear_amx.cpp",
+                                                               "ops.cpp")]]
+    flags = ["-O3", "-std=c++17", "-pthread", "-ffp-contract=off", "-fno-math-errno", *target.cflags]
+    return target.name, program(f"linear_rate-{target.name}", sources, flags)
 
 
 def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=None, decoder_layers=0) -> None:
@@ -125,14 +123,13 @@ def main(argv=None) -> int:
     C, F, V = args.dim, args.ffn or 4 * args.dim, args.vocab
     shapes = {"q+k+v": (3 * C, C), "out": (C, C), "fc1": (F, C), "fc2": (C, F), "vocab": (V, C)}
     rows = sorted(set([1] + args.rows))
-    with tempfile.TemporaryDirectory() as tmp:
-        isa, exe = build(args.isa, tmp)
-        print(f"machine: {describe_machine()}; engine target {isa}; d={C}, ffn {F}, vocab {V}; "
-              f"{args.load} CPU-bound processes beside it")
-        with cpu_load(args.load):
-            for precision in args.precision:
-                for threads in args.threads:
-                    report(exe, precision, threads, rows, shapes, args.amx_min_rows, args.decoder_layers)
+    isa, exe = build(args.isa)
+    print(f"machine: {describe_machine()}; engine target {isa}; d={C}, ffn {F}, vocab {V}; "
+          f"{args.load} CPU-bound processes beside it")
+    with cpu_load(args.load):
+        for precision in args.precision:
+            for threads in args.threads:
+                report(exe, precision, threads, rows, shapes, args.amx_min_rows, args.decoder_layers)
     return 0
 
 

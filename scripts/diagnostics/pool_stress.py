@@ -30,13 +30,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 
 from fairseq_aggressive.native.machine import describe_machine
 from fairseq_aggressive.bench.load import cpu_load
-from fairseq_aggressive.native.build import _compiler
-from fairseq_aggressive.native.targets import CSRC
+from fairseq_aggressive.native.build import program
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = {"plain": ["-DFA_TEST_HOOKS"], "faults": ["-DFA_TEST_HOOKS", "-DFA_POOL_FAULTS"],
@@ -44,13 +42,10 @@ VARIANTS = {"plain": ["-DFA_TEST_HOOKS"], "faults": ["-DFA_TEST_HOOKS", "-DFA_PO
 STATUS = {0: "ok", 1: "miscounted items", 2: "lost completion reported", 3: "hang"}
 
 
-def build(variant: str, out_dir: str) -> str:
-    """The stress driver compiled for ``variant``; its path."""
-    exe = os.path.join(out_dir, f"pool_stress-{variant}")
-    cmd = [_compiler(), "-O2", "-std=c++17", "-pthread", "-Wall", "-Wextra", *VARIANTS[variant], f"-I{CSRC}",
-           os.path.join(HERE, "pool_stress.cpp"), "-o", exe]
-    subprocess.run(cmd, check=True)
-    return exe
+def build(variant: str) -> str:
+    """The stress driver compiled for ``variant`` (into the engine's cache, once); its path."""
+    return program(f"pool_stress-{variant}", [os.path.join(HERE, "pool_stress.cpp")],
+                   ["-O2", "-std=c++17", "-pthread", "-Wall", "-Wextra", *VARIANTS[variant]])
 
 
 def run(exe: str, threads: int, calls: int, max_items: int, seed: int, timeout_ms: int, limit_s: float) -> dict:
@@ -83,21 +78,20 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     expect_ok = args.variant != "split-bound"
     runs = []
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = build(args.variant, tmp)
-        print(f"machine: {describe_machine()}; variant {args.variant}", file=sys.stderr)
-        for load in args.load:
-            with cpu_load(load):
-                for threads in args.threads:
-                    r = run(exe, threads, args.calls, args.max_items, args.seed + threads, args.timeout_ms,
-                            args.limit_s)
-                    r["load"] = load
-                    runs.append(r)
-                    print(f"{args.variant}: threads {threads}, load {load}: {r['outcome']} after {r['calls']:,} "
-                          f"calls ({r['parallel']:,} parallel, {r['worker_items']:,} items on workers, "
-                          f"{r['bad']} bad) in {r['seconds']} s", file=sys.stderr)
-                    if r["report"]:
-                        print(f"  {r['report']}", file=sys.stderr)
+    exe = build(args.variant)
+    print(f"machine: {describe_machine()}; variant {args.variant}", file=sys.stderr)
+    for load in args.load:
+        with cpu_load(load):
+            for threads in args.threads:
+                r = run(exe, threads, args.calls, args.max_items, args.seed + threads, args.timeout_ms,
+                        args.limit_s)
+                r["load"] = load
+                runs.append(r)
+                print(f"{args.variant}: threads {threads}, load {load}: {r['outcome']} after {r['calls']:,} "
+                      f"calls ({r['parallel']:,} parallel, {r['worker_items']:,} items on workers, "
+                      f"{r['bad']} bad) in {r['seconds']} s", file=sys.stderr)
+                if r["report"]:
+                    print(f"  {r['report']}", file=sys.stderr)
     if args.json:
         print(json.dumps(dict(variant=args.variant, machine=describe_machine(), runs=runs)))
     good = all((r["status"] == 0) == expect_ok for r in runs)
