@@ -231,8 +231,11 @@ def test_transformer_big_layer_shape():
             sample = make_sample(chunk, d.pad())
             cmp = compare(model, sample, greedy(model, d, sample, max_len_b=20), o, cmp)
     assert cmp.ok() and cmp.identical + cmp.near_ties == 2 * len(rows), cmp
+    # (drafts as made on the other targets: the draft-length policy's first measurement of its passes
+    # takes 15 s on the scalar generic build at this width)
     for isa in OTHER_TARGETS:
-        _same_bits(ref, _decode(model, task, rows, 8, native=NativeEngine(model, d, isa=isa), max_len_b=20)[0])
+        _same_bits(ref, _decode(model, task, rows, 8, native=NativeEngine(model, d, isa=isa), max_len_b=20,
+                                draft_cost="off")[0])
 
 
 @needs_native
