@@ -190,5 +190,6 @@ def test_native_int8_prefetching_model_is_bit_exact():
         assert gen.stats.accepted > 0
         _same_bits(ref, out)
         _same_bits(ref, _decode(model, task, rows, bsz, max_len_b=20)[0])
-    for isa in OTHER_TARGETS:
-        _same_bits(ref, _decode(model, task, rows, 8, native=NativeEngine(model, d, isa=isa), max_len_b=20)[0])
+    for isa in OTHER_TARGETS:  # (drafts as made: the draft-length policy's first measurement is slow on generic)
+        _same_bits(ref, _decode(model, task, rows, 8, native=NativeEngine(model, d, isa=isa), max_len_b=20,
+                                draft_cost="off")[0])
