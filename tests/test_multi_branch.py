@@ -158,7 +158,8 @@ def test_multi_branch_iad_matches_greedy(shape, bsz):
     rows = random_sources(rng, 32, len(d), d.eos()) + random_sources(rng, 16, len(d), d.eos(), repeat=True)
     for agg in (dict(max_draft_len=3), dict(draft_cost="auto"), dict(draft_cost="0.5,0.01", max_draft_len=8)):
         factory = lambda ref: InputCopyDrafter(d, d, branches=3)  # noqa: E731
-        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40), drafter_factory=factory, agg_kw=agg)
+        cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40), drafter_factory=factory, agg_kw=agg,
+                    model_name=shape)  # (test_equivalence's model of this shape: the references kept once)
         assert cmp.identical + cmp.near_ties == len(rows)
 
 
