@@ -250,7 +250,9 @@ def program(name: str, sources: List[str], flags: List[str]) -> str:
     def build():
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
-            _run([[cxx, *flags, "-I", CSRC, *sources, "-o", tmp]])
+            for w in _run([[cxx, *flags, "-I", CSRC, *sources, "-o", tmp]]):
+                if w.strip():
+                    logger.warning(f"{name} build: {w.strip()[-2000:]}")
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
