@@ -185,6 +185,8 @@ import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
+import warm_python  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
 USER_DIR = os.path.join(ROOT, "fairseq_aggressive")
@@ -203,8 +205,18 @@ def sample_lines(n: int) -> list:
 def run(cmd, **kw):
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, **kw)
+    proc = warm_python.run(cmd, env, ROOT, **kw)  # (subprocess.run, or a fork of a warm interpreter)
     assert proc.returncode == 0, f"{cmd[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+def python(cmd, cwd=ROOT, env=None, check=False, capture_output=True, text=True, **kw):
+    """``subprocess.run(cmd, capture_output=True, text=True, ...)`` (the same result), forked from
+    a warm interpreter where ``cmd`` is a Python script of this environment (warm_python.py)."""
+    assert capture_output and text, "the output is captured as text"
+    proc = warm_python.run(cmd, dict(os.environ if env is None else env), str(cwd), **kw)
+    if check and proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
     return proc
 
 

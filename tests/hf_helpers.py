@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from helpers import make_sample, run, tool
+from helpers import make_sample, python, run, tool
 
 L = 24  # output tokens before EOS is forced (fairseq's max_len_b; transformers' max_new_tokens - 1)
 SAMPLE = os.path.join(os.path.dirname(__file__), "..", "data", "debian-ende-sample", "test.tok.en")
@@ -119,13 +119,12 @@ def bench(out, tmp_path, lines, encode, src="src", tgt="tgt", modes="greedy,iad,
     """The bench on ``lines`` (``encode``: a line -> the source text to binarize)
     beside CTranslate2's conversion; its JSON."""
     import json
-    import subprocess
 
     data = tmp_path / "data"
     data.mkdir()
     for side in (src, tgt):
         (data / f"test.{side}").write_text("".join(encode(s) + "\n" for s in lines))
-    subprocess.run([tool("fairseq-preprocess"), "-s", src, "-t", tgt, "--testpref", str(data / "test"),
+    python([tool("fairseq-preprocess"), "-s", src, "-t", tgt, "--testpref", str(data / "test"),
                     "--srcdict", str(out / f"dict.{src}.txt"), "--tgtdict", str(out / f"dict.{tgt}.txt"),
                     "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
     js = tmp_path / "b.json"

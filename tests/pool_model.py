@@ -23,6 +23,10 @@ field the caller stores apart from the job word (before it publishes the
 word): a worker delayed between reading the word and reading the bound can
 claim an item past the end of a finished job.
 
+States that differ only by a permutation of the workers are explored once
+(symmetry reduction: the workers run one code and differ only in their names;
+136,919 states instead of 271,370 for calls of 2, 3 and 2 items on two workers).
+
 Checked in every reachable state: an item runs only for the job whose claim it
 won, at most once, below that job's item count; a call returns only when each
 of its items ran exactly once; when no thread can move, the caller has made
@@ -41,6 +45,20 @@ class Violation(NamedTuple):
 
 def _freeze(shared: Dict) -> Tuple:
     return tuple(sorted(shared.items()))
+
+
+def _canonical(shared: Dict, caller, workers: Tuple) -> Tuple:
+    """The state with its workers in sorted order and the mutexes' owners renamed to match.
+    The workers run one code and differ only in their names, so states that differ by a
+    permutation of the workers have the same futures up to that permutation: exploring one
+    of each (symmetry reduction) visits every behaviour, with fewer states."""
+    order = sorted(range(len(workers)), key=lambda k: repr(workers[k]))
+    if order != list(range(len(workers))):
+        rename = {f"w{old}": f"w{new}" for new, old in enumerate(order)}
+        shared = dict(shared, mu=rename.get(shared["mu"], shared["mu"]),
+                      done_mu=rename.get(shared["done_mu"], shared["done_mu"]))
+        workers = tuple(workers[k] for k in order)
+    return _freeze(shared), caller, workers
 
 
 def explore(items: Tuple[int, ...] = (2, 3), workers: int = 2, split_bound: bool = False,
@@ -292,7 +310,7 @@ def explore(items: Tuple[int, ...] = (2, 3), workers: int = 2, split_bound: bool
             problem = problem or bad_hits(s2)
             if problem:
                 return Violation(problem, trace(state, step)), len(parent)
-            nxt = (_freeze(s2), c2, ws2)
+            nxt = _canonical(s2, c2, ws2)
             if nxt not in parent:
                 if len(parent) >= max_states:
                     raise RuntimeError(f"more than {max_states} states")

@@ -4,11 +4,10 @@ on a frozen AR model (tests/tiny_model.py), fairseq-generate / fairseq-interacti
 import json
 import os
 import re
-import subprocess
 
 import pytest
 
-from helpers import BIN, ROOT, USER_DIR, generate, run, sample_test_size, tool
+from helpers import BIN, ROOT, USER_DIR, generate, python, run, sample_test_size, tool
 
 # trains models on the sample (conftest.py's `trained`): minutes
 pytestmark = pytest.mark.slow
@@ -61,7 +60,7 @@ def test_interactive_hub_and_errors_blockwise(trained, trained_blockwise):
     with pytest.raises(ValueError, match="larger than the block size"):
         hub.translate(lines[:1], beam=1, decoding="blockwise", min_block_size=5)
     # a model without heads is refused before anything is decoded
-    proc = subprocess.run([os.path.join(BIN, "fairseq-generate"), str(data), "--path", str(ar_ckpt),
+    proc = python([os.path.join(BIN, "fairseq-generate"), str(data), "--path", str(ar_ckpt),
                            "--user-dir", USER_DIR, "--task", "aggressive_translation", "--beam", "1",
                            "--gen-subset", "test", "--decoding", "blockwise"],
                           capture_output=True, text=True, cwd=ROOT)

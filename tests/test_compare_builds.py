@@ -10,12 +10,11 @@ the CPUs each held)."""
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
 
-from helpers import ROOT, needs_native
+from helpers import ROOT, needs_native, python
 
 pytestmark = needs_native
 
@@ -32,7 +31,7 @@ def _library() -> str:
 def test_a_null_pair_streams_and_is_timed(tmp_path):
     copy = str(tmp_path / "engine-copy.so")
     shutil.copyfile(_library(), copy)
-    proc = subprocess.run([sys.executable, SCRIPT, *ARGS, "--other", copy, "--rows", "1,4", "--rounds", "2",
+    proc = python([sys.executable, SCRIPT, *ARGS, "--other", copy, "--rows", "1,4", "--rounds", "2",
                            "--repeat", "1", "--sentences", "8", "--threads", "1"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -44,17 +43,17 @@ def test_a_null_pair_streams_and_is_timed(tmp_path):
 
 
 def test_one_file_on_both_sides_is_refused():
-    proc = subprocess.run([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--sentences", "4"],
+    proc = python([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--sentences", "4"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 2 and "nothing to compare" in proc.stderr, proc.stderr[-2000:]
-    proc = subprocess.run([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--rounds", "0"],
+    proc = python([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--rounds", "0"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode != 0 and "must be >= 1" in proc.stderr
 
 
 def test_lanes_side_by_side():
     script = os.path.join(ROOT, "scripts", "diagnostics", "lanes_side_by_side.py")
-    proc = subprocess.run([sys.executable, script, *ARGS, "--batch-size", "4", "--sentences", "12", "--rounds", "1"],
+    proc = python([sys.executable, script, *ARGS, "--batch-size", "4", "--sentences", "12", "--rounds", "1"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = re.search(r"a pass reads ([\d.]+) MB of weights; default lanes: (\d+)", proc.stdout)
@@ -62,14 +61,14 @@ def test_lanes_side_by_side():
     m = re.search(r"^in (\d+) lanes ([\d.]+) ms a sentence, whole ([\d.]+): lanes ([\d.]+)x as fast$",
                   proc.stdout, re.M)
     assert m and all(float(x) > 0 for x in m.groups()), proc.stdout
-    proc = subprocess.run([sys.executable, script, *ARGS, "--batch-size", "1"], capture_output=True, text=True,
+    proc = python([sys.executable, script, *ARGS, "--batch-size", "1"], capture_output=True, text=True,
                           timeout=300, cwd=ROOT)
     assert proc.returncode != 0 and "must be >= 2" in proc.stderr
 
 
 def test_lane_rows_side_by_side():
     script = os.path.join(ROOT, "scripts", "diagnostics", "lane_rows_side_by_side.py")
-    proc = subprocess.run([sys.executable, script, *ARGS, "--rows", "4,40", "--sentences", "40", "--rounds", "1",
+    proc = python([sys.executable, script, *ARGS, "--rows", "4,40", "--sentences", "40", "--rounds", "1",
                            "--repeat", "1", "--bound", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"rows a lane at most: 3;", proc.stdout), proc.stdout
@@ -77,7 +76,7 @@ def test_lane_rows_side_by_side():
                      proc.stdout, re.M)
     assert [g[0] for g in got] == ["4", "40"] and all(float(x) > 0 for g in got for x in g[1:]), proc.stdout
     for bad in (["--rows", "0"], ["--bound", "0"]):
-        proc = subprocess.run([sys.executable, script, *ARGS, *bad], capture_output=True, text=True, timeout=300,
+        proc = python([sys.executable, script, *ARGS, *bad], capture_output=True, text=True, timeout=300,
                               cwd=ROOT)
         assert proc.returncode != 0 and "must be >= 1" in proc.stderr, bad
 
@@ -86,7 +85,7 @@ def test_lane_rows_side_by_side():
 def test_cpu_share():
     pytest.importorskip("ctranslate2")
     script = os.path.join(ROOT, "scripts", "diagnostics", "cpu_share.py")
-    proc = subprocess.run([sys.executable, script, *ARGS, "--rows", "4", "--sentences", "12", "--rounds", "1",
+    proc = python([sys.executable, script, *ARGS, "--rows", "4", "--sentences", "12", "--rounds", "1",
                            "--load", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = re.findall(r"^\| (engine stream|CTranslate2) \| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
@@ -95,6 +94,6 @@ def test_cpu_share():
                                                          ("engine stream", "0"), ("engine stream", "1")], proc.stdout
     cpus = len(os.sched_getaffinity(0))
     assert all(float(wall) > 0 and float(cpu) > 0 and 0 < float(held) <= cpus + 0.25 for *_, wall, cpu, held in rows)
-    proc = subprocess.run([sys.executable, script, *ARGS, "--rows", "0"], capture_output=True, text=True,
+    proc = python([sys.executable, script, *ARGS, "--rows", "0"], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.returncode == 2 and "must be >= 1" in proc.stderr

@@ -4,7 +4,6 @@ prepare_uagec.py (tiny synthetic inputs, no network)."""
 
 import importlib.util
 import io
-import subprocess
 import sys
 import tarfile
 import threading
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_aggressive.data_prep import common as prep_common
+from helpers import python
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "scripts" / "data"
@@ -27,8 +27,8 @@ def load_script(name):
 
 
 def run_script(name, *args):
-    proc = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)],
-                          cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = python([sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)],
+                          cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -213,10 +213,10 @@ def test_prepare_wmt_end_to_end(tmp_path):
 
 
 def test_prepare_wmt_missing_raw_files(tmp_path):
-    proc = subprocess.run([sys.executable, str(SCRIPTS / "prepare_wmt.py"), "--pair",
+    proc = python([sys.executable, str(SCRIPTS / "prepare_wmt.py"), "--pair",
                            "wmt16-en-ro", "--raw-dir", str(tmp_path), "--out",
-                           str(tmp_path / "out")], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+                           str(tmp_path / "out")], capture_output=True,
+                          text=True)
     assert proc.returncode != 0
     assert "europarl-v8.ro-en.en" in proc.stderr and "training-parallel-ep-v8.tgz" in proc.stderr
 

@@ -4,17 +4,16 @@ side by side, every output checked against greedy's (the script fails where
 one differs)."""
 import os
 import re
-import subprocess
 import sys
 
-from helpers import ROOT, needs_native
+from helpers import ROOT, needs_native, python
 
 pytestmark = needs_native
 
 
 def test_draft_lengths_side_by_side():
     script = os.path.join(ROOT, "scripts", "diagnostics", "draft_lengths_side_by_side.py")
-    proc = subprocess.run([sys.executable, script, os.path.join(ROOT, "models", "uagec-9x3"),
+    proc = python([sys.executable, script, os.path.join(ROOT, "models", "uagec-9x3"),
                            os.path.join(ROOT, "data", "uagec-sample", "test.tok.src"), "--batch-sizes", "1,5",
                            "--rounds", "1", "--max-sentences", "20", "--threads", "1"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -30,7 +29,7 @@ def test_draft_lengths_side_by_side():
 def test_draft_lengths_side_by_side_refuses_bad_counts():
     script = os.path.join(ROOT, "scripts", "diagnostics", "draft_lengths_side_by_side.py")
     for bad in (["--rounds", "0"], ["--batch-sizes", "0,4"]):
-        proc = subprocess.run([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src", *bad],
+        proc = python([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src", *bad],
                               capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert proc.returncode != 0 and "must be >= 1" in proc.stderr, bad
 
@@ -39,7 +38,7 @@ def test_backend_load_without_http():
     """scripts/diagnostics/backend_load.py: the serving backend in process, closed
     loop and a full running batch, every output checked against greedy's."""
     script = os.path.join(ROOT, "scripts", "diagnostics", "backend_load.py")
-    proc = subprocess.run([sys.executable, script, os.path.join(ROOT, "models", "uagec-9x3"),
+    proc = python([sys.executable, script, os.path.join(ROOT, "models", "uagec-9x3"),
                            os.path.join(ROOT, "data", "uagec-sample", "test.tok.src"), "--max-sentences", "24",
                            "--rounds", "1", "--requests", "24", "--clients", "3", "--modes", "iad,greedy"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -47,6 +46,6 @@ def test_backend_load_without_http():
     assert "outputs different from greedy's: 0" in proc.stdout
     rows = re.findall(r"^\| (iad|greedy) \| ([\d.]+) \| ([\d.]+)x \|", proc.stdout, re.M)
     assert [r[0] for r in rows] == ["iad", "greedy"] and float(rows[1][2]) == 1.0, proc.stdout
-    proc = subprocess.run([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
+    proc = python([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
                            "--modes", "iad"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode != 0 and "greedy among them" in proc.stderr

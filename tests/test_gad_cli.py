@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from helpers import ROOT, USER_DIR, compare, generate, run, sample_test_size, tool
+from helpers import ROOT, USER_DIR, compare, generate, python, run, sample_test_size, tool
 
 DISTILL = os.path.join(ROOT, "scripts", "experiments", "distill.py")
 
@@ -101,7 +101,6 @@ def test_cli_refuses_bad_drafters(trained, trained_drafter, monkeypatch, capsys)
     """fairseq-generate refuses each bad drafter setting before it decodes: the first case
     as a command (its exit status and message), the others through fairseq-generate's own
     entry point in this process (the same code without a process's start: 6 s each)."""
-    import subprocess
     import sys
 
     from fairseq_cli.generate import cli_main
@@ -118,7 +117,7 @@ def test_cli_refuses_bad_drafters(trained, trained_drafter, monkeypatch, capsys)
         (["--path", str(ckpt), "--decoding", "gad", "--drafter-path", str(trained_drafter),
           "--gad-tau", "-1"], "--gad-tau"),
     ]
-    proc = subprocess.run([os.path.join(BIN, "fairseq-generate"), *base, *cases[0][0]], capture_output=True,
+    proc = python([os.path.join(BIN, "fairseq-generate"), *base, *cases[0][0]], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode != 0 and cases[0][1] in proc.stderr, proc.stderr[-1500:]
     assert not re.search(r"^H-", proc.stdout, re.M)
@@ -168,8 +167,7 @@ def test_distill_script(trained, tmp_path):
     printed = dict(re.findall(r"^H-(\d+)\t\S+\t(.*)$", gen, re.M))
     assert sorted(hyps) == sorted(printed.values())
     # refuses to overwrite
-    import subprocess
-    again = subprocess.run([sys.executable, DISTILL, "--teacher", str(ckpt), "--data", str(data),
+    again = python([sys.executable, DISTILL, "--teacher", str(ckpt), "--data", str(data),
                             "--out", str(out), "--cpu"], capture_output=True, text=True, cwd=ROOT)
     assert again.returncode != 0 and "exists" in again.stderr
 

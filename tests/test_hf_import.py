@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from helpers import make_sample
+from helpers import make_sample, python
 from hf_helpers import L, hf_ids
 
 transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
@@ -89,10 +89,12 @@ MODES = {
 }
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_converted_marian_decodes_as_transformers(mode, tmp_path):
+@pytest.fixture(scope="module")
+def converted_marian(tmp_path_factory):
+    """The random Marian checkpoint imported and loaded; 24 sources and transformers' outputs."""
     from fairseq_aggressive.hf import import_hf
 
+    tmp_path = tmp_path_factory.mktemp("marian")
     hf, model = marian_dir(tmp_path)
     meta = import_hf(str(hf), str(tmp_path / "out"))
     assert meta["arch"] == "hf_transformer" and meta["imported_from"]["model_type"] == "marian"
@@ -101,13 +103,19 @@ def test_converted_marian_decodes_as_transformers(mode, tmp_path):
     ref = [hf_greedy(model, [r], 63)[0] for r in rows]
     assert len({tuple(r) for r in ref}) > 16  # varied outputs, some ended before the limit
     assert any(len(r) <= L for r in ref)
+    assert hf_greedy(model, rows[:8], 63) == ref[:8]  # transformers' batch of 8 agrees with its batch 1
+    return fs, task, rows, ref
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_converted_marian_decodes_as_transformers(mode, converted_marian):
+    fs, task, rows, ref = converted_marian
     for bsz in (1, 8):
         got = []
         for i in range(0, len(rows), bsz):
             out, gen = decode(fs, task, rows[i: i + bsz], **MODES[mode])
             got += out
         assert got == ref, (mode, bsz)
-    assert hf_greedy(model, rows[:8], 63) == ref[:8]  # transformers' batch of 8 agrees with its batch 1
     if "engine" in mode:
         assert type(gen.verifier).__name__ == "NativeVerifier"
 
@@ -215,7 +223,6 @@ def test_the_bench_runs_ctranslate2_on_the_same_checkpoint(tmp_path):
     transformers checkpoint it came from (sources with their EOS, --min-len 0)
     decodes as the engine does; fairseq's greedy and the engine's agree."""
     pytest.importorskip("ctranslate2")
-    import subprocess
 
     from helpers import run, tool
 
@@ -231,7 +238,7 @@ def test_the_bench_runs_ctranslate2_on_the_same_checkpoint(tmp_path):
     for side in ("src", "tgt"):
         (data / f"test.{side}").write_text("".join(" ".join(sp.encode(s, out_type=str)) + "\n" for s in lines))
     out = tmp_path / "out"
-    subprocess.run([tool("fairseq-preprocess"), "-s", "src", "-t", "tgt", "--testpref", str(data / "test"),
+    python([tool("fairseq-preprocess"), "-s", "src", "-t", "tgt", "--testpref", str(data / "test"),
                     "--srcdict", str(out / "dict.src.txt"), "--tgtdict", str(out / "dict.tgt.txt"),
                     "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
     js = tmp_path / "b.json"

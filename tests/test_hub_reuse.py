@@ -14,7 +14,7 @@ import pytest
 import torch
 from omegaconf import open_dict
 
-from helpers import ROOT, needs_native
+from helpers import ROOT, needs_native, python
 
 MODEL = os.path.join(ROOT, "models", "uagec-9x3")
 
@@ -123,7 +123,6 @@ def test_weights_changed_in_place_are_decoded(hub, lines):
 @pytest.mark.slow  # (a whole script)
 def test_hub_latency_script(tmp_path):
     import re
-    import subprocess
     import sys
 
     from helpers import run
@@ -159,6 +158,6 @@ def test_hub_latency_script(tmp_path):
         assert row["identical_to_greedy"] == (4 if m != "ct2-best" else row["identical_to_greedy"])
     lines = TABLES["hub-latency"]([stored(res, "9+3")])
     assert lines[2].startswith("| 9+3 | ") and "greedy (hub)'s: translator:iad 4/4" in lines[-1], lines
-    bad = subprocess.run([sys.executable, "scripts/diagnostics/hub_latency.py", MODEL, "--input", str(src),
+    bad = python([sys.executable, "scripts/diagnostics/hub_latency.py", MODEL, "--input", str(src),
                           "--modes", "iad", "iad"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "distinct --modes" in bad.stderr

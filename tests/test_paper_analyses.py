@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, python
 
 _spec = importlib.util.spec_from_file_location(
     "speedup_histogram", os.path.join(ROOT, "scripts", "diagnostics", "speedup_histogram.py"))
@@ -34,11 +34,10 @@ def test_histogram_table_and_plot(tmp_path, capsys):
 def test_peak_memory_side_by_side():
     """scripts/diagnostics/peak_memory.py (GAD Table 16 on a CPU): each mode in its own
     process, peak and loaded resident memory in a table; an unknown mode refused."""
-    import subprocess
     import sys
 
     script = os.path.join(ROOT, "scripts", "diagnostics", "peak_memory.py")
-    proc = subprocess.run([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
+    proc = python([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
                            "--sentences", "3", "--modes", "greedy-native,beam2-native"],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -48,6 +47,6 @@ def test_peak_memory_side_by_side():
     for peak, loaded, adds, ratio in rows.values():
         assert peak >= loaded > 50 and ratio > 0
     assert rows["greedy-native"][3] == 1.0
-    bad = subprocess.run([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
+    bad = python([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
                           "--modes", "nope"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert bad.returncode != 0 and "unknown benchmark mode 'nope'" in bad.stderr

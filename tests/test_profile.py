@@ -3,12 +3,11 @@ pass-cost table covers the widths, the operator table is printed."""
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
 
-from helpers import ROOT
+from helpers import ROOT, python
 
 # trains a model on the sample (conftest.py's `trained`): minutes
 pytestmark = pytest.mark.slow
@@ -18,7 +17,7 @@ def test_profile_pass(trained, tmp_path):
     """The parts of IAD add up, each width is timed, the operator table is printed, and --json
     writes what it printed as a result that scripts/results.py stores and the torch-pass table shows."""
     data, ckpt = trained
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "profile_pass.py"), str(data),
+    proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "profile_pass.py"), str(data),
                            "--path", str(ckpt), "--sentences", "12", "--reps", "5", "--threads", "1",
                            "--json", str(tmp_path / "torch.json")],
                           capture_output=True, text=True, timeout=600)
@@ -59,7 +58,7 @@ def test_pass_cost(trained, tmp_path):
         pytest.skip(NATIVE_REASON)
     data, ckpt = trained
     for precision in ("float32", "int8"):
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
+        proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
                                "--path", str(ckpt), "--sentences", "12", "--threads", "1", "--positions", "1,2,4",
                                "--prefix", "2", "--precision", precision, "--rounds", "2",
                                "--json", str(tmp_path / f"{precision}.json")]
@@ -98,7 +97,7 @@ def test_pass_cost(trained, tmp_path):
         for i, mean in enumerate(means):
             assert abs(float(stages["total"][i]) - float(mean)) <= 0.002, out
         assert set(res["stages_ms"]) == {"1", "2", "4"} and "ffn" in res["stages_ms"]["4"], res
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
+    proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
                            "--path", str(ckpt), "--warm-steps", "-1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "--warm-steps and --load must be >= 0" in proc.stderr, proc.stderr[-3000:]
 
@@ -118,7 +117,7 @@ def test_compare_builds(trained, tmp_path):
 
     data, ckpt = trained
     script = os.path.join(ROOT, "scripts", "diagnostics", "compare_builds.py")
-    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other", build.test_library()._name,
+    proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--other", build.test_library()._name,
                            "--sentences", "8", "--threads", "1", "--rounds", "1"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -130,7 +129,7 @@ def test_compare_builds(trained, tmp_path):
     assert [f[0] for f in found] == ["greedy", "iad", "encoder"], proc.stdout
     for _, this, other, _, same, total in found:
         assert float(this) > 0 and float(other) > 0 and same == total == "8", proc.stdout
-    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other",
+    proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--other",
                            build.test_library()._name, "--sentences", "2", "--threads", "1", "--rounds", "2",
                            "--first", "other", "--by", "round"],
                           capture_output=True, text=True, timeout=600)
@@ -140,7 +139,7 @@ def test_compare_builds(trained, tmp_path):
     assert found == [(m, "2", "2") for m in ("greedy", "iad", "encoder")], proc.stdout  # each build over every sentence
     bad = tmp_path / "not-a-library.so"
     bad.write_text("no")
-    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--other", str(bad)],
+    proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--other", str(bad)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "cannot load the native engine" in proc.stderr, proc.stderr[-2000:]
 
@@ -155,7 +154,7 @@ def test_linear_rate():
 
     if NATIVE_REASON is not None:
         pytest.skip(NATIVE_REASON)
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
+    proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
                            "--dim", "128", "--ffn", "512", "--vocab", "300", "--rows", "3,32", "--threads", "1",
                            "--precision", "float32", "int8", "--decoder-layers", "2"], capture_output=True, text=True,
                           timeout=600)
@@ -188,7 +187,7 @@ def test_linear_rate():
         weights = 2 * (384 * 128 + 3 * 128 * 128 + 512 * 128 + 128 * 512) + 300 * 128
         per_value = 4 if precision == "float32" else 1  # bytes per weight (int8's scales and sums: a few %)
         assert 1.0 <= float(whole.group(1)) / (weights * per_value / 1e6) < 1.1, out
-    bad = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
+    bad = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
                           "--rows", "1,x"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "row counts >= 1" in bad.stderr, bad.stderr
 
@@ -202,7 +201,7 @@ def test_product_pieces(trained):
         pytest.skip(NATIVE_REASON)
     data, ckpt = trained
     script = os.path.join(ROOT, "scripts", "diagnostics", "product_pieces.py")
-    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--sentences", "6",
+    proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--sentences", "6",
                            "--threads", "2", "--rounds", "1", "--pieces", "1", "3"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -212,7 +211,7 @@ def test_product_pieces(trained):
     assert [f[0] for f in found] == ["greedy", "iad", "encoder"], proc.stdout
     for _, one, three, _, same, total in found:
         assert float(one) > 0 and float(three) > 0 and same == total == "6", proc.stdout
-    bad = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--pieces", "0"],
+    bad = python([sys.executable, script, str(data), "--path", str(ckpt), "--pieces", "0"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--pieces" in bad.stderr, bad.stderr[-2000:]
 
@@ -226,14 +225,14 @@ def test_threads_side_by_side(trained):
         pytest.skip(NATIVE_REASON)
     data, ckpt = trained
     script = os.path.join(ROOT, "scripts", "diagnostics", "threads_side_by_side.py")
-    proc = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--sentences", "6"],
+    proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--sentences", "6"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = re.search(r"^iad: 1 thread ([\d.]+) ms per sentence, 2 threads ([\d.]+): ([\d.]+)x as fast; ([\d.]+)% of "
                   r"its calls of several items shared; the same bits in (\d+)/(\d+) sentences$", proc.stdout, re.M)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, proc.stdout
     assert m.group(5) == m.group(6) == "6", proc.stdout
-    bad = subprocess.run([sys.executable, script, str(data), "--path", str(ckpt), "--threads", "1"],
+    bad = python([sys.executable, script, str(data), "--path", str(ckpt), "--threads", "1"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--threads" in bad.stderr, bad.stderr[-2000:]
 
@@ -249,7 +248,7 @@ def test_sentence_time(trained):
         pytest.skip(NATIVE_REASON)
     data, ckpt = trained
     for mode, extra in (("iad", []), ("greedy", ["--stages"])):
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "sentence_time.py"),
+        proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "sentence_time.py"),
                                str(data), "--path", str(ckpt), "--sentences", "40", "--rounds", "2", "--mode", mode]
                               + extra, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -276,7 +275,7 @@ def test_gad_limits(trained, trained_drafter, tmp_path):
     shows."""
     data, ckpt = trained
     drafter = trained_drafter
-    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "gad_limits.py"),
+    proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "gad_limits.py"),
                            "--drafter", str(drafter), "--verifier", str(ckpt), "--sentences", "40",
                            "--json", str(tmp_path / "limits.json")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,0 +1,131 @@
+"""The tests' Python commands forked from a warm interpreter (warm_python.py)
+give what ``subprocess.run`` gives: the same output, exit status, streams,
+working directory and environment, tracebacks, deaths by signal, atexit
+handlers and threads at exit, timeouts; what it does not take runs as a
+process of its own."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import warm_python
+from helpers import ROOT, tool
+
+SCRIPT = r'''
+import atexit, os, sys, threading, time
+print("warm" if "xml.dom.minidom" in sys.modules else "cold")
+print(__name__, sys.argv[1:], os.getcwd(), os.environ.get("PROBE"), sys.path[0] == os.path.dirname(__file__))
+print("stdin:", sys.stdin.read().replace("\n", "|"))
+print("to stderr", file=sys.stderr)
+sys.stdout.write("a\r\nb\rc\n")
+what = sys.argv[1]
+atexit.register(lambda: print("atexit ran", flush=True))
+if what == "thread":
+    threading.Thread(target=lambda: (time.sleep(0.3), print("thread joined", flush=True))).start()
+elif what == "raise":
+    raise ValueError("a bad value")
+elif what == "kill":
+    sys.stdout.flush()
+    os.kill(os.getpid(), 9)
+elif what == "sleep":
+    time.sleep(60)
+sys.exit(int(sys.argv[2]))
+'''
+
+
+@pytest.fixture(scope="module")
+def server():
+    env = dict(os.environ, PROBE="p1")
+    s = warm_python.Server(env, preload=("xml.dom.minidom",))  # (the tests' server preloads torch and fairseq)
+    yield s, env
+    s.close()
+
+
+@pytest.fixture
+def script(tmp_path):
+    path = tmp_path / "probe.py"
+    path.write_text(SCRIPT)
+    return str(path)
+
+
+def both(server, cmd, **kw):
+    s, env = server
+    assert s.takes(cmd, env)
+    warm = s.run(cmd, env, str(ROOT), **kw)
+    cold = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT), **kw)
+    return warm, cold
+
+
+@pytest.mark.parametrize("what,code", [("exit", 0), ("exit", 3), ("thread", 0), ("raise", 0), ("kill", 0)])
+def test_a_command_gives_what_its_own_process_gives(server, script, what, code):
+    warm, cold = both(server, [sys.executable, script, what, str(code)], input="x\ny\n")
+    assert warm.stdout.splitlines()[0] == "warm" and cold.stdout.splitlines()[0] == "cold"
+    assert warm.stdout.splitlines()[1:] == cold.stdout.splitlines()[1:]
+    assert warm.returncode == cold.returncode == {"raise": 1, "kill": -9}.get(what, code)
+    assert f"['{what}', '{code}'] {ROOT} p1 True" in warm.stdout and "stdin: x|y" in warm.stdout
+    assert "a\nb\nc\n" in warm.stdout  # newlines as text mode reads them
+    if what == "thread":
+        assert warm.stdout.index("thread joined") < warm.stdout.index("atexit ran")
+    if what == "raise":
+        assert "Traceback" in warm.stderr and warm.stderr.rstrip().endswith("ValueError: a bad value")
+        assert cold.stderr.rstrip().endswith("ValueError: a bad value")
+    else:
+        assert warm.stderr == cold.stderr == "to stderr\n"
+
+
+def test_a_command_past_its_time_is_killed(server, script):
+    s, env = server
+    start = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as info:
+        s.run([sys.executable, script, "sleep", "0"], env, str(ROOT), timeout=1)
+    assert time.monotonic() - start < 10
+    assert "warm" in info.value.output
+    again = s.run([sys.executable, script, "exit", "5"], env, str(ROOT))  # the server goes on
+    assert again.returncode == 5
+
+
+def test_what_it_does_not_take_runs_as_its_own_process(server, script, monkeypatch):
+    s, env = server
+    assert not s.takes([sys.executable, "-c", "pass"], env)
+    assert not s.takes([sys.executable, script], dict(env, PROBE="p2"))  # another environment
+    assert not s.takes(["/bin/echo", "x"], env)
+    assert s.takes([sys.executable, script], dict(env, PYTEST_CURRENT_TEST="another test"))
+    monkeypatch.setattr(warm_python, "_servers", {})
+    monkeypatch.setattr(warm_python, "PRELOAD", ("xml.dom.minidom",))
+    monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_TESTS_FORK", "0")
+    off = warm_python.run([sys.executable, script, "exit", "0"], env, str(ROOT))
+    assert off.stdout.startswith("cold") and not warm_python._servers
+    monkeypatch.delenv("FAIRSEQ_AGGRESSIVE_TESTS_FORK")
+    cold = warm_python.run([sys.executable, "-c", "import sys; print('fairseq' in sys.modules)"], env, str(ROOT))
+    assert cold.stdout == "False\n" and not warm_python._servers
+    try:  # a server for each environment commands come with
+        for probe in ("p2", "p3", "p2"):
+            got = warm_python.run([sys.executable, script, "exit", "0"], dict(env, PROBE=probe), str(ROOT))
+            assert got.stdout.startswith("warm") and f" {probe} " in got.stdout
+        assert len(warm_python._servers) == 2
+    finally:
+        for each in warm_python._servers.values():
+            each.close()
+
+
+@pytest.mark.slow  # (fairseq-generate's imports in a process of their own)
+def test_a_console_script_of_fairseq():
+    env = dict(os.environ)
+    s = warm_python.Server(env)
+    try:
+        cmd = [tool("fairseq-generate"), "--help"]
+        assert s.takes(cmd, env)
+        s.run(cmd, env, str(ROOT))  # (the first waits for the server's imports)
+        start = time.monotonic()
+        warm = s.run(cmd, env, str(ROOT))
+        warm_s = time.monotonic() - start
+        start = time.monotonic()
+        cold = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=str(ROOT))
+        cold_s = time.monotonic() - start
+    finally:
+        s.close()
+    assert warm.returncode == cold.returncode == 0
+    assert warm.stdout == cold.stdout and "--user-dir" in warm.stdout
+    assert warm_s < cold_s / 2, (warm_s, cold_s)  # (the imports made before the command: what it is for)
