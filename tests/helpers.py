@@ -202,10 +202,15 @@ def sample_lines(n: int) -> list:
         return [next(f).strip() for _ in range(n)]
 
 
-def run(cmd, **kw):
+def command_env() -> dict:
+    """The environment of the commands the tests run: this process's, Python's warnings off."""
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
-    proc = warm_python.run(cmd, env, ROOT, **kw)  # (subprocess.run, or a fork of a warm interpreter)
+    return env
+
+
+def run(cmd, **kw):
+    proc = warm_python.run(cmd, command_env(), ROOT, **kw)  # (subprocess.run, or a fork of a warm interpreter)
     assert proc.returncode == 0, f"{cmd[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
 
@@ -214,7 +219,7 @@ def python(cmd, cwd=ROOT, env=None, check=False, capture_output=True, text=True,
     """``subprocess.run(cmd, capture_output=True, text=True, ...)`` (the same result), forked from
     a warm interpreter where ``cmd`` is a Python script of this environment (warm_python.py)."""
     assert capture_output and text, "the output is captured as text"
-    proc = warm_python.run(cmd, dict(os.environ if env is None else env), str(cwd), **kw)
+    proc = warm_python.run(cmd, command_env() if env is None else dict(env), str(cwd), **kw)
     if check and proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
     return proc

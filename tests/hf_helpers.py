@@ -125,8 +125,8 @@ def bench(out, tmp_path, lines, encode, src="src", tgt="tgt", modes="greedy,iad,
     for side in (src, tgt):
         (data / f"test.{side}").write_text("".join(encode(s) + "\n" for s in lines))
     python([tool("fairseq-preprocess"), "-s", src, "-t", tgt, "--testpref", str(data / "test"),
-                    "--srcdict", str(out / f"dict.{src}.txt"), "--tgtdict", str(out / f"dict.{tgt}.txt"),
-                    "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
+            "--srcdict", str(out / f"dict.{src}.txt"), "--tgtdict", str(out / f"dict.{tgt}.txt"),
+            "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
     js = tmp_path / "b.json"
     run([tool("fairseq-aggressive-bench"), str(data / "bin"), "--path", str(out / "model.pt"),
          "--user-dir", "fairseq_aggressive", "--task", "aggressive_translation", "-s", src, "-t", tgt,

@@ -61,9 +61,9 @@ def test_interactive_hub_and_errors_blockwise(trained, trained_blockwise):
         hub.translate(lines[:1], beam=1, decoding="blockwise", min_block_size=5)
     # a model without heads is refused before anything is decoded
     proc = python([os.path.join(BIN, "fairseq-generate"), str(data), "--path", str(ar_ckpt),
-                           "--user-dir", USER_DIR, "--task", "aggressive_translation", "--beam", "1",
-                           "--gen-subset", "test", "--decoding", "blockwise"],
-                          capture_output=True, text=True, cwd=ROOT)
+                   "--user-dir", USER_DIR, "--task", "aggressive_translation", "--beam", "1",
+                   "--gen-subset", "test", "--decoding", "blockwise"],
+                  capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode != 0 and "proposal heads" in proc.stderr
     assert not re.search(r"^H-", proc.stdout, re.M)
 

@@ -28,12 +28,13 @@ def _library() -> str:
     return build.library()._name
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_a_null_pair_streams_and_is_timed(tmp_path):
     copy = str(tmp_path / "engine-copy.so")
     shutil.copyfile(_library(), copy)
     proc = python([sys.executable, SCRIPT, *ARGS, "--other", copy, "--rows", "1,4", "--rounds", "2",
-                           "--repeat", "1", "--sentences", "8", "--threads", "1"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                   "--repeat", "1", "--sentences", "8", "--threads", "1"],
+                  capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = re.findall(r"^(\d+) rows: this build best ([\d.]+), median ([\d.]+) ms a sentence; the other best "
                        r"([\d.]+), median ([\d.]+); this one ([\d.]+)x as fast$", proc.stdout, re.M)
@@ -44,17 +45,18 @@ def test_a_null_pair_streams_and_is_timed(tmp_path):
 
 def test_one_file_on_both_sides_is_refused():
     proc = python([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--sentences", "4"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                  capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 2 and "nothing to compare" in proc.stderr, proc.stderr[-2000:]
     proc = python([sys.executable, SCRIPT, *ARGS, "--other", _library(), "--rounds", "0"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                  capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode != 0 and "must be >= 1" in proc.stderr
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_lanes_side_by_side():
     script = os.path.join(ROOT, "scripts", "diagnostics", "lanes_side_by_side.py")
     proc = python([sys.executable, script, *ARGS, "--batch-size", "4", "--sentences", "12", "--rounds", "1"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                  capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = re.search(r"a pass reads ([\d.]+) MB of weights; default lanes: (\d+)", proc.stdout)
     assert m and 1 < float(m.group(1)) < 8 and int(m.group(2)) >= 1, proc.stdout  # the 9+3: lanes where threads
@@ -62,14 +64,15 @@ def test_lanes_side_by_side():
                   proc.stdout, re.M)
     assert m and all(float(x) > 0 for x in m.groups()), proc.stdout
     proc = python([sys.executable, script, *ARGS, "--batch-size", "1"], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+                  timeout=300, cwd=ROOT)
     assert proc.returncode != 0 and "must be >= 2" in proc.stderr
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_lane_rows_side_by_side():
     script = os.path.join(ROOT, "scripts", "diagnostics", "lane_rows_side_by_side.py")
     proc = python([sys.executable, script, *ARGS, "--rows", "4,40", "--sentences", "40", "--rounds", "1",
-                           "--repeat", "1", "--bound", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                   "--repeat", "1", "--bound", "3"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"rows a lane at most: 3;", proc.stdout), proc.stdout
     got = re.findall(r"^(\d+) rows: bound ([\d.]+) ms a sentence, unbound ([\d.]+): the bound ([\d.]+)x as fast$",
@@ -77,7 +80,7 @@ def test_lane_rows_side_by_side():
     assert [g[0] for g in got] == ["4", "40"] and all(float(x) > 0 for g in got for x in g[1:]), proc.stdout
     for bad in (["--rows", "0"], ["--bound", "0"]):
         proc = python([sys.executable, script, *ARGS, *bad], capture_output=True, text=True, timeout=300,
-                              cwd=ROOT)
+                      cwd=ROOT)
         assert proc.returncode != 0 and "must be >= 1" in proc.stderr, bad
 
 
@@ -86,7 +89,7 @@ def test_cpu_share():
     pytest.importorskip("ctranslate2")
     script = os.path.join(ROOT, "scripts", "diagnostics", "cpu_share.py")
     proc = python([sys.executable, script, *ARGS, "--rows", "4", "--sentences", "12", "--rounds", "1",
-                           "--load", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                   "--load", "1"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = re.findall(r"^\| (engine stream|CTranslate2) \| (\d) \| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$",
                       proc.stdout, re.M)
@@ -95,5 +98,5 @@ def test_cpu_share():
     cpus = len(os.sched_getaffinity(0))
     assert all(float(wall) > 0 and float(cpu) > 0 and 0 < float(held) <= cpus + 0.25 for *_, wall, cpu, held in rows)
     proc = python([sys.executable, script, *ARGS, "--rows", "0"], capture_output=True, text=True,
-                          timeout=60, cwd=ROOT)
+                  timeout=60, cwd=ROOT)
     assert proc.returncode == 2 and "must be >= 1" in proc.stderr

@@ -28,7 +28,7 @@ def load_script(name):
 
 def run_script(name, *args):
     proc = python([sys.executable, str(SCRIPTS / f"{name}.py"), *map(str, args)],
-                          cwd=ROOT, capture_output=True, text=True)
+                  cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -97,6 +97,7 @@ def test_tokenize_bpe_binarize_round_trip(tmp_path):
         assert decode_bin(bin_dir, split, "en", "de", "de") == bpe["de"]
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_binarize_reports_failure(tmp_path):
     with pytest.raises(SystemExit, match="missing input files"):
         prep_common.binarize(tmp_path, "en", "de", workers=1)
@@ -214,9 +215,9 @@ def test_prepare_wmt_end_to_end(tmp_path):
 
 def test_prepare_wmt_missing_raw_files(tmp_path):
     proc = python([sys.executable, str(SCRIPTS / "prepare_wmt.py"), "--pair",
-                           "wmt16-en-ro", "--raw-dir", str(tmp_path), "--out",
-                           str(tmp_path / "out")], capture_output=True,
-                          text=True)
+                   "wmt16-en-ro", "--raw-dir", str(tmp_path), "--out",
+                   str(tmp_path / "out")], capture_output=True,
+                  text=True)
     assert proc.returncode != 0
     assert "europarl-v8.ro-en.en" in proc.stderr and "training-parallel-ep-v8.tgz" in proc.stderr
 
@@ -335,6 +336,7 @@ def _can_take_the_held_lock(_):
     return took
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_worker_processes_do_not_inherit_locks_held_by_other_threads():
     """prep_common's worker processes start from a process without threads, not as a fork of
     the caller: a lock another thread holds while the workers start is free in them (a fork

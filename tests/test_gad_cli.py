@@ -118,7 +118,7 @@ def test_cli_refuses_bad_drafters(trained, trained_drafter, monkeypatch, capsys)
           "--gad-tau", "-1"], "--gad-tau"),
     ]
     proc = python([os.path.join(BIN, "fairseq-generate"), *base, *cases[0][0]], capture_output=True,
-                          text=True, cwd=ROOT)
+                  text=True, cwd=ROOT)
     assert proc.returncode != 0 and cases[0][1] in proc.stderr, proc.stderr[-1500:]
     assert not re.search(r"^H-", proc.stdout, re.M)
     for extra, msg in cases:
@@ -168,7 +168,7 @@ def test_distill_script(trained, tmp_path):
     assert sorted(hyps) == sorted(printed.values())
     # refuses to overwrite
     again = python([sys.executable, DISTILL, "--teacher", str(ckpt), "--data", str(data),
-                            "--out", str(out), "--cpu"], capture_output=True, text=True, cwd=ROOT)
+                    "--out", str(out), "--cpu"], capture_output=True, text=True, cwd=ROOT)
     assert again.returncode != 0 and "exists" in again.stderr
 
 

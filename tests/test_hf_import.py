@@ -239,8 +239,8 @@ def test_the_bench_runs_ctranslate2_on_the_same_checkpoint(tmp_path):
         (data / f"test.{side}").write_text("".join(" ".join(sp.encode(s, out_type=str)) + "\n" for s in lines))
     out = tmp_path / "out"
     python([tool("fairseq-preprocess"), "-s", "src", "-t", "tgt", "--testpref", str(data / "test"),
-                    "--srcdict", str(out / "dict.src.txt"), "--tgtdict", str(out / "dict.tgt.txt"),
-                    "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
+            "--srcdict", str(out / "dict.src.txt"), "--tgtdict", str(out / "dict.tgt.txt"),
+            "--destdir", str(data / "bin"), "--workers", "1"], check=True, capture_output=True)
     js = tmp_path / "b.json"
     run([tool("fairseq-aggressive-bench"), str(data / "bin"), "--path", str(out / "model.pt"),
          "--user-dir", "fairseq_aggressive", "--task", "aggressive_translation", "-s", "src", "-t", "tgt",

@@ -10,6 +10,7 @@ token ids and text on every sentence, at batch 1 and 8."""
 import pytest
 import torch
 
+from helpers import fast_first
 from hf_helpers import MODES, bench, check_modes, check_translator, hf_ids, imported, int8_ids, sample_lines, vary
 
 transformers = pytest.importorskip("transformers", reason="the [hf] extra (transformers) is not installed")
@@ -19,7 +20,7 @@ TOKENIZERS = ["MBartTokenizer", "MBart50Tokenizer"]
 PAIR = ("en_XX", "de_DE")
 
 
-@pytest.fixture(scope="module", params=TOKENIZERS)
+@pytest.fixture(scope="module", params=fast_first(TOKENIZERS))
 def mbart(request, tmp_path_factory):
     """(HF directory, transformers model, tokenizer, generate()'s language arguments, held-out lines)."""
     import sentencepiece as spm

@@ -159,5 +159,5 @@ def test_hub_latency_script(tmp_path):
     lines = TABLES["hub-latency"]([stored(res, "9+3")])
     assert lines[2].startswith("| 9+3 | ") and "greedy (hub)'s: translator:iad 4/4" in lines[-1], lines
     bad = python([sys.executable, "scripts/diagnostics/hub_latency.py", MODEL, "--input", str(src),
-                          "--modes", "iad", "iad"], capture_output=True, text=True, cwd=ROOT)
+                  "--modes", "iad", "iad"], capture_output=True, text=True, cwd=ROOT)
     assert bad.returncode == 2 and "distinct --modes" in bad.stderr

@@ -38,8 +38,8 @@ def test_peak_memory_side_by_side():
 
     script = os.path.join(ROOT, "scripts", "diagnostics", "peak_memory.py")
     proc = python([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
-                           "--sentences", "3", "--modes", "greedy-native,beam2-native"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+                   "--sentences", "3", "--modes", "greedy-native,beam2-native"],
+                  capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = {ln.split("|")[1].strip(): [float(x) for x in ln.split("|")[2:6]]
             for ln in proc.stdout.splitlines() if ln.startswith("| greedy-native") or ln.startswith("| beam2-native")}
@@ -48,5 +48,5 @@ def test_peak_memory_side_by_side():
         assert peak >= loaded > 50 and ratio > 0
     assert rows["greedy-native"][3] == 1.0
     bad = python([sys.executable, script, "models/uagec-9x3", "data/uagec-sample/test.tok.src",
-                          "--modes", "nope"], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                  "--modes", "nope"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert bad.returncode != 0 and "unknown benchmark mode 'nope'" in bad.stderr

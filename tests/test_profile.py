@@ -18,9 +18,9 @@ def test_profile_pass(trained, tmp_path):
     writes what it printed as a result that scripts/results.py stores and the torch-pass table shows."""
     data, ckpt = trained
     proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "profile_pass.py"), str(data),
-                           "--path", str(ckpt), "--sentences", "12", "--reps", "5", "--threads", "1",
-                           "--json", str(tmp_path / "torch.json")],
-                          capture_output=True, text=True, timeout=600)
+                   "--path", str(ckpt), "--sentences", "12", "--reps", "5", "--threads", "1",
+                   "--json", str(tmp_path / "torch.json")],
+                  capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "machine: " in out
@@ -59,11 +59,11 @@ def test_pass_cost(trained, tmp_path):
     data, ckpt = trained
     for precision in ("float32", "int8"):
         proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
-                               "--path", str(ckpt), "--sentences", "12", "--threads", "1", "--positions", "1,2,4",
-                               "--prefix", "2", "--precision", precision, "--rounds", "2",
-                               "--json", str(tmp_path / f"{precision}.json")]
-                              + (["--stages"] if precision == "int8" else ["--warm-steps", "2", "--load", "1"]),
-                              capture_output=True, text=True, timeout=600)
+                       "--path", str(ckpt), "--sentences", "12", "--threads", "1", "--positions", "1,2,4",
+                       "--prefix", "2", "--precision", precision, "--rounds", "2",
+                       "--json", str(tmp_path / f"{precision}.json")]
+                      + (["--stages"] if precision == "int8" else ["--warm-steps", "2", "--load", "1"]),
+                      capture_output=True, text=True, timeout=600)
         # (the script fails where a timed pass does not accept greedy's own continuation,
         # so warm steps that fed other tokens than greedy's would fail it)
         assert proc.returncode == 0, proc.stderr[-3000:]
@@ -98,7 +98,7 @@ def test_pass_cost(trained, tmp_path):
             assert abs(float(stages["total"][i]) - float(mean)) <= 0.002, out
         assert set(res["stages_ms"]) == {"1", "2", "4"} and "ffn" in res["stages_ms"]["4"], res
     proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "pass_cost.py"), str(data),
-                           "--path", str(ckpt), "--warm-steps", "-1"], capture_output=True, text=True, timeout=600)
+                   "--path", str(ckpt), "--warm-steps", "-1"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and "--warm-steps and --load must be >= 0" in proc.stderr, proc.stderr[-3000:]
 
 
@@ -118,8 +118,8 @@ def test_compare_builds(trained, tmp_path):
     data, ckpt = trained
     script = os.path.join(ROOT, "scripts", "diagnostics", "compare_builds.py")
     proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--other", build.test_library()._name,
-                           "--sentences", "8", "--threads", "1", "--rounds", "1"],
-                          capture_output=True, text=True, timeout=600)
+                   "--sentences", "8", "--threads", "1", "--rounds", "1"],
+                  capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # each side decodes on its own library (not on engines that share the first side's weights)
     assert f"other side's engines run: {build.test_library()._name}\n" in proc.stdout, proc.stdout
@@ -130,9 +130,9 @@ def test_compare_builds(trained, tmp_path):
     for _, this, other, _, same, total in found:
         assert float(this) > 0 and float(other) > 0 and same == total == "8", proc.stdout
     proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--other",
-                           build.test_library()._name, "--sentences", "2", "--threads", "1", "--rounds", "2",
-                           "--first", "other", "--by", "round"],
-                          capture_output=True, text=True, timeout=600)
+                   build.test_library()._name, "--sentences", "2", "--threads", "1", "--rounds", "2",
+                   "--first", "other", "--by", "round"],
+                  capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "engines made first: other's" in proc.stdout, proc.stdout + proc.stderr[-2000:]
     assert f"other side's engines run: {build.test_library()._name}\n" in proc.stdout, proc.stdout
     found = re.findall(r"^(greedy|iad|encoder): .* the same bits in (\d+)/(\d+) sentences$", proc.stdout, re.M)
@@ -140,7 +140,7 @@ def test_compare_builds(trained, tmp_path):
     bad = tmp_path / "not-a-library.so"
     bad.write_text("no")
     proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--other", str(bad)],
-                          capture_output=True, text=True, timeout=300)
+                  capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "cannot load the native engine" in proc.stderr, proc.stderr[-2000:]
 
 
@@ -155,9 +155,9 @@ def test_linear_rate():
     if NATIVE_REASON is not None:
         pytest.skip(NATIVE_REASON)
     proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
-                           "--dim", "128", "--ffn", "512", "--vocab", "300", "--rows", "3,32", "--threads", "1",
-                           "--precision", "float32", "int8", "--decoder-layers", "2"], capture_output=True, text=True,
-                          timeout=600)
+                   "--dim", "128", "--ffn", "512", "--vocab", "300", "--rows", "3,32", "--threads", "1",
+                   "--precision", "float32", "int8", "--decoder-layers", "2"], capture_output=True, text=True,
+                  timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     for precision in ("float32", "int8"):
@@ -188,7 +188,7 @@ def test_linear_rate():
         per_value = 4 if precision == "float32" else 1  # bytes per weight (int8's scales and sums: a few %)
         assert 1.0 <= float(whole.group(1)) / (weights * per_value / 1e6) < 1.1, out
     bad = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"),
-                          "--rows", "1,x"], capture_output=True, text=True, timeout=120)
+                  "--rows", "1,x"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "row counts >= 1" in bad.stderr, bad.stderr
 
 
@@ -202,8 +202,8 @@ def test_product_pieces(trained):
     data, ckpt = trained
     script = os.path.join(ROOT, "scripts", "diagnostics", "product_pieces.py")
     proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--sentences", "6",
-                           "--threads", "2", "--rounds", "1", "--pieces", "1", "3"],
-                          capture_output=True, text=True, timeout=600)
+                   "--threads", "2", "--rounds", "1", "--pieces", "1", "3"],
+                  capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = re.findall(r"^(greedy|iad|encoder): 1 per thread ([\d.]+) ms \(1\.000x the time of 1\), 3 per thread "
                        r"([\d.]+) ms \(([\d.]+)x the time of 1\); the same bits in (\d+)/(\d+) sentences$",
@@ -212,7 +212,7 @@ def test_product_pieces(trained):
     for _, one, three, _, same, total in found:
         assert float(one) > 0 and float(three) > 0 and same == total == "6", proc.stdout
     bad = python([sys.executable, script, str(data), "--path", str(ckpt), "--pieces", "0"],
-                         capture_output=True, text=True, timeout=300)
+                 capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--pieces" in bad.stderr, bad.stderr[-2000:]
 
 
@@ -226,14 +226,14 @@ def test_threads_side_by_side(trained):
     data, ckpt = trained
     script = os.path.join(ROOT, "scripts", "diagnostics", "threads_side_by_side.py")
     proc = python([sys.executable, script, str(data), "--path", str(ckpt), "--sentences", "6"],
-                          capture_output=True, text=True, timeout=600)
+                  capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     m = re.search(r"^iad: 1 thread ([\d.]+) ms per sentence, 2 threads ([\d.]+): ([\d.]+)x as fast; ([\d.]+)% of "
                   r"its calls of several items shared; the same bits in (\d+)/(\d+) sentences$", proc.stdout, re.M)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, proc.stdout
     assert m.group(5) == m.group(6) == "6", proc.stdout
     bad = python([sys.executable, script, str(data), "--path", str(ckpt), "--threads", "1"],
-                         capture_output=True, text=True, timeout=300)
+                 capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--threads" in bad.stderr, bad.stderr[-2000:]
 
 
@@ -249,8 +249,8 @@ def test_sentence_time(trained):
     data, ckpt = trained
     for mode, extra in (("iad", []), ("greedy", ["--stages"])):
         proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "sentence_time.py"),
-                               str(data), "--path", str(ckpt), "--sentences", "40", "--rounds", "2", "--mode", mode]
-                              + extra, capture_output=True, text=True, timeout=600)
+                       str(data), "--path", str(ckpt), "--sentences", "40", "--rounds", "2", "--mode", mode]
+                      + extra, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         out = proc.stdout
         assert f"; int8; {mode}; " in out, out
@@ -276,8 +276,8 @@ def test_gad_limits(trained, trained_drafter, tmp_path):
     data, ckpt = trained
     drafter = trained_drafter
     proc = python([sys.executable, os.path.join(ROOT, "scripts", "diagnostics", "gad_limits.py"),
-                           "--drafter", str(drafter), "--verifier", str(ckpt), "--sentences", "40",
-                           "--json", str(tmp_path / "limits.json")], capture_output=True, text=True, timeout=600)
+                   "--drafter", str(drafter), "--verifier", str(ckpt), "--sentences", "40",
+                   "--json", str(tmp_path / "limits.json")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "limits.json").read_text())
     assert res["sentences"] == 40 and res["block_size"] == 4 and list(res["slots"]) == ["drafter"]

@@ -38,6 +38,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 @pytest.mark.parametrize("first", sorted(FIRST_IMPORTS))
 def test_components_register_whichever_is_imported_first(first):
     proc = _run(FIRST_IMPORTS[first] + CHECK)

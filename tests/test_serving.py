@@ -116,6 +116,7 @@ def _post(port, body, timeout=60):
         return e.code, json.loads(e.read())
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_the_server_from_the_command_line(lines, reference):
     proc, port, out = _serve("--workers", "2", "--native-threads", "1", "--max-input-tokens", "256")
     try:
@@ -176,6 +177,7 @@ def _serve(*args):
     return proc, port, out
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_a_drain_that_runs_out_of_time_exits_nonzero_and_says_how_many(lines):
     import hostile
 
@@ -255,6 +257,7 @@ def test_the_signal_handler_starts_the_drain_at_once():
     assert calls == [1] and server.should_exit and server.signalled_at is not None
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_health_answers_while_the_largest_allowed_request_is_prepared():
     import hostile
     import string

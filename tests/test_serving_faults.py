@@ -203,6 +203,7 @@ def test_the_queue_refuses_what_would_pass_its_limit_and_drops_gone_requests():
     assert [it.request for it in q.take(2, wait=0)] == [b, b]
 
 
+@pytest.mark.slow  # (a process of its own that imports torch and fairseq)
 def test_a_server_whose_workers_keep_dying_stops_with_status_3(tmp_path):
     import os
     import subprocess

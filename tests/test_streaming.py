@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers import GEC_MODEL, needs_native, sample_lines
+from helpers import GEC_MODEL, fast_first, needs_native, sample_lines
 
 pytestmark = needs_native
 
@@ -29,9 +29,9 @@ def hub():
     return load_hub(MODEL)
 
 
-@pytest.mark.parametrize("settings", [dict(decoding="iad"), dict(decoding="iad", max_draft_len=0),
-                                      dict(decoding="iad", inference_precision="int8"),
-                                      dict(decoding="iad", draft_cost="off", max_draft_len=4)],
+@pytest.mark.parametrize("settings", fast_first([dict(decoding="iad"), dict(decoding="iad", max_draft_len=0),
+                                                 dict(decoding="iad", inference_precision="int8"),
+                                                 dict(decoding="iad", draft_cost="off", max_draft_len=4)]),
                          ids=["iad", "greedy", "iad-int8", "iad-fixed"])
 def test_streamed_outputs_are_each_sentences_own(hub, lines, settings):
     from fairseq_aggressive.streaming import stream

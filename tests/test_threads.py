@@ -124,6 +124,7 @@ def test_pool_stress_with_widened_windows():
         assert (r["status"], r["bad"], r["calls"]) == (0, 0, 4_000), r
 
 
+@pytest.mark.slow  # (the stress program built and run by a script that imports torch and fairseq)
 @needs_compiler
 @pytest.mark.timeout(300)
 def test_pool_stress_catches_a_split_bound():

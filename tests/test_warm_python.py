@@ -39,6 +39,7 @@ sys.exit(int(sys.argv[2]))
 def server():
     env = dict(os.environ, PROBE="p1")
     s = warm_python.Server(env, preload=("xml.dom.minidom",))  # (the tests' server preloads torch and fairseq)
+    assert s.is_ready(60)
     yield s, env
     s.close()
 
@@ -93,6 +94,7 @@ def test_what_it_does_not_take_runs_as_its_own_process(server, script, monkeypat
     assert not s.takes(["/bin/echo", "x"], env)
     assert s.takes([sys.executable, script], dict(env, PYTEST_CURRENT_TEST="another test"))
     monkeypatch.setattr(warm_python, "_servers", {})
+    seen = set()
     monkeypatch.setattr(warm_python, "PRELOAD", ("xml.dom.minidom",))
     monkeypatch.setenv("FAIRSEQ_AGGRESSIVE_TESTS_FORK", "0")
     off = warm_python.run([sys.executable, script, "exit", "0"], env, str(ROOT))
@@ -100,10 +102,14 @@ def test_what_it_does_not_take_runs_as_its_own_process(server, script, monkeypat
     monkeypatch.delenv("FAIRSEQ_AGGRESSIVE_TESTS_FORK")
     cold = warm_python.run([sys.executable, "-c", "import sys; print('fairseq' in sys.modules)"], env, str(ROOT))
     assert cold.stdout == "False\n" and not warm_python._servers
-    try:  # a server for each environment commands come with
-        for probe in ("p2", "p3", "p2"):
+    try:  # a server for each environment commands come with; commands run cold until it is ready
+        for probe in ("p2", "p3", "p2", "p3"):
             got = warm_python.run([sys.executable, script, "exit", "0"], dict(env, PROBE=probe), str(ROOT))
-            assert got.stdout.startswith("warm") and f" {probe} " in got.stdout
+            assert f" {probe} " in got.stdout
+            for each in warm_python._servers.values():
+                assert each.is_ready(60)
+            assert got.stdout.startswith("warm" if probe in seen else "cold")
+            seen.add(probe)
         assert len(warm_python._servers) == 2
     finally:
         for each in warm_python._servers.values():
@@ -117,7 +123,7 @@ def test_a_console_script_of_fairseq():
     try:
         cmd = [tool("fairseq-generate"), "--help"]
         assert s.takes(cmd, env)
-        s.run(cmd, env, str(ROOT))  # (the first waits for the server's imports)
+        assert s.is_ready(120)
         start = time.monotonic()
         warm = s.run(cmd, env, str(ROOT))
         warm_s = time.monotonic() - start

@@ -8,7 +8,9 @@ A command runs here when it is a Python script started by this interpreter
 (``[sys.executable, "script.py", ...]``) or a console script of this
 environment (a file whose first line runs this interpreter), with the
 environment the server started with (give or take ``PYTEST_CURRENT_TEST``):
-variables a Python process reads as it starts are then the same. Anything else
+variables a Python process reads as it starts are then the same. The first
+such command starts the server and runs as a process of its own, as does every
+command until the server has made its imports. Anything else
 (``-c``, ``-m``, another interpreter, another environment) and every command
 when ``FAIRSEQ_AGGRESSIVE_TESTS_FORK=0`` goes to ``subprocess.run``.
 
@@ -83,6 +85,13 @@ class Server:
         os.close(to_server)
         os.close(from_server)
         self._buf = b""
+        self.ready = False
+
+    def is_ready(self, timeout=0.0) -> bool:
+        """Whether the server has made its imports (waiting up to ``timeout`` seconds for them)."""
+        if not self.ready and self.proc.poll() is None:
+            self.ready = self._reply(timeout) == {"ready": True}
+        return self.ready
 
     def takes(self, cmd, env):
         return self.proc.poll() is None and script_of(cmd) is not None and _comparable(env) == _comparable(self.env)
@@ -100,6 +109,7 @@ class Server:
         return json.loads(line)
 
     def run(self, cmd, env, cwd, input=None, timeout=None):
+        self.is_ready(None)
         script, argv = script_of(cmd)
         with tempfile.TemporaryDirectory(prefix="warm-") as tmp:
             paths = {name: os.path.join(tmp, name) for name in ("in", "out", "err")}
@@ -141,7 +151,7 @@ def run(cmd, env, cwd, **kw):
         server = _servers.get(key)
         if server is None or server.proc.poll() is not None:
             server = _servers[key] = Server(env, PRELOAD)
-        if server.takes(cmd, env):
+        if server.takes(cmd, env) and server.is_ready():  # (until it is, commands run as before)
             return server.run(cmd, env, cwd, **kw)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, **kw)
 
@@ -172,6 +182,7 @@ def _serve(requests: int, replies: int, preload):
         importlib.import_module(name)
     sys.stdout.flush()
     sys.stderr.flush()
+    os.write(replies, (json.dumps({"ready": True}) + "\n").encode())
     with os.fdopen(requests, "rb") as reqs:
         for line in reqs:
             req = json.loads(line)
