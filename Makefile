@@ -49,7 +49,7 @@ ende-cpu: setup
 test: setup
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15 -m "not soak and not e2e" tests
 
-# everything but the tests that train models or run whole pipelines (a few minutes)
+# the library's tests in process: not those that train models, run whole pipelines or start commands (3 minutes)
 test-fast: setup
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=10 -m "not slow and not soak and not e2e" tests
 
