@@ -116,14 +116,38 @@ def test_what_it_does_not_take_runs_as_its_own_process(server, script, monkeypat
             each.close()
 
 
+LOGS_FIRST = """import logging, sys
+logging.basicConfig(format="%(name)s | %(levelname)s | %(message)s", level=logging.INFO, stream=sys.stdout)
+import fairseq
+logging.getLogger("probe").info("configured first")
+"""
+LOGS_AFTER = """import logging, sys
+import fairseq
+logging.basicConfig(format="%(name)s | %(levelname)s | %(message)s", level=logging.INFO, stream=sys.stdout)
+logging.getLogger("probe").info("configured after fairseq's import")
+"""
+
+
+def _without_import_notes(text):  # (what fairseq's import logs, once, in the server)
+    return [line for line in text.splitlines() if "tensorboardX" not in line]
+
+
 @pytest.mark.slow  # (fairseq-generate's imports in a process of their own)
-def test_a_console_script_of_fairseq():
+def test_a_console_script_of_fairseq(tmp_path):
     env = dict(os.environ)
     s = warm_python.Server(env)
     try:
+        assert s.is_ready(120)
+        for name, code in (("first", LOGS_FIRST), ("after", LOGS_AFTER)):  # logging as its own process has it
+            (tmp_path / f"{name}.py").write_text(code)
+            warm, cold = s.run([sys.executable, str(tmp_path / f"{name}.py")], env, str(ROOT)), subprocess.run(
+                [sys.executable, str(tmp_path / f"{name}.py")], capture_output=True, text=True, env=env)
+            assert warm.returncode == cold.returncode == 0, (warm.stderr, cold.stderr)
+            assert _without_import_notes(warm.stdout) == _without_import_notes(cold.stdout), name
+            assert _without_import_notes(warm.stderr) == _without_import_notes(cold.stderr), name
+            assert ("probe | INFO | configured first" in warm.stdout) == (name == "first")
         cmd = [tool("fairseq-generate"), "--help"]
         assert s.takes(cmd, env)
-        assert s.is_ready(120)
         start = time.monotonic()
         warm = s.run(cmd, env, str(ROOT))
         warm_s = time.monotonic() - start

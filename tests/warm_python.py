@@ -157,7 +157,37 @@ def run(cmd, env, cwd, **kw):
 
 
 # ------------------------------------------------------------------ the server
-def _child(req):
+def _logging_as_first_configured(pristine_level, preloaded_handlers):
+    """A command that configures logging before it imports fairseq (fairseq_cli's train,
+    interactive and preprocess do) sets the root logger of its own process; here fairseq's
+    import has configured it already (its handlers, its level). So until the command imports
+    fairseq, its ``logging.basicConfig`` takes those away first, as its own process would
+    have had none; after, the call is what it is in its own process (a no-op)."""
+    import builtins
+    import logging
+
+    real_import, real_basic_config = builtins.__import__, logging.basicConfig
+    state = {"fairseq": False}
+
+    def tracking_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and (name == "fairseq" or name.startswith("fairseq.")):
+            state["fairseq"] = True
+            builtins.__import__ = real_import
+        return real_import(name, globals, locals, fromlist, level)
+
+    def basic_config(**kwargs):
+        root = logging.getLogger()
+        if not state["fairseq"] and root.handlers == preloaded_handlers:
+            for handler in preloaded_handlers:
+                root.removeHandler(handler)
+            root.setLevel(pristine_level)
+        return real_basic_config(**kwargs)
+
+    builtins.__import__ = tracking_import
+    logging.basicConfig = basic_config
+
+
+def _child(req, logging_state):
     """Runs in the forked child: the request's process, ended as an interpreter ends."""
     import runpy
 
@@ -168,6 +198,7 @@ def _child(req):
         f = os.open(req[name], mode | (os.O_CREAT if fd else 0), 0o600)
         os.dup2(f, fd)
         os.close(f)
+    _logging_as_first_configured(*logging_state)
     sys.argv = req["argv"]
     sys.path[0] = os.path.dirname(os.path.abspath(req["script"]))
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -177,9 +208,13 @@ def _child(req):
 
 def _serve(requests: int, replies: int, preload):
     import importlib
+    import logging
 
+    root = logging.getLogger()
+    pristine_level, before = root.level, list(root.handlers)
     for name in preload:
         importlib.import_module(name)
+    logging_state = (pristine_level, [h for h in root.handlers if h not in before])
     sys.stdout.flush()
     sys.stderr.flush()
     os.write(replies, (json.dumps({"ready": True}) + "\n").encode())
@@ -190,7 +225,7 @@ def _serve(requests: int, replies: int, preload):
             if pid == 0:
                 os.close(replies)
                 reqs.close()
-                _child(req)
+                _child(req, logging_state)
             os.write(replies, (json.dumps({"pid": pid}) + "\n").encode())
             _, status = os.waitpid(pid, 0)
             os.write(replies, (json.dumps({"status": os.waitstatus_to_exitcode(status)}) + "\n").encode())

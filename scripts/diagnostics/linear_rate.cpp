@@ -5,7 +5,8 @@
 //   linear_rate THREADS PRECISION(float32|int8) M1,M2,... N:K [N:K ...]
 //
 // Prints "peak GFLOPS GOPS" (2 flops per fused multiply-add lane; int8: the
-// int8 products' rate, 2 operations per product, else 0) and one line per
+// int8 products' rate, 2 operations per product, else 0; the best of the
+// probe's rounds before and after the kernels' rounds) and one line per
 // shape and M: "N K M us GFLOPS" (int8: 2 operations per product), the median
 // of 7 timed rounds, each repeated to take about 20 ms.  The weights are the
 // same for every call, so they stay in the caches as far as their size allows.
@@ -130,12 +131,17 @@ int main(int argc, char** argv) {
   const int threads = std::atoi(argv[1]);
   const bool q8 = std::strcmp(argv[2], "int8") == 0;
   const std::vector<int> Ms = parse_list(argv[3]);
-  std::printf("peak %.1f %.1f\n", peak(threads, false), q8 ? peak(threads, true) : 0.0);
+  // The peaks are the best of their rounds before and after the kernels' (printed first):
+  // a neighbour that takes the CPUs during one probe leaves the other
+  double peak32 = peak(threads, false), peak8 = q8 ? peak(threads, true) : 0.0;
+  std::string lines;
+  char line[256];
 #if defined(FA_AMX)
   if (const char* r = std::getenv("LINEAR_RATE_AMX_MIN_ROWS")) fa::set_amx_min_rows(std::atoi(r));
-  std::printf("amx %s\n", fa::amx::state() != 1 ? "off" : ("from-" + std::to_string(fa::amx_min_rows()) + "-rows").c_str());
+  lines += "amx " + (fa::amx::state() != 1 ? std::string("off")
+                                            : "from-" + std::to_string(fa::amx_min_rows()) + "-rows") + "\n";
 #else
-  std::printf("amx none\n");
+  lines += "amx none\n";
 #endif
   fa::Pool pool(threads);
   std::mt19937 rng(1);
@@ -172,7 +178,8 @@ int main(int argc, char** argv) {
         t.push_back(std::chrono::duration<double>(Clock::now() - t0).count() / reps);
       }
       std::sort(t.begin(), t.end());
-      std::printf("%d %d %d %.2f %.1f\n", N, K, M, t[3] * 1e6, flops / t[3] / 1e9);
+      std::snprintf(line, sizeof line, "%d %d %d %.2f %.1f\n", N, K, M, t[3] * 1e6, flops / t[3] / 1e9);
+      lines += line;
     }
   }
   // A decoder pass's products, as LINEAR_RATE_PASS="LAYERS;I,I,...;J,..." names them: LAYERS
@@ -223,8 +230,12 @@ int main(int argc, char** argv) {
       }
     for (size_t i = 0; i < Ms.size(); ++i) {
       std::sort(t[i].begin(), t[i].end());
-      std::printf("pass %d %.2f %.4g\n", Ms[i], t[i][7] * 1e6, bytes / 1e6);
+      std::snprintf(line, sizeof line, "pass %d %.2f %.4g\n", Ms[i], t[i][7] * 1e6, bytes / 1e6);
+      lines += line;
     }
   }
+  peak32 = std::max(peak32, peak(threads, false));
+  if (q8) peak8 = std::max(peak8, peak(threads, true));
+  std::printf("peak %.1f %.1f\n%s", peak32, peak8, lines.c_str());
   return 0;
 }

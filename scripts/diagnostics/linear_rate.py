@@ -13,7 +13,8 @@ projection, the feed-forward pair, the vocabulary projection) at each row
 count M, one call at a time, weights kept hot as far as the caches hold them.
 Beside it, independent fused multiply-adds on the same threads give the peak
 float32 rate (and, for int8, the rate of the int8 product instructions the
-vector tiles use, two operations per product).  Per shape and M: microseconds
+vector tiles use, two operations per product), the best of rounds taken before
+and after the kernels' (a neighbour that takes the CPUs in one leaves the other).  Per shape and M: microseconds
 per call, GFLOP/s (int8: two operations per product), the share of the float32
 peak (int8: and of the int8 peak), and the call's time
 against one row's: what a pass over M positions costs in its linear layers
