@@ -111,6 +111,12 @@ def test_what_it_does_not_take_runs_as_its_own_process(server, script, monkeypat
             assert got.stdout.startswith("warm" if probe in seen else "cold")
             seen.add(probe)
         assert len(warm_python._servers) == 2
+        server = next(iter(warm_python._servers.values()))
+        with server.busy:  # a command beside one the server runs (another thread's) starts its own process
+            got = warm_python.run([sys.executable, script, "exit", "0"], server.env, str(ROOT))
+        assert got.stdout.startswith("cold")
+        got = warm_python.run([sys.executable, script, "exit", "0"], server.env, str(ROOT))
+        assert got.stdout.startswith("warm")
     finally:
         for each in warm_python._servers.values():
             each.close()

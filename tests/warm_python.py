@@ -10,7 +10,8 @@ environment (a file whose first line runs this interpreter), with the
 environment the server started with (give or take ``PYTEST_CURRENT_TEST``):
 variables a Python process reads as it starts are then the same. The first
 such command starts the server and runs as a process of its own, as does every
-command until the server has made its imports. Anything else
+command until the server has made its imports, and a command started while
+another runs in it (from another thread). Anything else
 (``-c``, ``-m``, another interpreter, another environment) and every command
 when ``FAIRSEQ_AGGRESSIVE_TESTS_FORK=0`` goes to ``subprocess.run``.
 
@@ -35,6 +36,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 
 PRELOAD = ("numpy", "torch", "omegaconf", "fairseq", "fairseq.checkpoint_utils", "fairseq.options",
            "fairseq.tasks", "fairseq.utils")
@@ -86,11 +88,15 @@ class Server:
         os.close(from_server)
         self._buf = b""
         self.ready = False
+        self.busy = threading.Lock()  # one command at a time; a command beside it starts its own process
 
     def is_ready(self, timeout=0.0) -> bool:
         """Whether the server has made its imports (waiting up to ``timeout`` seconds for them)."""
         if not self.ready and self.proc.poll() is None:
-            self.ready = self._reply(timeout) == {"ready": True}
+            try:
+                self.ready = self._reply(timeout) == {"ready": True}
+            except RuntimeError:  # (it ended: commands start processes of their own)
+                return False
         return self.ready
 
     def takes(self, cmd, env):
@@ -151,8 +157,12 @@ def run(cmd, env, cwd, **kw):
         server = _servers.get(key)
         if server is None or server.proc.poll() is not None:
             server = _servers[key] = Server(env, PRELOAD)
-        if server.takes(cmd, env) and server.is_ready():  # (until it is, commands run as before)
-            return server.run(cmd, env, cwd, **kw)
+        if server.takes(cmd, env) and server.busy.acquire(blocking=False):
+            try:
+                if server.is_ready():  # (until it is, commands start processes of their own)
+                    return server.run(cmd, env, cwd, **kw)
+            finally:
+                server.busy.release()
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd, **kw)
 
 
