@@ -111,6 +111,8 @@ def test_what_it_does_not_take_runs_as_its_own_process(server, script, monkeypat
             assert got.stdout.startswith("warm" if probe in seen else "cold")
             seen.add(probe)
         assert len(warm_python._servers) == 2
+        got = warm_python.run([sys.executable, script, "exit", "0"], dict(env, PROBE="p4"), str(ROOT))
+        assert got.stdout.startswith("cold") and len(warm_python._servers) == warm_python.MAX_SERVERS == 2
         server = next(iter(warm_python._servers.values()))
         with server.busy:  # a command beside one the server runs (another thread's) starts its own process
             got = warm_python.run([sys.executable, script, "exit", "0"], server.env, str(ROOT))
