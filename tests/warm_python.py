@@ -214,7 +214,6 @@ def _child(req, logging_state):
     _logging_as_first_configured(*logging_state)
     sys.argv = req["argv"]
     sys.path[0] = os.path.dirname(os.path.abspath(req["script"]))
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     runpy.run_path(req["script"], run_name="__main__")
     raise SystemExit(0)  # (an exception propagates: its traceback on stderr, status 1)
 
