@@ -4,14 +4,14 @@ benchmark and diagnostic prints them."""
 import os
 import platform
 
-import torch
-
 from ..runtime.cpu_features import cpu_capability, cpu_family, cpu_model, native_bf16
 from .build import NativeUnavailable, library
 
 
 def machine_info() -> dict:
     """The facts a speed number depends on, for benchmark output."""
+    import torch  # (here: a script that only describes the machine or refuses its arguments starts without it)
+
     try:
         import fairseq
 

@@ -15,8 +15,6 @@ import logging
 import os
 import platform
 
-import torch
-
 from ..constants import PRECISION_CHOICES
 
 logger = logging.getLogger("fairseq_aggressive")
@@ -26,6 +24,8 @@ NO_NATIVE_BF16_ENV = "FAIRSEQ_AGGRESSIVE_NO_NATIVE_BF16"
 
 @functools.lru_cache(maxsize=None)
 def _hardware_bf16() -> bool:
+    import torch  # (in the functions that ask it: describing the machine needs no torch until then)
+
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
@@ -41,6 +41,8 @@ def native_bf16() -> bool:
 
 def cpu_capability() -> str:
     """torch's dispatch level for this CPU: ``DEFAULT``, ``AVX2``, ``AVX512`` ..."""
+    import torch
+
     try:
         return str(torch.backends.cpu.get_cpu_capability())
     except AttributeError:

@@ -11,8 +11,6 @@ import argparse
 import statistics
 import time
 
-import torch
-
 MODES = {"greedy": dict(max_draft_len=0), "iad-fixed": dict(draft_cost="off"), "iad": {}}
 
 
@@ -35,6 +33,8 @@ def main(argv=None):
     sizes = [int(x) for x in args.batch_sizes.split(",")]
     if any(b < 1 for b in sizes):
         raise SystemExit("--batch-sizes must be >= 1")
+
+    import torch
 
     from fairseq_aggressive.bench.load import cpu_load
     from fairseq_aggressive.diagnostics.loading import token_batches
