@@ -4,9 +4,10 @@ fairseq's hub interface (``TransformerModel.from_pretrained(...).translate``)
 builds a generator configuration, a dataset and a batch iterator on every call;
 for one sentence at a time those cost more than an aggressive decode of it.  A
 ``Translator`` builds its generator once and hands each call's tokens to it
-directly.  Its outputs are the hub's ``translate(sentence, beam=1,
-**settings)``: the same tokenizer, BPE, dictionary, generation settings and
-length limits.
+directly, or, where its decoding runs in the engine's running batch, streams
+them through that batch's rows.  Its outputs are the hub's
+``translate(sentence, beam=1, **settings)``: the same tokenizer, BPE,
+dictionary, generation settings and length limits.
 
     from fairseq_aggressive import Translator
     t = Translator.from_pretrained("models/uagec-9x3", decoding="iad")
@@ -79,11 +80,20 @@ class Translator:
         return ids if self._suffix is None else torch.cat([ids, self._suffix])
 
     def translate(self, sentence: str) -> str:
-        """The output for one sentence."""
+        """The output for one sentence: where the decoding runs in the engine's running
+        batch, that sentence through one row of it (:meth:`translate_batch`, whose passes
+        keep no scores and project through the screen), else the generator's batch of one
+        (:meth:`translate_static`, which keeps every position's score); either way the
+        same output."""
+        if not isinstance(sentence, str):
+            raise TypeError("translate takes one sentence (a str); translate_batch takes a list")
+        if self.running_decoder() is not None:
+            return self.translate_batch([sentence], rows=1)[0]
         return self.translate_static([sentence])[0]
 
     def translate_batch(self, sentences: Sequence[str], rows: int = 32, lanes: Optional[int] = None) -> List[str]:
-        """The outputs for a list of sentences, in their order, each ``translate(s)``'s.
+        """The outputs for a list of sentences, in their order, each the sentence's own
+        (``translate_static([s])``'s, the generator's batch of one).
         Where the decoding runs in the engine's running batch (IAD, greedy with
         ``max_draft_len=0``, a native feature drafter) they stream through ``rows``
         rows, a row that ends refilled at the next pass boundary, the rows split among

@@ -50,7 +50,7 @@ def test_streams_through_the_screen_give_each_sentences_own_output(test_lib, lin
     t = Translator(load_hub(MODEL), decoding="iad", native_threads=2,
                    **({"max_draft_len": 0} if decoding == "greedy" else {}))
     before = _counts(test_lib)
-    alone = [t.translate(s) for s in lines]  # (scores: every logit, never the screen)
+    alone = [t.translate_static([s])[0] for s in lines]  # (scores: every logit, never the screen)
     assert _counts(test_lib) == before
     for rows in (1, 8, 32):
         assert t.translate_batch(lines, rows=rows) == alone, rows
@@ -68,7 +68,7 @@ def test_a_bound_cut_to_nothing_changes_outputs(test_lib, lines):
     from fairseq_aggressive.translator import Translator, load_hub
 
     t = Translator(load_hub(MODEL), decoding="iad", max_draft_len=0)
-    alone = [t.translate(s) for s in lines]
+    alone = [t.translate_static([s])[0] for s in lines]
     try:
         _set_screen(test_lib, t, True, 0.0, 8)
         cut = t.translate_batch(lines, rows=8)

@@ -34,7 +34,7 @@ def reference(lines):
     # greedy on the engine, one sentence at a time; equal to fairseq's own greedy
     # (hub.translate(s, beam=1), checked here on a few; everywhere in test_equivalence.py)
     engine = Translator.from_pretrained(MODEL, decoding="iad", max_draft_len=0)
-    ref = {s: engine.translate(s) for s in lines}
+    ref = {s: engine.translate_static([s])[0] for s in lines}
     fairseq = Translator(engine.hub)
     assert all(fairseq.translate(s) == ref[s] for s in lines[:6])
     return ref

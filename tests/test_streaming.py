@@ -42,7 +42,7 @@ def test_streamed_outputs_are_each_sentences_own(hub, lines, settings):
     int8 = settings.get("inference_precision") == "int8"
     t = Translator(load_hub(MODEL) if int8 else hub, **settings)  # (int8 quantizes its hub model in place)
     assert t.running_decoder() is not None
-    alone = [t.translate(s) for s in lines]  # batch 1, the generator's loop
+    alone = [t.translate_static([s])[0] for s in lines]  # batch 1, the generator's loop
     if not int8:  # equal to fairseq's own greedy (spot check); int8: its int8 model's greedy
         fairseq = Translator(hub)
         assert [fairseq.translate(s) for s in lines[:10]] == alone[:10]
@@ -77,7 +77,7 @@ def test_a_lane_decodes_as_many_rows_as_its_caches_hold(hub, lines, monkeypatch)
     monkeypatch.setattr(E, "LANE_CACHE_BYTES", per_row * 3)
     monkeypatch.setattr(E, "MIN_LANE_ROWS", 2)
     assert eng.lane_rows() == 3
-    alone = [t.translate(s) for s in lines[:40]]
+    alone = [t.translate_static([s])[0] for s in lines[:40]]
     most.clear()
     assert list(stream(t, lines[:40], 32)) == alone
     assert max(most) == 3
@@ -161,7 +161,7 @@ def test_the_translate_command(hub, lines, tmp_path):
 
     t = Translator(hub, decoding="iad")
     text = lines[:40] + [""] + lines[40:60]
-    want = [t.translate(s) for s in text]
+    want = [t.translate_static([s])[0] for s in text]
     src = tmp_path / "in.txt"
     src.write_text("\n".join(text) + "\n", encoding="utf-8")
     out = tmp_path / "out.txt"
@@ -172,7 +172,7 @@ def test_the_translate_command(hub, lines, tmp_path):
     piped = _cli("--decoding", "greedy", "--rows", "3", "--lanes", "3", stdin="\n".join(text[:12]) + "\n")
     assert piped.returncode == 0, piped.stderr
     greedy = Translator(hub, decoding="iad", max_draft_len=0)
-    assert piped.stdout.split("\n")[:-1] == [greedy.translate(s) for s in text[:12]]
+    assert piped.stdout.split("\n")[:-1] == [greedy.translate_static([s])[0] for s in text[:12]]
     assert "sentences" not in piped.stderr  # not a terminal: no bar
 
 

@@ -48,6 +48,29 @@ def test_one_sentence_per_call_gives_the_hubs_output(hub, lines, greedy, setting
 
 
 @needs_native
+def test_one_sentence_runs_as_one_row_where_the_decoding_runs_in_the_engines_batch(hub, lines, greedy, monkeypatch):
+    """translate(s) of a decoding that runs in the engine's running batch goes through one
+    row of it (passes without scores), never the generator; another decoding's goes
+    through the generator; the same outputs."""
+    from fairseq_aggressive import Translator
+
+    iad, plain = Translator(hub, decoding="iad"), Translator(hub)
+    assert iad.running_decoder() is not None and plain.running_decoder() is None
+
+    def refused(*args, **kwargs):
+        raise AssertionError("the generator's batch of one")
+
+    monkeypatch.setattr(iad, "translate_static", refused)
+    assert [iad.translate(s) for s in lines] == greedy
+    calls = []
+    static = plain.translate_static
+    monkeypatch.setattr(plain, "translate_static", lambda batch: calls.append(batch) or static(batch))
+    assert [plain.translate(s) for s in lines[:4]] == greedy[:4] and calls == [[s] for s in lines[:4]]
+    with pytest.raises(TypeError, match="one sentence"):
+        iad.translate(lines[:2])
+
+
+@needs_native
 def test_a_batch_gives_each_sentences_output_in_order(hub, lines):
     from fairseq_aggressive import Translator
 

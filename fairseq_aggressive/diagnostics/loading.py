@@ -23,8 +23,9 @@ def load_model_and_samples(data, path, subset, n, precision="float32", **overrid
 def translator_and_lines(model_dir, input_path, n, decoding="iad", int8=False, threads=None):
     """A :class:`~fairseq_aggressive.translator.Translator` of ``model_dir`` decoding as
     ``decoding`` (``int8``: its int8 copy; ``threads``: the engine's, else every usable CPU),
-    the first ``n`` non-empty lines of ``input_path``, and each line's own ``translate(s)``
-    (what a streamed or batched output must equal)."""
+    the first ``n`` non-empty lines of ``input_path``, and each line's own output
+    (``translate_static([s])``: the generator's batch of one, what a streamed or batched
+    output must equal)."""
     import logging
 
     from fairseq_aggressive.streaming.options import translator_settings
@@ -39,7 +40,7 @@ def translator_and_lines(model_dir, input_path, n, decoding="iad", int8=False, t
     logging.getLogger("fairseq_aggressive").setLevel(logging.WARNING)
     with open(input_path, encoding="utf-8") as f:
         lines = [x.strip() for x in f if x.strip()][:n]
-    return t, lines, [t.translate(s) for s in lines]
+    return t, lines, [t.translate_static([s])[0] for s in lines]
 
 
 def token_batches(tokens, src_dict, bsz):

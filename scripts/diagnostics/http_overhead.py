@@ -128,7 +128,7 @@ def main(argv=None):
                                 max_batch=args.max_batch)
         logging.getLogger("fairseq_aggressive").setLevel(logging.WARNING)
         t = Translator(backend.hub, decoding="iad", native_threads=args.threads)
-        outs = {s: t.translate(s) for s in lines}
+        outs = {s: t.translate_static([s])[0] for s in lines}
         http_lat, proc_lat, http_cap, proc_cap = [], [], [], []
 
         async def http_round():

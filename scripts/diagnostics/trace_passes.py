@@ -40,7 +40,7 @@ def main(argv=None):
         return res
 
     gen.verifier.step = recording_step
-    out = traced.translate(args.sentence)
+    out = traced.translate_static([args.sentence])[0]  # (the generator's loop, whose passes are recorded)
 
     def words(ids):
         return " ".join(d[t] for t in ids) if ids else "-"

@@ -30,7 +30,7 @@ def greedy_reference(args, sentences):
     _quiet_logs()
     t = Translator.from_pretrained(args.model_dir, decoding="iad", max_draft_len=0)
     _quiet_logs()
-    ref = [t.translate(s) for s in sentences]
+    ref = [t.translate_static([s])[0] for s in sentences]
     gen = t.generator
     limits = {"max_len_a": float(gen.max_len_a), "max_len_b": int(gen.max_len_b), "max_positions": int(gen.max_len)}
     d = t.hub.src_dict
