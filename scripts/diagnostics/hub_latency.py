@@ -63,26 +63,19 @@ def main(argv=None) -> int:
 
     hub = load_hub(a.model_dir, a.checkpoint, source_lang=src, target_lang=tgt)
     decoding = {"spent": 0.0}
-    step = hub.task.inference_step
 
-    def timed_step(*args, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            return step(*args, **kwargs)
-        finally:
-            decoding["spent"] += time.perf_counter() - t0
-
-    hub.task.inference_step = timed_step
-    # a Translator whose decoding runs in the engine's running batch decodes there: its calls count as decoding
-    def timed(method):
+    def timed(method):  # (its calls' time counts as decoding)
         def call(*args, **kwargs):
             t0 = time.perf_counter()
             try:
                 return method(*args, **kwargs)
             finally:
                 decoding["spent"] += time.perf_counter() - t0
+
         return call
 
+    # the generator's batches, and the engine's running batch (a Translator whose decoding runs there)
+    hub.task.inference_step = timed(hub.task.inference_step)
     for name in ("join", "run", "take"):
         setattr(RunningBatch, name, timed(getattr(RunningBatch, name)))
 
