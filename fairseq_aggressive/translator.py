@@ -82,13 +82,16 @@ class Translator:
     def translate(self, sentence: str) -> str:
         """The output for one sentence: where the decoding runs in the engine's running
         batch, that sentence through one row of it (:meth:`translate_batch`, whose passes
-        keep no scores and project through the screen), else the generator's batch of one
-        (:meth:`translate_static`, which keeps every position's score); either way the
-        same output."""
+        keep no scores and project through the screen), else, and for a sentence the running
+        batch refuses, the generator's batch of one (:meth:`translate_static`, which keeps
+        every position's score); either way the same output."""
         if not isinstance(sentence, str):
             raise TypeError("translate takes one sentence (a str); translate_batch takes a list")
         if self.running_decoder() is not None:
-            return self.translate_batch([sentence], rows=1)[0]
+            try:
+                return self.translate_batch([sentence], rows=1)[0]
+            except ValueError:  # what the running batch refuses, the generator decodes (or says why it cannot)
+                pass
         return self.translate_static([sentence])[0]
 
     def translate_batch(self, sentences: Sequence[str], rows: int = 32, lanes: Optional[int] = None) -> List[str]:

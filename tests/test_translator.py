@@ -68,6 +68,10 @@ def test_one_sentence_runs_as_one_row_where_the_decoding_runs_in_the_engines_bat
     assert [plain.translate(s) for s in lines[:4]] == greedy[:4] and calls == [[s] for s in lines[:4]]
     with pytest.raises(TypeError, match="one sentence"):
         iad.translate(lines[:2])
+    # what the running batch refuses goes to the generator, whose own answer (here its error) is the call's
+    tight = Translator(hub, decoding="iad", min_len=5, max_len_a=0, max_len_b=2)
+    with pytest.raises(ValueError, match="min_len cannot be larger than max_len"):
+        tight.translate(lines[0])
 
 
 @needs_native
