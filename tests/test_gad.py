@@ -50,16 +50,28 @@ class GreedyOracleBlockModel(torch.nn.Module):
     """A stand-in block drafter whose ``block_logits`` give the verifier's own
     greedy continuation (full forwards), with every ``wrong_every``-th drafted
     token corrupted: exercises long accepted runs and late rejections through
-    NARBlockDrafter."""
+    NARBlockDrafter.  The greedy next token of a (source, prefix) is computed
+    once and kept in ``memo`` (share one between oracles of the same ``ar``):
+    the next pass asks again for most of the continuation it was given, and a
+    second decode of the same samples asks for all of it."""
 
     is_block_drafter = True
 
-    def __init__(self, ar, d, wrong_every=0):
+    def __init__(self, ar, d, wrong_every=0, memo=None):
         super().__init__()
         self.ar, self.d, self.wrong_every = ar, d, wrong_every
         self.encoder = ar.encoder
         self.decoder = argparse.Namespace(max_positions=lambda: 10_000)
         self.calls = 0
+        self.memo = {} if memo is None else memo
+
+    def _next(self, source, prefix, enc):
+        key = (source, tuple(prefix))
+        if key not in self.memo:
+            lp = self.ar.decoder(torch.tensor([prefix]), encoder_out=enc)[0][0, -1]
+            lp[self.d.pad()] = -1e9
+            self.memo[key] = int(lp.argmax())
+        return self.memo[key]
 
     @torch.no_grad()
     def block_logits(self, tokens, slots, encoder_out):
@@ -67,11 +79,10 @@ class GreedyOracleBlockModel(torch.nn.Module):
         for r, (row, sl) in enumerate(zip(tokens, slots)):
             prefix = row[~sl & row.ne(self.d.pad())].tolist()
             enc = self.ar.encoder.reorder_encoder_out(encoder_out, torch.tensor([r]))
+            source = (enc["encoder_out"][0].numpy().tobytes(), enc["encoder_padding_mask"][0].numpy().tobytes())
             cont = []
             for _ in range(int(sl.sum())):
-                lp = self.ar.decoder(torch.tensor([prefix + cont]), encoder_out=enc)[0][0, -1]
-                lp[self.d.pad()] = -1e9
-                cont.append(int(lp.argmax()))
+                cont.append(self._next(source, prefix + cont, enc))
             for t in cont:
                 self.calls += 1
                 if self.wrong_every and self.calls % self.wrong_every == 0:
@@ -111,7 +122,8 @@ def test_gadpp_beta1_equals_exact():
     # a random drafter, and greedy's own tokens with every 4th one wrong: drafts
     # pass and fail, so the two rules are compared where they decide something
     # (the oracle counts its calls to place the wrong tokens: a fresh one per run)
-    for drafter_model in (lambda: dr, lambda: GreedyOracleBlockModel(ar, d, 4)):
+    memo = {}
+    for drafter_model in (lambda: dr, lambda: GreedyOracleBlockModel(ar, d, 4, memo)):
         exact, g1 = aggressive(ar, task, sample, drafter=NARBlockDrafter(drafter_model(), d, 5),
                                acceptance=ExactAcceptance())
         pp, g2 = aggressive(ar, task, sample, drafter=NARBlockDrafter(drafter_model(), d, 5),

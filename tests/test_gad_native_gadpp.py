@@ -53,8 +53,8 @@ def test_native_gadpp_equals_torch_gadpp(ri, oi):
     ar = make_model(task, seed=30 + ri, decoder_layers=3, decoder_normalize_before=True)
     dr = make_model(task, arch="block_nat", seed=40 + ri, decoder_layers=1)
     rule = TopBetaTauAcceptance(*RULES[ri])
-    accepted = {}
-    for name, drafter in (("random", lambda: dr), ("oracle", lambda: GreedyOracleBlockModel(ar, d, 3))):
+    accepted, memo = {}, {}
+    for name, drafter in (("random", lambda: dr), ("oracle", lambda: GreedyOracleBlockModel(ar, d, 3, memo))):
         for bsz, k in ((1, 4), (6, 8)):
             samples = [make_sample(random_rows(d, bsz, 2, 30, seed=100 * oi + 10 * ri + rep + bsz), d.pad())
                        for rep in range(2)]
