@@ -6,7 +6,8 @@ import torch
 
 from fairseq_aggressive.drafters import Drafter, InputCopyDrafter, single_drafts
 from fairseq_aggressive.generator import build_generator
-from helpers import aggressive, compare, fast_first, greedy, make_model, make_sample, make_task, random_rows
+from helpers import (aggressive, compare, fast_first, greedy, greedy_rows, make_model, make_sample, make_task,
+                     random_rows)
 
 SHAPES = {
     "post-norm, sinusoidal": {},
@@ -60,10 +61,19 @@ def check(model, task, rows, bsz, gen_kw=None, drafter_factory=None, agg_kw=None
     d = task.target_dictionary
     gen_kw = gen_kw or {}
     cmp, accepted = None, 0
-    for chunk in batches(rows, bsz):
+    opts = tuple(sorted(gen_kw.items()))
+    each = None  # every row's reference from batches of 8 (greedy_rows) where batch 1 is compared
+    if bsz == 1 and not gen_kw.get("max_len_a"):
+        key = (model_name, opts, "rows", tuple(map(tuple, rows)))
+        each = _REFS.get(key) if model_name is not None else None
+        if each is None:
+            each = greedy_rows(model, d, rows, **gen_kw)
+            if model_name is not None:
+                _REFS[key] = each
+    for n, chunk in enumerate(batches(rows, bsz)):
         sample = make_sample(chunk, d.pad())
-        key = (model_name, tuple(sorted(gen_kw.items())), tuple(map(tuple, chunk)))
-        ref = _REFS.get(key) if model_name is not None else None
+        key = (model_name, opts, tuple(map(tuple, chunk)))
+        ref = each[n : n + 1] if each is not None else _REFS.get(key) if model_name is not None else None
         if ref is None:
             ref = greedy(model, d, sample, **gen_kw)
             if model_name is not None:
@@ -85,6 +95,8 @@ def test_iad_matches_greedy_random_models(shape, bsz, engine):
     task = make_task()
     d = task.target_dictionary
     model = make_model(task, seed=len(shape), **SHAPES[shape])
+    if engine == "torch" and build_generator([model], d, InputCopyDrafter(d, d)).native is None:
+        pytest.skip("the default engine verifies this shape on torch: the auto case decodes it so")
     rng = random.Random(hash((shape, bsz)) % 1000)
     rows = random_sources(rng, 48, len(d), d.eos()) + random_sources(rng, 24, len(d), d.eos(), repeat=True)
     cmp = check(model, task, rows, bsz, gen_kw=dict(max_len_b=40), agg_kw=dict(engine=engine), model_name=shape)
