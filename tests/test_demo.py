@@ -22,8 +22,19 @@ DEMO = os.path.join(ROOT, "scripts", "demo.py")
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def demo_and_data(tmp_path_factory):
+    """The demo's module and the sample's test split binarized as it binarizes it for
+    the shipped models (one BPE and vocabulary for all: checked below), made once."""
+    spec = importlib.util.spec_from_file_location("demo", DEMO)
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    data, _, _ = demo.shipped_data(tmp_path_factory.mktemp("shipped"))
+    return demo, data
+
+
 @pytest.mark.parametrize("name", ["uagec-9x3", "uagec-3x2"])
-def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path, name):
+def test_shipped_model_is_usable_and_iad_equals_greedy(demo_and_data, name):
     import torch
     from fairseq import checkpoint_utils
     from fairseq.sequence_generator import SequenceGenerator
@@ -32,10 +43,7 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path, name):
     from fairseq_aggressive.drafters import InputCopyDrafter
     from fairseq_aggressive.generator import build_generator
 
-    spec = importlib.util.spec_from_file_location("demo", DEMO)
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
-
+    demo, data = demo_and_data
     mdir = Path(ROOT) / "models" / name
     meta = json.loads((mdir / "MODEL.json").read_text())
     for f in ("dict.src.txt", "dict.tgt.txt", "bpe.codes"):  # the demo's data fits every shipped UA-GEC model
@@ -43,7 +51,6 @@ def test_shipped_model_is_usable_and_iad_equals_greedy(tmp_path, name):
     state = torch.load(mdir / "model.pt", map_location="cpu", weights_only=False)
     assert "last_optimizer_state" not in state
     assert all(v.dtype == torch.float16 for v in state["model"].values() if v.is_floating_point())
-    data, _, _ = demo.shipped_data(tmp_path)
     ckpt = mdir / "model.pt"
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(ckpt)], arg_overrides={"data": str(data)})
     model = models[0].eval()
