@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from helpers import needs_native, sample_lines
+from helpers import needs_native, python, sample_lines, tool
 
 pytestmark = needs_native
 
@@ -225,8 +225,7 @@ def test_a_drain_that_runs_out_of_time_exits_nonzero_and_says_how_many(lines):
 def test_help_lists_every_option_with_its_default():
     from fairseq_aggressive.decoding_options import OPTIONS
 
-    proc = subprocess.run([sys.executable, "-m", "fairseq_aggressive.serving.cli", "--help"], capture_output=True,
-                          text=True, timeout=120)
+    proc = python([tool("fairseq-aggressive-serve"), "--help"], timeout=120)  # (forked: helpers.python)
     assert proc.returncode == 0, proc.stderr
     text = " ".join(proc.stdout.split())
     for o in OPTIONS:
@@ -237,11 +236,9 @@ def test_help_lists_every_option_with_its_default():
         assert flag in text, flag
     assert text.count("(default:") >= len(OPTIONS) + 15
     assert "greedy" in text
-    bad = subprocess.run([sys.executable, "-m", "fairseq_aggressive.serving.cli", MODEL, "--max-draft-len", "x"],
-                         capture_output=True, text=True, timeout=120)
+    bad = python([tool("fairseq-aggressive-serve"), MODEL, "--max-draft-len", "x"], timeout=120)
     assert bad.returncode == 2 and "invalid int value" in bad.stderr
-    unknown = subprocess.run([sys.executable, "-m", "fairseq_aggressive.serving.cli", MODEL, "--no-such", "1"],
-                             capture_output=True, text=True, timeout=120)
+    unknown = python([tool("fairseq-aggressive-serve"), MODEL, "--no-such", "1"], timeout=120)
     assert unknown.returncode == 2 and "unrecognized arguments: --no-such" in unknown.stderr
 
 

@@ -5,12 +5,10 @@ number of lanes, in float32 and int8, for IAD and greedy; decodings the running 
 run go in static batches; ``fairseq-aggressive-translate`` from a file and
 from standard input, its refusals, and nothing half-written."""
 import os
-import subprocess
-import sys
 
 import pytest
 
-from helpers import GEC_MODEL, fast_first, needs_native, sample_lines
+from helpers import GEC_MODEL, fast_first, needs_native, python, sample_lines, tool
 
 pytestmark = needs_native
 
@@ -151,8 +149,8 @@ def test_other_decodings_go_in_static_batches(hub, lines):
 
 
 def _cli(*args, stdin=None):
-    return subprocess.run([sys.executable, "-m", "fairseq_aggressive.serving.translate_cli", MODEL, *args], input=stdin,
-                          capture_output=True, text=True, timeout=300)
+    """The console script as a user runs it (forked from the tests' warm interpreter: helpers.python)."""
+    return python([tool("fairseq-aggressive-translate"), MODEL, *args], input=stdin, timeout=300)
 
 
 @pytest.mark.slow  # (the command, twice)
