@@ -14,21 +14,29 @@ _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch_threads = int(os.environ.get("TEST_THREADS", max(1, min(2, (os.cpu_count() or 1) // _workers))))
 if _workers > 1:
     os.environ.setdefault("OMP_NUM_THREADS", str(torch_threads))
-
-import torch  # noqa: E402
-
-torch.set_num_threads(torch_threads)
 # the native engine on 2 threads: its thread pool takes part in every exactness test (the
 # default policy gives small test models one thread; tests/test_threads.py checks it)
 os.environ.setdefault("FAIRSEQ_AGGRESSIVE_NATIVE_THREADS", os.environ.get("TEST_THREADS", "2"))
+
+
+def _xdist_controller(config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def pytest_configure(config):
+    """torch's threads in the processes that run tests (the xdist controller, which runs none,
+    starts its workers without importing torch)."""
+    if not _xdist_controller(config):
+        import torch
+
+        torch.set_num_threads(torch_threads)
 
 
 def pytest_sessionstart(session):
     """The engine's test library, which many tests load, starts building at once in the
     background (where the engine cache lacks it): the worker that takes the cache's lock
     builds it while the other runs its tests, and a test waits only when it needs it."""
-    if os.environ.get("FAIRSEQ_AGGRESSIVE_NO_NATIVE") or (
-            getattr(session.config.option, "numprocesses", None) and not hasattr(session.config, "workerinput")):
+    if os.environ.get("FAIRSEQ_AGGRESSIVE_NO_NATIVE") or _xdist_controller(session.config):
         return  # (no engine; or the xdist controller, which runs no test)
     # imported here, in the main thread: fairseq's imports are not safe to run beside collection's
     from fairseq_aggressive.native import build as native_build
@@ -43,8 +51,10 @@ def pytest_sessionstart(session):
 
 
 def _comparison_totals():
-    from helpers import ALL_COMPARISONS
-
+    helpers = sys.modules.get("helpers")  # (a process that never imported it compared nothing,
+    if helpers is None:                   # as the xdist controller, which would import torch and fairseq)
+        return [0, 0, 0, 0]
+    ALL_COMPARISONS = helpers.ALL_COMPARISONS
     return [sum(c.total for c in ALL_COMPARISONS), sum(c.identical for c in ALL_COMPARISONS),
             sum(c.near_ties for c in ALL_COMPARISONS), sum(len(c.failures) for c in ALL_COMPARISONS)]
 
