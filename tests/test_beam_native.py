@@ -14,7 +14,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_aggressive.native.beam import NativeBeamGenerator
 from fairseq_aggressive.native import NativeEngine, NativeUnavailable
-from helpers import make_model, make_sample, make_task, needs_native, sample_lines
+from helpers import fast_first, make_model, make_sample, make_task, needs_native, sample_lines
 from test_equivalence import SHAPES, batches, random_sources
 
 pytestmark = needs_native
@@ -76,8 +76,14 @@ def _engine_takes(model, d):
         pytest.skip(f"the engine does not take this shape: {e}")
 
 
-@pytest.mark.parametrize("shape", sorted(SHAPES))
-@pytest.mark.parametrize("beam, bsz", [(1, 1), (2, 8), (5, 1), (4, 8)])
+SETTINGS = [(1, 1), (2, 8), (5, 1), (4, 8)]
+# the fast tier: every shape at beam 2 in batches of 8 and every setting on a shape the engine takes
+CASES = [(b, n, s) if s == "pre-norm, learned positions" or (b, n) == (2, 8)
+         else pytest.param(b, n, s, marks=pytest.mark.slow)
+         for s in sorted(SHAPES) for (b, n) in SETTINGS]
+
+
+@pytest.mark.parametrize("beam, bsz, shape", CASES)
 def test_beam_matches_fairseq_random_models(shape, beam, bsz):
     task = make_task()
     d = task.target_dictionary
@@ -89,7 +95,7 @@ def test_beam_matches_fairseq_random_models(shape, beam, bsz):
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults")
-@pytest.mark.parametrize("beam", [2, 5])
+@pytest.mark.parametrize("beam", fast_first([2, 5]))
 def test_beam_options(options, beam):
     task = make_task()
     d = task.target_dictionary

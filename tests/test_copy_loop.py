@@ -155,7 +155,7 @@ def test_engine_loop_with_separate_dictionaries_copies_mapped_ids():
     assert outs[0] == outs[1] == outs[2] and counts[0] == counts[1]
 
 
-@pytest.mark.parametrize("bsz", [1, 3, 16])
+@pytest.mark.parametrize("bsz", fast_first([16, 1, 3]))
 def test_engine_budget_gives_greedys_output(monkeypatch, bsz):
     """IAD's default on the native engine (:class:`EngineBudget`): the engine's
     loop verifies per pass and row the lengths its draft-length policy chooses

@@ -12,7 +12,7 @@ outputs are greedy's throughout."""
 import pytest
 import torch
 
-from helpers import needs_native, sample_lines
+from helpers import fast_first, needs_native, sample_lines
 
 pytestmark = needs_native
 
@@ -101,7 +101,7 @@ def _fresh(loop, sentences, enough, tries=3):
     return outs, rate
 
 
-@pytest.mark.parametrize("loop", [_static, _running, _streamed])
+@pytest.mark.parametrize("loop", fast_first([_running, _static, _streamed]))
 def test_drafted_passes_slower_than_greedy_stop_drafting(test_lib, sentences, loop):
     hub, _, greedy = _translators()
     ref, _ = _static(hub, greedy, sentences)

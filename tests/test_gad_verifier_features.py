@@ -11,7 +11,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from helpers import make_model, make_sample, make_task, random_rows
+from helpers import fast_first, make_model, make_sample, make_task, random_rows
 from fairseq_aggressive.criterions.glat_block_loss import GlatBlockLoss
 from fairseq_aggressive.drafters import NARBlockDrafter, check_drafter
 from fairseq_aggressive.generator import build_generator
@@ -52,7 +52,7 @@ def verifier_and_drafter(task, tmp_path, causal=True, share=False, **drafter_opt
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("causal", fast_first([True, False]))
 def test_verifier_features_gad_equals_greedy(engine, causal, tmp_path):
     task = make_task()
     d = task.target_dictionary

@@ -61,6 +61,7 @@ def test_converted_bart_decodes_as_transformers(bart, tmp_path):
     check_modes(task, fs, rows, ref, MODES)
 
 
+@pytest.mark.slow  # (the fast tier reads text through Marian's tokenizer: test_hf_import)
 def test_text_through_the_translator_is_transformers(bart, tmp_path):
     """Sentences through Translator (static and streamed): transformers'
     tokenizer ids (<s> first) and its decoded greedy outputs."""

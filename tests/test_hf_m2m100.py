@@ -67,6 +67,7 @@ def test_converted_nllb_decodes_as_transformers(nllb, tmp_path):
     check_modes(task, fs, rows, ref, dict(MODES, **{"engine beam 1": dict(engine="native")}))
 
 
+@pytest.mark.slow  # (the fast tier reads text through Marian's tokenizer: test_hf_import)
 def test_text_through_the_translator_is_transformers(nllb, tmp_path):
     """Sentences through Translator (static and streamed): transformers'
     tokenizer ids (the source language token first) and its decoded greedy

@@ -5,11 +5,12 @@ same checker finds the race of a bound stored apart from the job word and the
 lost wake-up of a worker that reads caller_waiting_ before it counts."""
 import pytest
 
+from helpers import fast_first
 from pool_model import explore
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("items,workers", [((2, 3), 1), ((2, 3), 2), ((2, 3, 2), 2), ((3, 2), 2)])
+@pytest.mark.parametrize("items,workers", fast_first([((2, 3), 1), ((2, 3), 2), ((2, 3, 2), 2), ((3, 2), 2)], n=2))
 def test_every_interleaving_runs_every_item_once(items, workers):
     violation, states = explore(items, workers)
     assert violation is None, (violation.what, "\n".join(violation.trace))

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import needs_native, sample_lines
+from helpers import fast_first, needs_native, sample_lines
 
 pytestmark = needs_native
 
@@ -81,7 +81,7 @@ def _schedule(translator, batch, sources, seed, cap, copies=True):
     return out, most
 
 
-@pytest.mark.parametrize("precision", ["float32", "int8"])
+@pytest.mark.parametrize("precision", fast_first(["float32", "int8"]))
 def test_every_sentence_is_its_batch_1_output_on_any_schedule(hub, lines, precision):
     from fairseq_aggressive.translator import Translator, load_hub
 

@@ -10,7 +10,7 @@ import ctypes
 
 import pytest
 
-from helpers import GEC_MODEL, needs_native, sample_lines
+from helpers import GEC_MODEL, fast_first, needs_native, sample_lines
 
 pytestmark = needs_native
 
@@ -43,7 +43,7 @@ def _set_screen(lib, translator, on, slack, rows):
         lib.fa_set_screen(e.handle, int(on), slack)
 
 
-@pytest.mark.parametrize("decoding", ["greedy", "iad"])
+@pytest.mark.parametrize("decoding", fast_first(["iad", "greedy"]))
 def test_streams_through_the_screen_give_each_sentences_own_output(test_lib, lines, decoding):
     from fairseq_aggressive.translator import Translator, load_hub
 

@@ -53,7 +53,7 @@ class SlowBackend:
             request.done(i, t.upper())
 
 
-@pytest.fixture(scope="module", params=["httptools", "h11"])
+@pytest.fixture(scope="module", params=["httptools", pytest.param("h11", marks=pytest.mark.slow)])
 def server(request):
     if request.param == "httptools":
         pytest.importorskip("httptools")

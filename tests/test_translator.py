@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from helpers import ROOT, needs_native
+from helpers import ROOT, fast_first, needs_native
 
 MODEL = os.path.join(ROOT, "models", "uagec-9x3")
 
@@ -34,8 +34,8 @@ def _threads() -> int:
 
 
 @needs_native
-@pytest.mark.parametrize("settings", [{"decoding": "iad"}, {"decoding": "iad", "max_draft_len": 2},
-                                      {"decoding": "iad", "native_threads": 1}, {}])
+@pytest.mark.parametrize("settings", fast_first([{"decoding": "iad"}, {"decoding": "iad", "max_draft_len": 2},
+                                                 {"decoding": "iad", "native_threads": 1}, {}]))
 def test_one_sentence_per_call_gives_the_hubs_output(hub, lines, greedy, settings):
     from fairseq_aggressive import Translator
 
