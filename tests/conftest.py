@@ -54,9 +54,9 @@ def _comparison_totals():
     helpers = sys.modules.get("helpers")  # (a process that never imported it compared nothing,
     if helpers is None:                   # as the xdist controller, which would import torch and fairseq)
         return [0, 0, 0, 0]
-    ALL_COMPARISONS = helpers.ALL_COMPARISONS
-    return [sum(c.total for c in ALL_COMPARISONS), sum(c.identical for c in ALL_COMPARISONS),
-            sum(c.near_ties for c in ALL_COMPARISONS), sum(len(c.failures) for c in ALL_COMPARISONS)]
+    comps = helpers.ALL_COMPARISONS
+    return [sum(c.total for c in comps), sum(c.identical for c in comps),
+            sum(c.near_ties for c in comps), sum(len(c.failures) for c in comps)]
 
 
 # With pytest-xdist (make test runs one worker per CPU, each test file on one worker) every

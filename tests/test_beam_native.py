@@ -78,7 +78,9 @@ def _engine_takes(model, d):
 
 SETTINGS = [(1, 1), (2, 8), (5, 1), (4, 8)]
 # the fast tier: every shape at beam 2 in batches of 8 and every setting on a shape the engine takes
-CASES = [(b, n, s) if s == "pre-norm, learned positions" or (b, n) == (2, 8)
+EVERY_SETTING = "pre-norm, learned positions"
+assert EVERY_SETTING in SHAPES
+CASES = [(b, n, s) if s == EVERY_SETTING or (b, n) == (2, 8)
          else pytest.param(b, n, s, marks=pytest.mark.slow)
          for s in sorted(SHAPES) for (b, n) in SETTINGS]
 
