@@ -192,6 +192,35 @@ def test_linear_rate():
     assert bad.returncode == 2 and "row counts >= 1" in bad.stderr, bad.stderr
 
 
+def test_linear_rate_compiles_for_every_target(tmp_path):
+    """linear_rate.cpp compiles for every engine target of this architecture, with and without the test
+    library's switches (``--amx-min-rows`` builds with them): its AMX lines compile only for the AMX
+    targets, which the machine running the suite may not have (``generic-amx`` compiles anywhere).
+    Syntax only; a target whose instructions this compiler lacks (an optional one) is left out."""
+    import runpy
+    import subprocess
+
+    from fairseq_aggressive.native import build, targets
+
+    try:
+        cxx = build._compiler()
+    except build.NativeUnavailable as e:
+        pytest.skip(str(e))
+    script = runpy.run_path(os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.py"))
+    empty = tmp_path / "empty.cpp"
+    empty.write_text("int main() { return 0; }\n")
+    cmds = []
+    for target in targets.all_targets().values():
+        if target.optional and subprocess.run([cxx, *target.cflags, "-fsyntax-only", str(empty)],
+                                              capture_output=True).returncode != 0:
+            continue
+        for hooks in (False, True):
+            cmds.append([cxx, *script["flags"](target, hooks), "-fsyntax-only", "-I", targets.CSRC,
+                         os.path.join(ROOT, "scripts", "diagnostics", "linear_rate.cpp")])
+    assert any(targets.TEST_DEFINE in c for c in cmds) and len(cmds) >= 4, cmds
+    build._run(cmds)  # raises with the compiler's output on the first that fails
+
+
 def test_product_pieces(trained):
     """scripts/diagnostics/product_pieces.py: one engine whose shared products are cut into
     1 and 3 pieces per thread, sentence by sentence; every setting gives the same bits."""

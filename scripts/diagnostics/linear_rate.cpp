@@ -137,7 +137,9 @@ int main(int argc, char** argv) {
   std::string lines;
   char line[256];
 #if defined(FA_AMX)
+#if defined(FA_TEST_HOOKS)  // built with the test library's switches (linear_rate.py --amx-min-rows)
   if (const char* r = std::getenv("LINEAR_RATE_AMX_MIN_ROWS")) fa::set_amx_min_rows(std::atoi(r));
+#endif
   lines += "amx " + (fa::amx::state() != 1 ? std::string("off")
                                             : "from-" + std::to_string(fa::amx_min_rows()) + "-rows") + "\n";
 #else

@@ -35,19 +35,26 @@ import sys
 from fairseq_aggressive.bench.load import cpu_load
 from fairseq_aggressive.native.build import choose_target, program
 from fairseq_aggressive.native.machine import describe_machine
-from fairseq_aggressive.native.targets import CSRC
+from fairseq_aggressive.native.targets import CSRC, TEST_DEFINE
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def build(isa):
+def flags(target, hooks=False):
+    """The compiler flags of the timing program for the engine target ``target``; with ``hooks``, the test
+    library's switches (``--amx-min-rows``)."""
+    return ["-O3", "-std=c++17", "-pthread", "-ffp-contract=off", "-fno-math-errno", *target.cflags,
+            *([TEST_DEFINE] if hooks else [])]
+
+
+def build(isa, hooks=False):
     """The timing program for the engine target ``isa`` (compiled into the engine's cache once)."""
     target = choose_target(isa)
     sources = [os.path.join(HERE, "linear_rate.cpp"),
                *[os.path.join(CSRC, "cpu", unit) for unit in ("linear.cpp", "linear_pack.cpp", "linear_amx.cpp",
                                                                "ops.cpp")]]
-    flags = ["-O3", "-std=c++17", "-pthread", "-ffp-contract=off", "-fno-math-errno", *target.cflags]
-    return target.name, program(f"linear_rate-{target.name}", sources, flags)
+    return target.name, program(f"linear_rate-{target.name}{'-hooks' if hooks else ''}", sources,
+                                flags(target, hooks))
 
 
 def report(exe: str, precision: str, threads: int, rows, shapes, amx_min_rows=None, decoder_layers=0) -> None:
@@ -124,7 +131,7 @@ def main(argv=None) -> int:
     C, F, V = args.dim, args.ffn or 4 * args.dim, args.vocab
     shapes = {"q+k+v": (3 * C, C), "out": (C, C), "fc1": (F, C), "fc2": (C, F), "vocab": (V, C)}
     rows = sorted(set([1] + args.rows))
-    isa, exe = build(args.isa)
+    isa, exe = build(args.isa, hooks=args.amx_min_rows is not None)
     print(f"machine: {describe_machine()}; engine target {isa}; d={C}, ffn {F}, vocab {V}; "
           f"{args.load} CPU-bound processes beside it")
     with cpu_load(args.load):
