@@ -21,8 +21,9 @@ against one row's: what a pass over M positions costs in its linear layers
 against a one-token step.  ``--load N`` runs it beside N CPU-bound processes.  (An int8 product counts as two operations, as a
 float32 one does; with VNNI int8 can pass 100% of the float32 peak.)  On an AMX
 target, ``--amx-min-rows R`` sets the fewest rows an int8 product runs on AMX
-tiles (fewer: VNNI tiles): run it with 1 and with a number above every
-``--rows`` to see where the tiles pay.  ``--decoder-layers L`` adds a row for a
+tiles (fewer: VNNI tiles; the program is then built with the test library's
+switches): run it with 1 and with a number above every ``--rows`` to see where
+the tiles pay.  ``--decoder-layers L`` adds a row for a
 decoder pass's products: L layers (q+k+v, three d x d products, the
 feed-forward pair), each with its own weights, then the vocabulary, one after
 another, so that the weights cycle through the caches as in a decode loop.
