@@ -100,7 +100,7 @@ class Translator:
         Where the decoding runs in the engine's running batch (IAD, greedy with
         ``max_draft_len=0``, a native feature drafter) they stream through ``rows``
         rows, a row that ends refilled at the next pass boundary, the rows split among
-        ``lanes`` running batches of one thread each (default: ``NativeEngine.default_lanes``);
+        ``lanes`` running batches of one thread each (default: ``NativeEngine.default_lanes``, a stream's);
         any other decoding goes in static batches of ``rows``."""
         from .runtime.gc_pause import gc_paused
         from .streaming import stream

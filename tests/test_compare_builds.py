@@ -2,7 +2,7 @@
 compare_builds_streamed.py (two engine library files, a null pair here: a copy
 of the one this checkout loads, stream the same sentences in turns, every
 output checked against the sentence's own translate(s); the same file on both
-sides is refused), lanes_side_by_side.py (static batches whole and in
+sides is refused), lanes_side_by_side.py (static batches or a stream whole and in
 lanes, the outputs checked equal) lane_rows_side_by_side.py (streams with
 and without each lane's bound on its rows, the outputs checked) and cpu_share.py
 (the engine's stream and CTranslate2 quiet and beside busy processes in turns, with
@@ -63,9 +63,16 @@ def test_lanes_side_by_side():
     m = re.search(r"^in (\d+) lanes ([\d.]+) ms a sentence, whole ([\d.]+): lanes ([\d.]+)x as fast$",
                   proc.stdout, re.M)
     assert m and all(float(x) > 0 for x in m.groups()), proc.stdout
-    proc = python([sys.executable, script, *ARGS, "--batch-size", "1"], capture_output=True, text=True,
-                  timeout=300, cwd=ROOT)
-    assert proc.returncode != 0 and "must be >= 2" in proc.stderr
+    proc = python([sys.executable, script, *ARGS, "--stream", "6", "--sentences", "12", "--rounds", "1"],
+                  capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r"streamed through 6 rows, .* \(a stream's: \d+\)", proc.stdout), proc.stdout
+    m = re.search(r"^in (\d+) lanes ([\d.]+) ms a sentence, whole ([\d.]+): lanes ([\d.]+)x as fast$",
+                  proc.stdout, re.M)
+    assert m and all(float(x) > 0 for x in m.groups()), proc.stdout
+    for bad in (["--batch-size", "1"], ["--stream", "1"]):
+        proc = python([sys.executable, script, *ARGS, *bad], capture_output=True, text=True, timeout=300, cwd=ROOT)
+        assert proc.returncode != 0 and "must be >= 2" in proc.stderr
 
 
 @pytest.mark.slow  # (a process of its own that imports torch and fairseq)

@@ -166,3 +166,25 @@ def test_aarch64_targets_by_the_cpus_features(monkeypatch):
     for answer, flags in (("1\n", {"asimddp"}), ("0\n", set())):
         monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 0, answer, ""))
         assert build._cpu_flags() == flags
+
+
+def test_last_level_cache_from_sysfs(tmp_path):
+    """The outermost data or unified cache that sysfs lists for the first CPU (its size with
+    Linux's K/M suffixes); an instruction cache never counts; 0 where nothing is listed."""
+    def index(name, level, kind, size):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+
+    index("index0", 1, "Data", "48K")
+    index("index1", 1, "Instruction", "64K")
+    index("index2", 2, "Unified", "2048K")
+    f = cpu_features.last_level_cache_bytes.__wrapped__
+    assert f(str(tmp_path)) == 2048 << 10
+    index("index3", 3, "Unified", "32M")
+    assert f(str(tmp_path)) == 32 << 20
+    index("index4", 4, "Instruction", "1G")
+    assert f(str(tmp_path)) == 32 << 20
+    assert f(str(tmp_path / "none")) == 0

@@ -118,3 +118,22 @@ def test_lanes_by_default_only_where_a_pass_reads_few_weight_bytes(monkeypatch):
     assert engine.default_lanes() == 1
     monkeypatch.setattr(native_engine, "LANE_WEIGHT_BYTES", engine.pass_weight_bytes + 1)
     assert engine.default_lanes() == 2
+
+
+def test_a_streams_lanes_also_where_the_weights_are_a_small_share_of_the_last_level_cache(monkeypatch):
+    """A stream's default lanes are one per thread where the weights a pass reads are below
+    LANE_WEIGHT_BYTES or below 1 / STREAM_LANE_CACHE_SHARE of the last-level cache; a static
+    batch's only below LANE_WEIGHT_BYTES."""
+    from fairseq_aggressive.native import engine as native_engine
+    from fairseq_aggressive.runtime import cpu_features
+
+    task = make_task()
+    engine = native_engine.NativeEngine(make_model(task).eval(), task.target_dictionary, threads=2)
+    share, weights = native_engine.STREAM_LANE_CACHE_SHARE, engine.pass_weight_bytes
+    monkeypatch.setattr(native_engine, "LANE_WEIGHT_BYTES", weights)
+    for cache, lanes in ((0, 1), (weights * share, 1), ((weights + 1) * share, 2)):
+        monkeypatch.setattr(cpu_features, "last_level_cache_bytes", lambda cache=cache: cache)
+        assert engine.default_lanes(stream=True) == lanes
+        assert engine.default_lanes() == 1
+    monkeypatch.setattr(native_engine, "LANE_WEIGHT_BYTES", weights + 1)
+    assert engine.default_lanes(stream=True) == engine.default_lanes() == 2

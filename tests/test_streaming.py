@@ -88,6 +88,25 @@ def test_a_lane_decodes_as_many_rows_as_its_caches_hold(hub, lines, monkeypatch)
     assert max(most) > 8
 
 
+def test_a_stream_takes_the_streams_lanes(hub, monkeypatch):
+    """A stream deals its rows by the engine's rule for streams (NativeEngine.default_lanes with
+    stream=True), which may give lanes where a static batch's rule gives none."""
+    from fairseq_aggressive.native import engine as E
+    from fairseq_aggressive.runtime import cpu_features
+    from fairseq_aggressive.translator import Translator
+
+    dec = Translator(hub, decoding="iad").running_decoder()
+    eng = dec.engine
+    if eng.threads < 2:
+        pytest.skip("one engine thread: one lane either way")
+    monkeypatch.setattr(E, "LANE_WEIGHT_BYTES", eng.pass_weight_bytes)
+    monkeypatch.setattr(cpu_features, "last_level_cache_bytes",
+                        lambda: (eng.pass_weight_bytes + 1) * E.STREAM_LANE_CACHE_SHARE)
+    assert eng.default_lanes() == 1 and dec.lanes(32) == eng.threads
+    monkeypatch.setattr(cpu_features, "last_level_cache_bytes", lambda: 0)
+    assert dec.lanes(32) == 1
+
+
 def test_its_encoding_and_decoding_are_the_hubs(hub, lines):
     """The running decoder's own lookup of source ids and join of output symbols give the
     hub's encode() and decode() exactly: the sample, odd whitespace, unknown words, <unk> and

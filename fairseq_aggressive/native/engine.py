@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from ..model_shapes import activation, native_problems
+from ..runtime import cpu_features
 from ..runtime.fingerprint import model_fingerprint
 from ..runtime.layer_ops import position_table
 from ..runtime.quantization import Int8Linear
@@ -62,6 +63,16 @@ _SHARED_LOCK = threading.Lock()
 # 1.02-1.08x in int8 quiet, 0.92-1.01x in float32 quiet (batches of 8 to 32).  The engine's
 # tiles ask for weights ahead from the same size on (kPrefetchModelBytes).
 LANE_WEIGHT_BYTES = 8 << 20
+# A stream's lanes never meet (a static batch's lanes wait for their longest sentence, and a
+# batch decoded whole meets at every product and splits its joining sentences' encoder among
+# its threads): where the weights a pass reads are a small share of the last-level cache, a
+# stream's lanes read them from there and gain, up to 1 / STREAM_LANE_CACHE_SHARE of it.  On a
+# 2-core Xeon guest with AMX (480 MiB L3, 2 MiB L2 a core), the d=512 copy streamed in lanes
+# against one batch on both threads (scripts/diagnostics/lanes_side_by_side.py --stream ROWS,
+# greedy, 200 sentences, 4 rounds in turns, outputs equal): int8 (14.6 MB) 1.07x at 8 rows,
+# 1.16x at 32, 1.22x at 128, 1.15x at 32 beside two busy processes; float32 (58.5 MB) 0.90x at 8
+# rows, 1.04x at 32.  Static batches there kept LANE_WEIGHT_BYTES (int8 at batch 8: lanes 0.78x).
+STREAM_LANE_CACHE_SHARE = 16
 
 # What the attention caches of one lane's rows may hold (float32 keys and values of every
 # decoder layer, its own and its source's, counted at ROW_POSITIONS positions a row) where the
@@ -152,14 +163,18 @@ class NativeEngine:
         self.threads = 0
         self.set_threads(engine_threads(threads))
 
-    def default_lanes(self) -> int:
-        """The lanes (one-thread running batches, :meth:`lanes`) a stream's rows or a static
-        batch's sentences are dealt among unless told: one per thread where the weights a pass
-        reads (:attr:`pass_weight_bytes`) are below :data:`LANE_WEIGHT_BYTES`, else one batch
-        on every thread.  Lanes never wait for each other, but each reads every weight at each
-        pass: where those outgrow the caches, the passes are bound by reading them, and k
-        lanes read them k times."""
-        return self.threads if self.pass_weight_bytes < LANE_WEIGHT_BYTES else 1
+    def default_lanes(self, stream: bool = False) -> int:
+        """The lanes (one-thread running batches, :meth:`lanes`) a static batch's sentences
+        (or, with ``stream``, a stream's rows) are dealt among unless told: one per thread where
+        the weights a pass reads (:attr:`pass_weight_bytes`) are below :data:`LANE_WEIGHT_BYTES`
+        (a stream's: or below 1 / :data:`STREAM_LANE_CACHE_SHARE` of the last-level cache), else
+        one batch on every thread.  Lanes never wait for each other, but each reads every weight
+        at each pass: where those outgrow the caches, the passes are bound by reading them, and
+        k lanes read them k times."""
+        limit = LANE_WEIGHT_BYTES
+        if stream:
+            limit = max(limit, cpu_features.last_level_cache_bytes() // STREAM_LANE_CACHE_SHARE)
+        return self.threads if self.pass_weight_bytes < limit else 1
 
     def lane_rows(self) -> Optional[int]:
         """The most rows one running batch on these weights keeps decoding at once (a stream's

@@ -9,10 +9,10 @@ a native feature drafter) the sentences stream through ``--rows`` rows, a row
 that ends refilled at the next pass boundary, so no sentence waits for a
 longer one, the rows split among ``--lanes`` running batches of one thread
 each (default: one per engine thread where a pass's weights stay in the caches,
-``NativeEngine.default_lanes``); other decodings go in static batches of ``--rows``.  Every output
-is ``Translator.translate``'s for its line.  On a terminal a progress bar
-counts sentences per second.  With ``-o`` the output appears whole or not at
-all.
+``NativeEngine.default_lanes`` with ``stream=True``); other decodings go in static
+batches of ``--rows``.  Every output is ``Translator.translate``'s for its
+line.  On a terminal a progress bar counts sentences per second.  With ``-o``
+the output appears whole or not at all.
 """
 import argparse
 import logging
@@ -29,11 +29,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("model_dir", help="a model directory: model.pt, dict.*.txt, bpe.codes, MODEL.json")
     p.add_argument("-i", "--input", default="-", help="sentences, one a line (-: standard input)")
     p.add_argument("-o", "--output", default="-", help="where the outputs go (-: standard output)")
-    p.add_argument("--rows", type=int, default=32, help="sentences decoding at once, at most (a lane takes no more rows than "
-                   "keep their attention caches in the CPU's caches: NativeEngine.lane_rows)")
+    p.add_argument("--rows", type=int, default=32,
+                   help="sentences decoding at once, at most (a lane takes no more rows than keep their attention "
+                        "caches in the CPU's caches: NativeEngine.lane_rows)")
     p.add_argument("--lanes", type=int, default=None,
                    help="running batches the rows are split among, one thread each (default: one per engine "
-                        "thread where the weights a pass reads are below 8 MB, else 1)")
+                        "thread where the weights a pass reads are below 8 MB or a sixteenth of the CPU's "
+                        "last-level cache, else 1)")
     p.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                    help="a progress bar on standard error (auto: when it is a terminal)")
     p.set_defaults(decoding_names=add_decoding_arguments(p))

@@ -82,8 +82,8 @@ class RunningDecoder:
     def lanes(self, rows: int, lanes: Optional[int] = None) -> int:
         """How many lanes (running batches, one thread each) ``rows`` rows are split among:
         ``lanes`` if given, else the engine's default (one per thread where the weights a pass
-        reads stay in the caches: ``NativeEngine.default_lanes``); never more than the rows."""
-        return max(1, min(rows, lanes if lanes is not None else self.engine.default_lanes()))
+        reads stay in the caches: ``NativeEngine.default_lanes``, a stream's); never more than the rows."""
+        return max(1, min(rows, lanes if lanes is not None else self.engine.default_lanes(stream=True)))
 
     def lane_rows(self) -> Optional[int]:
         """The most rows a lane decodes at once (``NativeEngine.lane_rows``: as many as keep
