@@ -113,32 +113,31 @@ def cpu_model() -> str:
 
 
 CACHE_DIR = "/sys/devices/system/cpu/cpu0/cache"
+_SIZE_SUFFIXES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read().strip()
 
 
 @functools.lru_cache(maxsize=None)
 def last_level_cache_bytes(cache_dir: str = CACHE_DIR) -> int:
     """The size of the first CPU's outermost data cache (its highest level, as Linux's
     sysfs lists it: the L3 most CPUs share among cores), or 0 where it is not listed."""
-    best_level, size = 0, 0
     try:
         entries = sorted(os.listdir(cache_dir))
     except OSError:
         return 0
+    best_level, size = 0, 0
     for entry in entries:
-        path = os.path.join(cache_dir, entry)
         try:
-            with open(os.path.join(path, "level")) as f:
-                level = int(f.read().strip())
-            with open(os.path.join(path, "type")) as f:
-                kind = f.read().strip()
-            with open(os.path.join(path, "size")) as f:
-                text = f.read().strip().upper()
+            level, kind, text = (_read(os.path.join(cache_dir, entry, name)) for name in ("level", "type", "size"))
+            level = int(level)
         except (OSError, ValueError):
             continue
-        if kind not in ("Data", "Unified") or level < best_level:
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text[:-1] if text[-1:] in ("K", "M", "G") else text
-        if digits.isdigit():
-            best_level, size = level, int(digits) * scale
+        scale = _SIZE_SUFFIXES.get(text[-1:].upper())
+        digits = text[:-1] if scale else text
+        if kind in ("Data", "Unified") and level >= best_level and digits.isdigit():
+            best_level, size = level, int(digits) * (scale or 1)
     return size

@@ -65,9 +65,9 @@ def main(argv=None) -> int:
           + f", {len(lines)} sentences; {engine.threads} engine threads; a pass reads "
           f"{engine.pass_weight_bytes / 2 ** 20:.1f} MB of weights; default lanes: {engine.default_lanes()} "
           f"(a stream's: {engine.default_lanes(stream=True)}); load {a.load}")
-    times = {w: [] for w in ways}
     if a.stream:
         return streamed(ways["lanes"], lines, a.stream, engine.threads, a.rounds, a.load)
+    times = {w: [] for w in ways}
     with cpu_load(a.load):
         for rnd in range(a.rounds + 1):  # the first round warms up (lanes made, the draft policy measured)
             spent, outs = {w: 0.0 for w in ways}, {w: [] for w in ways}
